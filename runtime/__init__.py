@@ -1,0 +1,1 @@
+"""The engine: agents as asyncio tasks, the StepFrame runner, the action dispatcher."""

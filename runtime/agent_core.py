@@ -1,0 +1,91 @@
+"""The cooperative control surface of an agent: pause, interrupt and stop.
+
+Each mixin owns one concern and chains ``super().__init__()`` so they compose in
+any order on top of :class:`AgentBase`.  Control is cooperative: the runner
+checks these flags at step boundaries; nothing here cancels a running step.
+Every request also sets the agent's wake-up event, so a runner sleeping between
+steps reacts at once instead of after its interval.
+"""
+import asyncio
+
+
+class AgentBase:
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep between steps, returning early when a control request arrives."""
+        self._wake.clear()
+        if seconds <= 0:
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+
+class StopMixin:
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._stop = asyncio.Event()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self.wake()
+
+
+class PauseMixin:
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
+
+    @property
+    def pause_requested(self) -> bool:
+        return not self._unpaused.is_set()
+
+    def request_pause(self) -> None:
+        self._unpaused.clear()
+        self.wake()
+
+    def request_resume(self) -> None:
+        self._unpaused.set()
+        self.wake()
+
+    async def wait_while_paused(self) -> None:
+        await self._unpaused.wait()
+
+
+class InterruptMixin:
+    """Guidance queued for the next step.
+
+    Items stay queued until the step that used them is persisted, so a crash in
+    between never loses guidance; each item carries the id of the action that
+    brought it, which makes delivering the same action twice harmless.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.pending_guidance: list[dict] = []
+
+    def add_guidance(self, action_id: str, text: str) -> bool:
+        if any(g["action_id"] == action_id for g in self.pending_guidance):
+            return False
+        self.pending_guidance.append({"action_id": action_id, "text": text})
+        self.wake()
+        return True
+
+    def peek_guidance(self) -> list[dict]:
+        return list(self.pending_guidance)
+
+    def consume_guidance(self, used: list[dict]) -> None:
+        used_ids = {g["action_id"] for g in used}
+        self.pending_guidance = [g for g in self.pending_guidance if g["action_id"] not in used_ids]

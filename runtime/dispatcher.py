@@ -1,0 +1,122 @@
+"""The poller: takes pending actions from the queue and applies them.
+
+Ordering: actions are fetched most urgent first, then in the order they were
+accepted.  Each session has a *lane*, a FIFO served by one task, so the actions
+of one session apply strictly in order while different sessions proceed
+concurrently.  An action is claimed (status ``processing``, with a lease) before
+it enters a lane and is finished as ``done`` or ``failed`` when its handler
+returns, whatever happens inside; it is never dispatched twice by this process.
+
+Polling adapts: right after finding work it polls again quickly, and when idle
+it backs off to ``idle_poll_s`` so an idle service costs little CPU.
+"""
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+from runtime.handlers import ActionError
+
+log = logging.getLogger("runtime.dispatcher")
+
+
+class Dispatcher:
+    def __init__(self, persist, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
+                 busy_poll_s: float = 0.01, idle_poll_s: float = 0.1, batch: int = 100,
+                 lease_s: float = 60.0, release_every_s: float = 5.0):
+        self.persist = persist
+        self.handle = handle
+        self.worker_id = worker_id
+        self.busy_poll_s = busy_poll_s
+        self.idle_poll_s = idle_poll_s
+        self.batch = batch
+        self.lease_s = lease_s
+        self.release_every_s = release_every_s
+        self.in_flight: set[str] = set()
+        self.lanes: dict[str, asyncio.Queue] = {}
+        self.lane_tasks: dict[str, asyncio.Task] = {}
+        self.applied = 0
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        delay = self.busy_poll_s
+        last_release = 0.0
+        while not stopping.is_set():
+            try:
+                if time.monotonic() - last_release > self.release_every_s:
+                    last_release = time.monotonic()
+                    released = await self.persist.release_expired_actions()
+                    if released:
+                        log.warning("released %d actions whose lease expired", released)
+                found = await self.poll_once()
+            except Exception:
+                log.exception("poll failed; retrying")
+                found = 0
+            delay = self.busy_poll_s if found else min(self.idle_poll_s, max(delay, self.busy_poll_s) * 2)
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+    async def poll_once(self) -> int:
+        """Fetch, claim and route one batch; returns how many actions were dispatched."""
+        pending = await self.persist.pending_actions(self.batch)
+        fresh = [a for a in pending if a["id"] not in self.in_flight]
+        if not fresh:
+            return 0
+        held = set(await self.persist.claim_actions([a["id"] for a in fresh], self.worker_id, self.lease_s))
+        for action in fresh:  # already in priority, then acceptance order
+            if action["id"] in held:
+                self.in_flight.add(action["id"])
+                self._route(action)
+        return len(held)
+
+    def _route(self, action: dict) -> None:
+        key = action.get("session_id") or action.get("agent_id") or action["id"]
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = asyncio.Queue()
+            self.lane_tasks[key] = asyncio.create_task(self._serve_lane(key, lane), name=f"lane:{key}")
+        lane.put_nowait(action)
+
+    async def _serve_lane(self, key: str, lane: asyncio.Queue) -> None:
+        try:
+            while not lane.empty():
+                await self._apply(lane.get_nowait())
+        finally:
+            # No await between the emptiness check and removal: a new action
+            # routed after this point creates a fresh lane.
+            self.lanes.pop(key, None)
+            self.lane_tasks.pop(key, None)
+
+    async def _apply(self, action: dict) -> None:
+        action_id = action["id"]
+        started = time.perf_counter()
+        try:
+            await self.handle(action)
+            ok, error = True, None
+        except ActionError as exc:
+            ok, error = False, str(exc)
+            log.warning("action %s (%s) failed agent=%s session=%s: %s", action_id, action.get("type"),
+                        action.get("agent_id"), action.get("session_id"), error)
+        except asyncio.CancelledError:
+            raise  # shutting down: the lease will hand the action back
+        except Exception as exc:
+            ok, error = False, f"internal error: {type(exc).__name__}: {exc}"
+            log.exception("action %s (%s) raised agent=%s session=%s", action_id, action.get("type"),
+                          action.get("agent_id"), action.get("session_id"))
+        try:
+            await self.persist.finish_action(action_id, ok, error)
+            self.applied += 1
+            log.info("action %s %s %s in %.1f ms agent=%s session=%s", action_id, action.get("type"),
+                     "done" if ok else "failed", (time.perf_counter() - started) * 1000,
+                     action.get("agent_id"), action.get("session_id"))
+        except Exception:
+            log.exception("action %s could not be marked finished; its lease will expire", action_id)
+        finally:
+            self.in_flight.discard(action_id)
+
+    async def drain(self, timeout: float) -> None:
+        """Let the actions already dispatched finish, up to ``timeout``."""
+        tasks = list(self.lane_tasks.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)

@@ -1,0 +1,141 @@
+"""What each action type does to a session.
+
+A handler raises :class:`ActionError` for a request that cannot be applied (it
+is then marked failed with that message); returning normally marks it done.
+Handlers are idempotent, because after a crash an action that was being applied
+may be applied again: creating an existing session, pausing a paused one or
+delivering the same guidance twice changes nothing.
+"""
+import asyncio
+import logging
+
+from pydantic import ValidationError
+
+from monikers.registry import MonikerRegistry, UnknownMoniker
+from runtime.config import CreatePayload
+from runtime.registry import SessionRegistry
+from runtime.session import SessionAgent
+
+log = logging.getLogger("runtime.handlers")
+
+MAX_GUIDANCE = 20_000
+
+
+class ActionError(Exception):
+    """The action is well formed but cannot be applied; the message says why."""
+
+
+class Handlers:
+    def __init__(self, sessions: SessionRegistry, monikers: MonikerRegistry, persist, *,
+                 destroy_grace_s: float = 5.0):
+        self.sessions = sessions
+        self.monikers = monikers
+        self.persist = persist
+        self.destroy_grace_s = destroy_grace_s
+        self.by_type = {"create": self.create, "pause": self.pause, "resume": self.resume,
+                        "interrupt": self.interrupt, "destroy": self.destroy}
+
+    async def handle(self, action: dict) -> None:
+        handler = self.by_type.get(action.get("type"))
+        if handler is None:
+            raise ActionError(f"unknown action type {action.get('type')!r}")
+        payload = action.get("payload")
+        if not isinstance(payload, dict):
+            raise ActionError("payload must be a JSON object")
+        if not action.get("agent_id") or not action.get("session_id"):
+            raise ActionError("action names no agent_id and session_id")
+        await handler(action, payload)
+
+    # ---- create ---------------------------------------------------------
+
+    async def create(self, action: dict, payload: dict) -> None:
+        session_id = action["session_id"]
+        if self.sessions.get(session_id) or await self.persist.load_snapshot(session_id):
+            log.info("session %s exists already; create action %s changes nothing", session_id, action["id"])
+            return
+        try:
+            spec = CreatePayload.model_validate(payload)
+            moniker = self.monikers.get(spec.moniker)
+        except ValidationError as exc:
+            raise ActionError(f"invalid create payload: {exc.errors()[0]['msg']}") from None
+        except UnknownMoniker:
+            raise ActionError(f"unknown moniker {payload.get('moniker')!r}") from None
+        agent = SessionAgent(moniker=moniker, persist=self.persist, snapshot={
+            "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task,
+            "config": spec.config.model_dump(), "status": "running", "iteration": -1,
+            "next_step_token": moniker.initial_step, "state": {},
+            "conversation_id": spec.conversation_id or action.get("conversation_id"),
+            "created_at": action.get("created_at"),
+        })
+        await agent.save()
+        self.sessions.add(agent)
+        agent.start()
+        log.info("session %s created agent=%s moniker=%s action=%s", session_id, agent.agent_id,
+                 moniker.name, action["id"])
+
+    # ---- controls -------------------------------------------------------
+
+    async def _live(self, action: dict, verb: str) -> SessionAgent:
+        agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        if agent is not None and not agent.finished:
+            return agent
+        snapshot = agent.snapshot() if agent else await self.persist.load_snapshot(action["session_id"])
+        if snapshot is None:
+            raise ActionError(f"unknown session {action['session_id']}")
+        raise ActionError(f"cannot {verb}: session {snapshot['session_id']} is {snapshot['status']}")
+
+    async def pause(self, action: dict, payload: dict) -> None:
+        agent = await self._live(action, "pause")
+        if agent.status == "paused":
+            return
+        agent.request_pause()
+        await agent.set_status("paused", "user")
+
+    async def resume(self, action: dict, payload: dict) -> None:
+        agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        if agent is not None and agent.status == "error":
+            await self._restart_after_error(agent)
+            return
+        agent = await self._live(action, "resume")
+        if agent.status != "paused":
+            return
+        agent.request_resume()
+        await agent.set_status("running", "user")
+
+    async def _restart_after_error(self, failed: SessionAgent) -> None:
+        """Resume on a failed session retries its failed step as the next iteration."""
+        snapshot = dict(failed.snapshot(), status="running", status_reason="resumed_after_error")
+        agent = SessionAgent(snapshot=snapshot, moniker=failed.moniker, persist=self.persist)
+        await agent.save()
+        self.sessions.add(agent)
+        agent.start()
+        log.info("session %s restarted after error at iteration %d", agent.session_id, agent.iteration + 1)
+
+    async def interrupt(self, action: dict, payload: dict) -> None:
+        guidance = payload.get("guidance")
+        if not isinstance(guidance, str) or not guidance.strip() or len(guidance) > MAX_GUIDANCE:
+            raise ActionError(f"guidance must be a non-empty string of at most {MAX_GUIDANCE} characters")
+        agent = await self._live(action, "interrupt")
+        if agent.add_guidance(action["id"], guidance):
+            await agent.save()  # durable before the action is marked done
+
+    async def destroy(self, action: dict, payload: dict) -> None:
+        """Graceful: resume if paused, ask to stop, wait, and cancel a step that hangs."""
+        agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        if agent is None or agent.finished:
+            snapshot = agent.snapshot() if agent else await self.persist.load_snapshot(action["session_id"])
+            if snapshot is None:
+                raise ActionError(f"unknown session {action['session_id']}")
+            return  # already over: nothing to stop
+        await agent.set_status("stopping", "user")
+        agent.request_stop()
+        agent.request_resume()
+        if agent.runner is not None:
+            done, _ = await asyncio.wait({agent.runner}, timeout=self.destroy_grace_s)
+            if not done:
+                log.warning("session %s did not stop within %.1fs; cancelling its step", agent.session_id,
+                            self.destroy_grace_s)
+                agent.runner.cancel()
+                await asyncio.gather(agent.runner, return_exceptions=True)
+        if agent.status == "stopping":  # not finished on its own meanwhile
+            await agent.set_status("stopped", "destroyed")

@@ -1,0 +1,31 @@
+"""The live sessions of this process.
+
+``sessions`` maps session_id -> agent (the seed's SESSIONS); ``agent_latest``
+maps agent_id -> its newest session_id (AGENT_LATEST), so that controls naming
+only an agent reach its latest session.
+"""
+from runtime.session import SessionAgent
+
+
+class SessionRegistry:
+    def __init__(self):
+        self.sessions: dict[str, SessionAgent] = {}
+        self.agent_latest: dict[str, str] = {}
+
+    def add(self, agent: SessionAgent) -> None:
+        self.sessions[agent.session_id] = agent
+        current = self.sessions.get(self.agent_latest.get(agent.agent_id, ""))
+        if current is None or agent.created_at >= current.created_at:
+            self.agent_latest[agent.agent_id] = agent.session_id
+
+    def get(self, session_id: str) -> SessionAgent | None:
+        return self.sessions.get(session_id)
+
+    def resolve(self, agent_id: str, session_id: str | None) -> SessionAgent | None:
+        return self.sessions.get(session_id or self.agent_latest.get(agent_id, ""))
+
+    def running(self) -> list[SessionAgent]:
+        return [a for a in self.sessions.values() if a.runner is not None and not a.runner.done()]
+
+    def __len__(self) -> int:
+        return len(self.sessions)

@@ -1,0 +1,66 @@
+"""Command-line options and environment variables shared by agents.py, app.py and serve.py.
+
+Each option has an environment variable; a flag wins over the variable, which
+wins over the default.
+"""
+import argparse
+import json
+import logging
+import os
+
+DEFAULT_DATA_DIR = "./data"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def add_storage_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default=os.environ.get("AGENTSVC_DATA_DIR", DEFAULT_DATA_DIR),
+                        help=f"directory of the local LanceDB database [AGENTSVC_DATA_DIR, {DEFAULT_DATA_DIR}]")
+    parser.add_argument("--db-uri", default=os.environ.get("AGENTSVC_DB_URI"),
+                        help="any LanceDB URI, e.g. s3://bucket/path; overrides --data-dir [AGENTSVC_DB_URI]")
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a LanceDB storage option (repeatable), e.g. aws_endpoint=http://127.0.0.1:9000 "
+                             "[AGENTSVC_STORAGE_OPTIONS as a JSON object]")
+
+
+def add_logging_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default=os.environ.get("AGENTSVC_LOG_LEVEL", "INFO"),
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                        help="[AGENTSVC_LOG_LEVEL, INFO]")
+
+
+def db_uri(args: argparse.Namespace) -> str:
+    if args.db_uri:
+        return args.db_uri
+    path = os.path.join(args.data_dir, "lancedb")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def storage_options(args: argparse.Namespace) -> dict | None:
+    options = json.loads(os.environ.get("AGENTSVC_STORAGE_OPTIONS") or "{}")
+    if not isinstance(options, dict):
+        raise SystemExit("AGENTSVC_STORAGE_OPTIONS must be a JSON object")
+    for item in args.storage_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--storage-option takes KEY=VALUE, got {item!r}")
+        options[key] = value
+    return options or None
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # LanceDB and werkzeug are chatty at INFO; operators want our events.
+    for noisy in ("lancedb", "werkzeug", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

@@ -1,0 +1,9 @@
+"""All LanceDB access lives in this package.
+
+Nothing outside ``store/`` opens a table or builds a filter string.  The rest of
+the service sees plain dicts with JSON fields already decoded.
+"""
+from store.db import Store
+from store.filters import InvalidId, check_id
+
+__all__ = ["Store", "InvalidId", "check_id"]

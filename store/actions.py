@@ -1,0 +1,114 @@
+"""The action queue: control requests appended by app.py, applied by agents.py.
+
+Life of an action: ``pending`` when appended, ``processing`` once a worker
+claims it (with a lease), then ``done`` or ``failed``.  Rows are only ever
+updated, never deleted, so the queue doubles as an audit log.
+"""
+from datetime import datetime, timedelta
+
+from ulid import ULID
+
+from store import codec, filters, query
+
+TYPES = {"create", "pause", "resume", "interrupt", "destroy"}
+STATUSES = {"pending", "processing", "done", "failed"}
+PENDING = filters.eq_word("status", "pending", STATUSES)
+PROCESSING = filters.eq_word("status", "processing", STATUSES)
+
+
+class ActionQueue:
+    name = "actions"
+
+    def __init__(self, table, writer):
+        self.table = table
+        self.writer = writer
+
+    def enqueue(self, type: str, *, agent_id: str, session_id: str, payload: dict | None = None,
+                conversation_id: str | None = None, priority: int = 0) -> dict:
+        if type not in TYPES:
+            raise ValueError(f"unknown action type {type!r}")
+        row = {
+            "id": str(ULID()),
+            "created_at": codec.utcnow(),
+            "type": type,
+            "agent_id": filters.check_id(agent_id, "agent_id"),
+            "session_id": filters.check_id(session_id, "session_id"),
+            "conversation_id": conversation_id,
+            "priority": int(priority),
+            "payload": payload or {},
+            "status": "pending",
+            "processed": False,
+            "processed_at": None,
+            "claimed_by": None,
+            "lease_until": None,
+            "attempts": 0,
+            "error": None,
+        }
+        self.writer.append(self.name, [row])
+        return codec.decode(self.name, codec.encode(self.name, row))
+
+    def get(self, action_id: str) -> dict | None:
+        return query.first(self.table, self.name, filters.eq_id("id", action_id))
+
+    def pending(self, limit: int = 100) -> list[dict]:
+        """Pending actions, most urgent first, then in the order they were accepted."""
+        order = [("priority", False), ("created_at", True), ("id", True)]
+        return query.rows(self.table, self.name, PENDING, order=order, limit=limit)
+
+    def find_create(self, *, session_id: str) -> dict | None:
+        where = filters.all_of(filters.eq_word("type", "create", TYPES), filters.eq_id("session_id", session_id))
+        return query.first(self.table, self.name, where, order=[("created_at", True)])
+
+    def latest_create_for_agent(self, agent_id: str) -> dict | None:
+        where = filters.all_of(filters.eq_word("type", "create", TYPES), filters.eq_id("agent_id", agent_id))
+        return query.first(self.table, self.name, where, order=[("created_at", False)])
+
+    def claim(self, action_ids: list[str], worker_id: str, lease_s: float) -> list[str]:
+        """Claim pending actions for ``worker_id``; returns the ids this worker now holds.
+
+        The claim is one conditional update (``status = 'pending'`` in the
+        filter), which Lance commits atomically: of several racing workers
+        exactly one sees its id on each row when it reads back.
+        """
+        if not action_ids:
+            return []
+        lease_until = codec.utcnow() + timedelta(seconds=lease_s)
+        where = filters.all_of(filters.in_ids("id", action_ids), PENDING)
+        self.writer.update_sql(self.name, where, {
+            "status": "'processing'",
+            "claimed_by": filters.quote(filters.check_id(worker_id, "worker_id")),
+            "lease_until": f"CAST({filters.quote(lease_until.strftime('%Y-%m-%dT%H:%M:%S.%f'))} AS TIMESTAMP)",
+            "attempts": "attempts + 1",
+        })
+        held = query.rows(self.table, self.name, filters.all_of(
+            filters.in_ids("id", action_ids), PROCESSING, filters.eq_id("claimed_by", worker_id)),
+            columns=["id"], limit=len(action_ids))
+        return [r["id"] for r in held]
+
+    def finish(self, action_id: str, *, ok: bool, error: str | None = None) -> None:
+        self.writer.update(self.name, filters.eq_id("id", action_id), {
+            "status": "done" if ok else "failed",
+            "processed": True,
+            "processed_at": codec.utcnow(),
+            "error": error,
+        })
+
+    def release_expired(self, now: datetime | None = None) -> int:
+        """Put actions whose lease ran out back to pending (their worker died)."""
+        where = filters.all_of(PROCESSING, filters.ts_cmp("lease_until", "<", now or codec.utcnow()))
+        if self.table.count_rows(where) == 0:
+            return 0  # an update that matches nothing still commits a version
+        return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
+
+    def release_all_processing(self) -> int:
+        """Single-worker recovery at start: whatever was processing belonged to a dead worker."""
+        if self.table.count_rows(PROCESSING) == 0:
+            return 0
+        return self.writer.update(self.name, PROCESSING, {"status": "pending", "claimed_by": None, "lease_until": None})
+
+    def count(self, status: str | None = None) -> int:
+        where = filters.eq_word("status", status, STATUSES) if status else None
+        return self.table.count_rows(where) if where else self.table.count_rows()
+
+    def oldest_pending(self) -> dict | None:
+        return query.first(self.table, self.name, PENDING, order=[("created_at", True)])

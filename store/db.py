@@ -1,0 +1,54 @@
+"""Opening the database and its tables.
+
+A connection opened with LanceDB's default ``read_consistency_interval=None``
+never sees writes made by another process (FACTS.md).  agents.py and app.py are
+separate processes sharing one database, so every connection here re-checks the
+latest table version on each read (interval 0, a few ms a query).
+"""
+import logging
+from datetime import timedelta
+
+import lancedb
+
+from store.actions import ActionQueue
+from store.schemas import PRIMARY_KEYS, TABLES
+from store.state import StateTable
+from store.steps import StepLog
+from store.writer import Writer
+
+log = logging.getLogger("store")
+
+
+class Store:
+    """The database of one service: its tables and the helpers over them."""
+
+    def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0):
+        self.uri = uri
+        self.db = lancedb.connect(
+            uri,
+            read_consistency_interval=timedelta(seconds=read_consistency_s),
+            storage_options=storage_options,
+        )
+        self.tables = {name: self._open_or_create(name, schema) for name, schema in TABLES.items()}
+        self.writer = Writer(self.tables)
+        self.actions = ActionQueue(self.tables["actions"], self.writer)
+        self.states = StateTable(self.tables["agent_state"], self.writer)
+        self.steps = StepLog(self.tables["agent_steps"], self.writer)
+
+    def _open_or_create(self, name, schema):
+        try:
+            table = self.db.open_table(name)
+        except (FileNotFoundError, ValueError):
+            # exist_ok makes two processes bootstrapping at once both succeed.
+            table = self.db.create_table(name, schema=schema, exist_ok=True)
+        key = PRIMARY_KEYS.get(name)
+        if key and not table.schema.field(key).metadata:
+            try:
+                table.set_unenforced_primary_key(key)
+            except Exception as exc:  # another process declared it first
+                log.debug("primary key on %s: %s", name, exc)
+        return table
+
+    def ping(self) -> bool:
+        self.tables["actions"].count_rows()
+        return True

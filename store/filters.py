@@ -1,0 +1,68 @@
+"""The only place where LanceDB filter strings are built.
+
+Ids that come from users are checked against a strict pattern before they get
+near a filter, and every literal is quoted with its quotes doubled, so no input
+can change the meaning of a filter.  Column names are always constants of this
+package, never input.
+"""
+import re
+from datetime import datetime, timezone
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+class InvalidId(ValueError):
+    """An id that does not match :data:`ID_PATTERN`."""
+
+
+def check_id(value: object, what: str = "id") -> str:
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise InvalidId(f"{what} must match {ID_PATTERN.pattern}")
+    return value
+
+
+def quote(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def eq_id(column: str, value: str) -> str:
+    return f"{column} = {quote(check_id(value, column))}"
+
+
+def in_ids(column: str, values) -> str:
+    quoted = ", ".join(quote(check_id(v, column)) for v in values)
+    return f"{column} IN ({quoted})"
+
+
+def eq_word(column: str, value: str, allowed) -> str:
+    """Equality against one of a closed set of words (statuses, types)."""
+    if value not in allowed:
+        raise ValueError(f"{column} must be one of {sorted(allowed)}")
+    return f"{column} = {quote(value)}"
+
+
+def in_words(column: str, values, allowed) -> str:
+    for value in values:
+        if value not in allowed:
+            raise ValueError(f"{column} must be one of {sorted(allowed)}")
+    return f"{column} IN ({', '.join(quote(v) for v in values)})"
+
+
+def int_cmp(column: str, op: str, value: int) -> str:
+    if op not in ("=", "<", "<=", ">", ">="):
+        raise ValueError(f"bad operator {op!r}")
+    return f"{column} {op} {int(value)}"
+
+
+def ts_cmp(column: str, op: str, when: datetime) -> str:
+    if op not in ("<", "<=", ">", ">="):
+        raise ValueError(f"bad operator {op!r}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    text = when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return f"{column} {op} CAST({quote(text)} AS TIMESTAMP)"
+
+
+def all_of(*clauses) -> str | None:
+    parts = [c for c in clauses if c]
+    return " AND ".join(f"({p})" for p in parts) if parts else None

@@ -1,0 +1,82 @@
+"""Arrow schemas of the tables, and which of their columns hold JSON text."""
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+def _schema(*fields):
+    return pa.schema([pa.field(name, typ, nullable=nullable) for name, typ, nullable in fields])
+
+
+ACTIONS = _schema(
+    ("id", pa.string(), False),
+    ("created_at", TS, False),
+    ("type", pa.string(), False),
+    ("agent_id", pa.string(), True),
+    ("session_id", pa.string(), True),
+    ("conversation_id", pa.string(), True),
+    ("priority", pa.int32(), False),
+    ("payload", pa.string(), True),
+    ("status", pa.string(), False),  # pending | processing | done | failed
+    ("processed", pa.bool_(), False),
+    ("processed_at", TS, True),
+    ("claimed_by", pa.string(), True),
+    ("lease_until", TS, True),
+    ("attempts", pa.int32(), False),
+    ("error", pa.string(), True),
+)
+
+AGENT_STATE = _schema(
+    ("session_id", pa.string(), False),
+    ("agent_id", pa.string(), False),
+    ("moniker", pa.string(), False),
+    ("task", pa.string(), True),
+    ("config", pa.string(), True),
+    ("status", pa.string(), False),
+    ("status_reason", pa.string(), True),
+    ("iteration", pa.int64(), False),  # last persisted iteration, -1 before the first
+    ("step_token", pa.string(), True),
+    ("next_step_token", pa.string(), True),
+    ("state", pa.string(), True),
+    ("result", pa.string(), True),
+    ("pending_guidance", pa.string(), True),
+    ("conversation_id", pa.string(), True),
+    ("parent_agent_id", pa.string(), True),
+    ("parent_session_id", pa.string(), True),
+    ("usage", pa.string(), True),
+    ("last_error", pa.string(), True),
+    ("created_at", TS, False),
+    ("updated_at", TS, False),
+)
+
+AGENT_STEPS = _schema(
+    ("id", pa.string(), False),
+    ("created_at", TS, False),
+    ("agent_id", pa.string(), False),
+    ("session_id", pa.string(), False),
+    ("iteration", pa.int64(), False),
+    ("step_token", pa.string(), True),
+    ("next_step_token", pa.string(), True),
+    ("status", pa.string(), False),  # ok | done | error
+    ("text", pa.string(), True),
+    ("data", pa.string(), True),
+    ("state", pa.string(), True),
+    ("guidance", pa.string(), True),
+    ("notes", pa.string(), True),
+    ("latency_ms", pa.float64(), True),
+    ("error", pa.string(), True),
+    ("usage", pa.string(), True),
+)
+
+TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS}
+
+# Tables whose rows are upserted name their key here; it is declared as the
+# table's primary key so that concurrent merge_insert calls cannot duplicate
+# rows (FACTS.md: without it they do, every time).
+PRIMARY_KEYS = {"agent_state": "session_id"}
+
+JSON_COLUMNS = {
+    "actions": {"payload"},
+    "agent_state": {"config", "state", "result", "pending_guidance", "usage"},
+    "agent_steps": {"data", "state", "guidance", "usage"},
+}

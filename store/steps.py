@@ -1,0 +1,50 @@
+"""agent_steps: append-only history, one row per iteration of a session."""
+from datetime import datetime
+
+from ulid import ULID
+
+from store import codec, filters, query
+
+STATUSES = {"ok", "done", "error"}
+
+
+class StepLog:
+    name = "agent_steps"
+
+    def __init__(self, table, writer):
+        self.table = table
+        self.writer = writer
+
+    def append(self, step: dict) -> dict:
+        row = {"id": str(ULID()), "created_at": codec.utcnow(), **step}
+        self.writer.append(self.name, [row])
+        return codec.decode(self.name, codec.encode(self.name, row))
+
+    def search(self, *, session_id: str | None = None, agent_id: str | None = None,
+             min_iteration: int | None = None, max_iteration: int | None = None,
+             since: datetime | None = None, status: str | None = None,
+             limit: int = 100, offset: int = 0) -> list[dict]:
+        where = filters.all_of(
+            filters.eq_id("session_id", session_id) if session_id else None,
+            filters.eq_id("agent_id", agent_id) if agent_id else None,
+            filters.int_cmp("iteration", ">=", min_iteration) if min_iteration is not None else None,
+            filters.int_cmp("iteration", "<=", max_iteration) if max_iteration is not None else None,
+            filters.ts_cmp("created_at", ">=", since) if since is not None else None,
+            filters.eq_word("status", status, STATUSES) if status else None,
+        )
+        order = [("iteration", True), ("created_at", True), ("id", True)]
+        return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
+
+    def since_iteration(self, session_id: str, after: int, limit: int = 100) -> list[dict]:
+        return self.search(session_id=session_id, min_iteration=after + 1, limit=limit)
+
+    def latest(self, *, session_id: str | None = None, agent_id: str | None = None) -> dict | None:
+        if not (session_id or agent_id):
+            raise ValueError("latest() needs a session_id or an agent_id")
+        where = filters.eq_id("session_id", session_id) if session_id else filters.eq_id("agent_id", agent_id)
+        return query.first(self.table, self.name, where, order=[("created_at", False), ("iteration", False)])
+
+    def count(self, session_id: str | None = None) -> int:
+        if session_id:
+            return self.table.count_rows(filters.eq_id("session_id", session_id))
+        return self.table.count_rows()
