@@ -40,13 +40,34 @@ class FrameOut(BaseModel):
 
 @dataclass(frozen=True)
 class StepContext:
-    """What a moniker may know about the session it is stepping, besides the frame."""
+    """What a moniker may know about the session it is stepping, besides the frame.
+
+    A moniker that calls a model reports each call with :meth:`record_usage`;
+    the runner puts the calls on the step row and adds them to the session's
+    running totals, also when the step then fails.
+    """
 
     task: str
     agent_id: str
     session_id: str
     iteration: int
     config: Json = field(default_factory=dict)
+    usage_calls: list = field(default_factory=list)
+
+    def record_usage(self, *, model: str | None = None, input_tokens: int = 0, output_tokens: int = 0,
+                     duration_ms: float = 0.0, cost: float | None = None, **extra) -> None:
+        self.usage_calls.append({"model": model, "input_tokens": int(input_tokens or 0),
+                                 "output_tokens": int(output_tokens or 0),
+                                 "duration_ms": float(duration_ms or 0.0), "cost": cost, **extra})
+
+
+class StepError(Exception):
+    """A step failed in a way the moniker understands.  ``raw_output`` (for
+    example a model reply that would not parse) is kept on the error step row."""
+
+    def __init__(self, message: str, raw_output: str | None = None):
+        super().__init__(message)
+        self.raw_output = raw_output
 
 
 StepFn = Callable[[FrameIn, StepContext], Awaitable[FrameOut | Json]]

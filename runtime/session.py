@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
+from runtime import usage as usage_math
 from runtime.config import SessionConfig
 
 log = logging.getLogger("runtime.session")
@@ -59,7 +60,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         between appending a step and saving the snapshot)."""
         if not latest_step or latest_step["iteration"] <= snapshot["iteration"]:
             return snapshot
-        fixed = dict(snapshot, iteration=latest_step["iteration"])
+        fixed = dict(snapshot, iteration=latest_step["iteration"],
+                     usage=usage_math.accumulate(snapshot.get("usage"), latest_step.get("usage")))
         if latest_step["status"] == "error":
             fixed.update(status="error", last_error=latest_step.get("error"), status_reason="error")
             return fixed
@@ -176,16 +178,19 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                 f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors()[:5])
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+            raw = getattr(exc, "raw_output", None)
         latency_ms = (time.perf_counter() - started) * 1000
+        step_usage = usage_math.summarize(ctx.usage_calls)
+        self.usage = usage_math.accumulate(self.usage, step_usage)
         if error:
-            await self._record_error(iteration, frame_in, guidance, error, raw, latency_ms)
+            await self._record_error(iteration, frame_in, guidance, error, raw, latency_ms, step_usage)
             return False
         await self.persist.append_step({
             "agent_id": self.agent_id, "session_id": self.session_id, "iteration": iteration,
             "step_token": out.step, "next_step_token": out.next_step,
             "status": "done" if out.done else "ok", "text": out.text, "data": out.data,
             "state": out.state, "guidance": guidance or None, "notes": out.notes,
-            "latency_ms": latency_ms, "error": None, "usage": None,
+            "latency_ms": latency_ms, "error": None, "usage": step_usage,
         })
         self.iteration, self.step_token, self.next_step_token = iteration, out.step, out.next_step
         self.state, self.result = out.state, {"text": out.text, "data": out.data}
@@ -200,19 +205,23 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
         return True
 
-    async def _record_error(self, iteration, frame_in, guidance, error, raw, latency_ms) -> None:
+    async def _record_error(self, iteration, frame_in, guidance, error, raw, latency_ms, step_usage) -> None:
         """An error takes its iteration number (no gap) and ends the session;
         guidance stays queued because the moniker never acted on it."""
         log.warning("session %s step %d failed agent=%s: %s", self.session_id, iteration, self.agent_id, error)
         await self.persist.append_step({
             "agent_id": self.agent_id, "session_id": self.session_id, "iteration": iteration,
             "step_token": frame_in.step, "next_step_token": frame_in.step, "status": "error",
-            "text": None, "data": {"raw": repr(raw)[:RAW_KEEP]} if raw is not None else None,
+            "text": None, "data": {"raw": _raw_text(raw)} if raw is not None else None,
             "state": self.state, "guidance": guidance or None, "notes": None,
-            "latency_ms": latency_ms, "error": error, "usage": None,
+            "latency_ms": latency_ms, "error": error, "usage": step_usage,
         })
         self.iteration, self.last_error = iteration, error
         await self.set_status("error", "step_failed")
+
+
+def _raw_text(raw) -> str:
+    return (raw if isinstance(raw, str) else repr(raw))[:RAW_KEEP]
 
 
 def _as_datetime(value) -> datetime:
