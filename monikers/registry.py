@@ -63,10 +63,11 @@ class MonikerRegistry:
 
 def default_registry() -> MonikerRegistry:
     """The built-in monikers and every installed plugin."""
-    from monikers import builtin
+    from monikers import baml_moniker, builtin
 
     registry = MonikerRegistry()
     for moniker in builtin.BUILTINS:
         registry.register(moniker)
+    baml_moniker.register(registry)  # logs and skips the moniker if BAML cannot load
     registry.load_entry_points()
     return registry

@@ -1,0 +1,261 @@
+"""The ``baml`` moniker: an agent that thinks with an LLM through any
+OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp server), by calling
+the BAML function ``RunMonikerStep(frame, task)`` defined in ``baml_src/``.
+
+Where the LLM settings come from (a session's config wins over the environment,
+which wins over the default):
+
+=========================  ==========================  =============================
+config ``llm.*``           environment variable        default
+=========================  ==========================  =============================
+``base_url``               AGENTSVC_LLM_BASE_URL       http://127.0.0.1:11434/v1 (Ollama)
+``model``                  AGENTSVC_LLM_MODEL          llama3.2
+``api_key_env`` (a NAME)   AGENTSVC_LLM_API_KEY        no key
+``temperature``            AGENTSVC_LLM_TEMPERATURE    0.2
+``timeout_s``              AGENTSVC_LLM_TIMEOUT_S      120 (per HTTP request)
+``max_tokens``             --                          the server's default
+``max_reasks``             --                          2
+``prices``                 --                          none (cost is null)
+=========================  ==========================  =============================
+
+The default is a local Ollama so that an unconfigured service never sends a
+task to a paid cloud API.  Session config is persisted in the database, so it
+never holds a key: ``llm.api_key_env`` names the environment variable that
+does, and ``llm.api_key`` is rejected.
+
+Failures: 429/5xx/connection errors are retried with exponential backoff (the
+``AgentBackoff`` policy in baml_src/clients.baml); what still fails, and a
+timeout, raises :class:`StepError`.  A reply that does not parse as a frame is
+re-asked up to ``max_reasks`` times, telling the model what was wrong; then
+the step fails with the last raw reply kept on the error step row.  Every ask
+is reported with ``ctx.record_usage`` (tokens from BAML's Collector).
+
+Prompt logging contract: BAML prints every prompt and reply to stderr at its
+default ``BAML_LOG=info``, and at ``warn`` it still prints the whole prompt of
+every failed call.  Before the generated client is first imported this module
+sets ``BAML_LOG=error`` (unless BAML_LOG is already set), except when
+``AGENTSVC_LOG_PROMPTS=1``; ``agents.py --log-prompts`` sets that variable
+before loading monikers.  Failures still reach the service log through the
+runner (the step's error) and this module's logger.
+
+Big integers beyond 64 bits in a model's reply come back as floats (BAML's
+parser); everything else in ``state``/``data`` round-trips exactly.
+"""
+import functools
+import json
+import logging
+import os
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
+
+log = logging.getLogger("monikers.baml")
+
+CLIENT_NAME = "AgentSession"
+RETRY_POLICY = "AgentBackoff"  # defined in baml_src/clients.baml
+DEFAULTS = {"base_url": "http://127.0.0.1:11434/v1", "model": "llama3.2", "temperature": 0.2, "timeout_s": 120.0}
+REASK_CHARS = 600  # how much of a parse error is shown to the model when re-asking
+
+
+class Prices(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_1k: float = Field(0.0, ge=0, description="price of 1,000 prompt tokens")
+    output_per_1k: float = Field(0.0, ge=0, description="price of 1,000 completion tokens")
+
+
+class LLMConfig(BaseModel):
+    """The ``llm`` object of a session's config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(None, pattern=r"^https?://\S+$", max_length=2000)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    temperature: float | None = Field(None, ge=0, le=2)
+    timeout_s: float | None = Field(None, gt=0, le=3600)
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    max_reasks: int = Field(2, ge=0, le=10)
+    prices: Prices | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def no_secrets(cls, data):
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError("llm.api_key is not accepted (config is stored); "
+                             "put the key in an environment variable and name it in llm.api_key_env")
+        return data
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """Everything one step needs to reach its model, resolved from config and environment."""
+
+    base_url: str
+    model: str
+    api_key: str
+    temperature: float
+    timeout_s: float
+    max_tokens: int | None
+    max_reasks: int
+    prices: Prices | None
+
+    def client_options(self) -> dict:
+        options = {"base_url": self.base_url, "model": self.model, "temperature": self.temperature,
+                   "http": {"request_timeout_ms": max(1, round(self.timeout_s * 1000))}}
+        if self.api_key:
+            options["api_key"] = self.api_key
+        if self.max_tokens:
+            options["max_tokens"] = self.max_tokens
+        return options
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        if self.prices is None:
+            return None
+        return input_tokens / 1000 * self.prices.input_per_1k + output_tokens / 1000 * self.prices.output_per_1k
+
+
+def _env_float(name: str, default: float, environ) -> float:
+    value = environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise StepError(f"environment variable {name}={value!r} is not a number") from None
+
+
+def resolve_settings(config: dict, environ=os.environ) -> LLMSettings:
+    """Session config over environment over defaults; any bad value is a StepError."""
+    raw = config.get("llm") or {}
+    try:
+        cfg = LLMConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'llm'}: {e['msg']}" for e in exc.errors()[:5])
+        raise StepError(f"invalid llm config: {problems}") from None
+    if cfg.api_key_env:
+        api_key = environ.get(cfg.api_key_env)
+        if not api_key:
+            raise StepError(f"llm.api_key_env names {cfg.api_key_env}, which is not set in the environment")
+    else:
+        api_key = environ.get("AGENTSVC_LLM_API_KEY", "")
+    return LLMSettings(
+        base_url=cfg.base_url or environ.get("AGENTSVC_LLM_BASE_URL") or DEFAULTS["base_url"],
+        model=cfg.model or environ.get("AGENTSVC_LLM_MODEL") or DEFAULTS["model"],
+        api_key=api_key,
+        temperature=cfg.temperature if cfg.temperature is not None
+        else _env_float("AGENTSVC_LLM_TEMPERATURE", DEFAULTS["temperature"], environ),
+        timeout_s=cfg.timeout_s or _env_float("AGENTSVC_LLM_TIMEOUT_S", DEFAULTS["timeout_s"], environ),
+        max_tokens=cfg.max_tokens, max_reasks=cfg.max_reasks, prices=cfg.prices,
+    )
+
+
+def quiet_baml_logs(environ=os.environ) -> None:
+    """Keep prompts (which may hold user data) out of stderr unless asked for."""
+    if environ.get("AGENTSVC_LOG_PROMPTS") != "1":
+        environ.setdefault("BAML_LOG", "error")
+
+
+@functools.cache
+def baml_api() -> SimpleNamespace:
+    """Import the generated client on first use, after quieting BAML's logs."""
+    quiet_baml_logs()
+    import baml_py
+    import baml_py.errors
+    import baml_py.logging
+    from baml_client import b
+    from baml_client.types import StepFrameIn
+
+    if "BAML_LOG" in os.environ:  # also applies when baml_py was imported before us
+        baml_py.logging.set_log_level(os.environ["BAML_LOG"])
+    return SimpleNamespace(b=b, StepFrameIn=StepFrameIn, errors=baml_py.errors,
+                           ClientRegistry=baml_py.ClientRegistry, Collector=baml_py.Collector)
+
+
+def client_registry(api, settings: LLMSettings):
+    """A per-call client, so two sessions can use two endpoints or models."""
+    registry = api.ClientRegistry()
+    registry.add_llm_client(CLIENT_NAME, "openai-generic", settings.client_options(), retry_policy=RETRY_POLICY)
+    registry.set_primary(CLIENT_NAME)
+    return registry
+
+
+def record_ask(ctx: StepContext, collector, settings: LLMSettings, attempt: int) -> None:
+    """Report one ask (with its HTTP retries) as one usage call of the step."""
+    entry = collector.last
+    if entry is None:
+        return
+    input_tokens = entry.usage.input_tokens or 0
+    output_tokens = entry.usage.output_tokens or 0
+    ctx.record_usage(model=settings.model, input_tokens=input_tokens, output_tokens=output_tokens,
+                     duration_ms=entry.timing.duration_ms or 0, cost=settings.cost(input_tokens, output_tokens),
+                     attempt=attempt, http_calls=len(entry.calls))
+
+
+def endpoint_error(api, exc: Exception, settings: LLMSettings) -> StepError:
+    where = f"{settings.model} at {settings.base_url}"
+    if isinstance(exc, api.errors.BamlTimeoutError):
+        return StepError(f"LLM call timed out after {settings.timeout_s:g}s ({where})")
+    if isinstance(exc, api.errors.BamlClientHttpError):
+        return StepError(f"LLM endpoint answered HTTP {exc.status_code} after retries ({where}): "
+                         f"{_short(exc.message)}")
+    return StepError(f"LLM call failed ({where}): {type(exc).__name__}: {_short(str(exc))}")
+
+
+def _short(text: str, limit: int = REASK_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def to_frame_out(frame: FrameIn, out) -> FrameOut:
+    """The model's frame as the runner's FrameOut.  ``step`` is the token that
+    was run, whatever the model echoed."""
+    return FrameOut(step=frame.step, next_step=out.next_step, state=out.state, text=out.text,
+                    data=out.data, done=out.done, notes=out.notes)
+
+
+async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
+    settings = resolve_settings(ctx.config)
+    api = baml_api()
+    registry = client_registry(api, settings)
+    state_json = json.dumps(frame.state, sort_keys=True, ensure_ascii=False)
+    reask, raw = None, None
+    for attempt in range(settings.max_reasks + 1):
+        collector = api.Collector(name=f"{ctx.session_id}:{ctx.iteration}:{attempt}")
+        frame_in = api.StepFrameIn(step=frame.step, state_json=state_json, guidance=frame.guidance, reask=reask)
+        try:
+            out = await api.b.RunMonikerStep(frame_in, ctx.task,
+                                             baml_options={"client_registry": registry, "collector": collector})
+            return to_frame_out(frame, out)
+        except api.errors.BamlValidationError as exc:
+            raw, reask = exc.raw_output, _short(exc.message)
+        except ValidationError as exc:  # parsed, but not a valid StepFrame (e.g. a 300-character token)
+            raw = collector.last.raw_llm_response if collector.last else None
+            reask = _short("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]))
+        except api.errors.BamlError as exc:
+            raise endpoint_error(api, exc, settings) from None
+        finally:
+            record_ask(ctx, collector, settings, attempt)
+        log.info("session %s step %s: unparseable reply (ask %d of %d): %s", ctx.session_id, frame.step,
+                 attempt + 1, settings.max_reasks + 1, reask)
+    raise StepError(f"unparseable LLM output after {settings.max_reasks + 1} ask(s): {reask}", raw_output=raw)
+
+
+BAML = Moniker("baml", baml_step,
+               "Thinks with an LLM via BAML RunMonikerStep on any OpenAI-compatible endpoint "
+               "(env AGENTSVC_LLM_*, or config.llm per session).")
+
+
+def register(registry) -> bool:
+    """Register the moniker if BAML loads; a broken BAML install is logged, and
+    the rest of the service keeps working without this moniker."""
+    try:
+        baml_api()
+    except Exception as exc:
+        log.error("baml moniker unavailable: BAML failed to load: %s: %s", type(exc).__name__, exc)
+        return False
+    registry.register(BAML)
+    return True

@@ -1,0 +1,156 @@
+"""A scriptable OpenAI-compatible chat server for tests and benchmarks.
+
+Real BAML clients talk to it over real HTTP on 127.0.0.1 (no LLM exists in the
+test environment), so everything between the moniker and the socket is the
+production path.  Each request is answered by a *responder*: a function from
+the parsed request to a :class:`Reply`.  :func:`scripted` plays replies in
+order; :func:`by_model` picks a script by the requested model.  Every request
+is recorded (path, model, headers, body) for assertions.
+"""
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+
+@dataclass
+class Reply:
+    """One answer: a chat completion with ``content``, or an HTTP error ``status``."""
+
+    content: str = ""
+    status: int = 200
+    delay_s: float = 0.0
+    prompt_tokens: int | None = None      # default: derived from the prompt's length
+    completion_tokens: int | None = None  # default: derived from the content's length
+
+
+@dataclass
+class Received:
+    path: str
+    model: str | None
+    headers: dict
+    body: dict
+    at: float
+
+    @property
+    def prompt(self) -> str:
+        """All message texts of the request, joined."""
+        parts = []
+        for message in self.body.get("messages", []):
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
+            parts.append(content or "")
+        return "\n".join(parts)
+
+
+Responder = Callable[[Received], Reply]
+
+
+def scripted(*replies: Reply, then: Reply | None = None) -> Responder:
+    """Play ``replies`` in order, then ``then`` forever (default: HTTP 500)."""
+    queue = list(replies)
+    lock = threading.Lock()
+    last = then or Reply(status=500, content="script exhausted")
+
+    def respond(_request: Received) -> Reply:
+        with lock:
+            return queue.pop(0) if queue else last
+    return respond
+
+
+def by_model(scripts: dict[str, Responder]) -> Responder:
+    def respond(request: Received) -> Reply:
+        responder = scripts.get(request.model)
+        return responder(request) if responder else Reply(status=404, content=f"no model {request.model!r}")
+    return respond
+
+
+def completion(reply: Reply, request: Received) -> dict:
+    prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else len(request.prompt) // 4 + 1
+    completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else len(reply.content) // 4 + 1
+    return {
+        "id": f"chatcmpl-fake-{int(request.at * 1e6)}", "object": "chat.completion", "created": int(request.at),
+        "model": request.model or "fake",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": reply.content}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            body = {}
+        request = Received(path=self.path, model=body.get("model"), at=time.time(),
+                           headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+        if self.path.rstrip("/") not in ("/chat/completions", "/v1/chat/completions"):
+            return self._send(404, {"error": {"message": f"no route {self.path}"}})
+        self.server.fake.record(request)
+        reply = self.server.fake.responder(request)
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.status != 200:
+            return self._send(reply.status, {"error": {"message": reply.content or "fake error", "type": "fake"}})
+        self._send(200, completion(reply, request))
+
+    def _send(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+            pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+
+class FakeOpenAI:
+    """``with FakeOpenAI(scripted(...)) as server: ... server.base_url ... server.requests``"""
+
+    def __init__(self, responder: Responder | None = None):
+        self.responder: Responder = responder or scripted()
+        self.requests: list[Received] = []
+        self._lock = threading.Lock()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.fake = self
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def record(self, request: Received) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def start(self) -> "FakeOpenAI":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> "FakeOpenAI":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
