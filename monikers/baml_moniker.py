@@ -198,7 +198,7 @@ def record_ask(ctx: StepContext, collector, settings: LLMSettings, attempt: int)
 def endpoint_error(api, exc: Exception, settings: LLMSettings) -> StepError:
     where = f"{settings.model} at {settings.base_url}"
     if isinstance(exc, api.errors.BamlTimeoutError):
-        return StepError(f"LLM call timed out after {settings.timeout_s:g}s ({where})")
+        return StepError(f"LLM call timed out after {settings.timeout_s:g}s, also on every retry ({where})")
     if isinstance(exc, api.errors.BamlClientHttpError):
         return StepError(f"LLM endpoint answered HTTP {exc.status_code} after retries ({where}): "
                          f"{_short(exc.message)}")
