@@ -41,8 +41,13 @@ class StepLog:
     def latest(self, *, session_id: str | None = None, agent_id: str | None = None) -> dict | None:
         if not (session_id or agent_id):
             raise ValueError("latest() needs a session_id or an agent_id")
-        where = filters.eq_id("session_id", session_id) if session_id else filters.eq_id("agent_id", agent_id)
-        return query.first(self.table, self.name, where, order=[("created_at", False), ("iteration", False)])
+        # Within a session the highest iteration is the newest; across an agent's
+        # sessions only time orders steps.
+        if session_id:
+            return query.first(self.table, self.name, filters.eq_id("session_id", session_id),
+                               order=[("iteration", False), ("created_at", False)])
+        return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
+                           order=[("created_at", False), ("iteration", False)])
 
     def count(self, session_id: str | None = None) -> int:
         if session_id:
