@@ -1,0 +1,1 @@
+"""The HTTP API: request/response models, routes, errors and the OpenAPI document."""

@@ -1,0 +1,87 @@
+"""The OpenAPI 3.1 document of the API, built from the pydantic models that
+also validate the requests, so the two cannot drift apart."""
+from pydantic import BaseModel
+
+from api import schemas
+
+REF = "#/components/schemas/{model}"
+
+
+def _ref(model: type[BaseModel]) -> dict:
+    return {"$ref": REF.format(model=model.__name__)}
+
+
+def _json(model) -> dict:
+    return {"content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _errors(*codes) -> dict:
+    return {str(c): {"description": "error", **_json(schemas.Error)} for c in codes}
+
+
+def _query(model: type[BaseModel]) -> list[dict]:
+    props = model.model_json_schema(ref_template=REF)["properties"]
+    return [{"name": name, "in": "query", "required": False, "schema": schema} for name, schema in props.items()]
+
+
+def _path(name: str) -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "pattern": schemas.ID_PATTERN.pattern}}
+
+
+def _op(summary, ok, *, ok_model, body=None, params=(), errors=(400,)) -> dict:
+    op = {"summary": summary, "parameters": list(params),
+          "responses": {str(ok): {"description": "ok", **_json(ok_model)}, **_errors(*errors)}}
+    if body is not None:
+        op["requestBody"] = {"required": False, **_json(body)}
+    return op
+
+
+def _control(verb: str, model=schemas.ControlRequest) -> dict:
+    return {"post": _op(f"{verb} the agent's session (default: its latest)", 202, ok_model=schemas.Accepted,
+                        body=model, params=[_path("agent_id")], errors=(400, 404))}
+
+
+def build() -> dict:
+    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.InterruptRequest, schemas.Accepted,
+              schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
+              schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error]
+    components = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template=REF)
+        components.update(schema.pop("$defs", {}))
+        components[model.__name__] = schema
+    paths = {
+        "/api/agents": {
+            "post": {**_op("create an agent session (idempotent by session_id)", 202, ok_model=schemas.Accepted,
+                           body=schemas.CreateAgentRequest, errors=(400, 409)),
+                     },
+            "get": _op("agents with their latest session", 200, ok_model=schemas.AgentList,
+                       params=_query(schemas.Page)),
+        },
+        "/api/agents/{agent_id}": {"get": _op("the agent's latest session", 200, ok_model=schemas.Snapshot,
+                                              params=[_path("agent_id")], errors=(400, 404))},
+        "/api/agents/{agent_id}/sessions": {"get": _op("the agent's sessions", 200, ok_model=schemas.SessionList,
+                                                       params=[_path("agent_id"), *_query(schemas.Page)],
+                                                       errors=(400, 404))},
+        "/api/agents/{agent_id}/pause": _control("pause"),
+        "/api/agents/{agent_id}/resume": _control("resume"),
+        "/api/agents/{agent_id}/destroy": _control("destroy"),
+        "/api/agents/{agent_id}/interrupt": _control("send guidance to", schemas.InterruptRequest),
+        "/api/sessions/{session_id}": {"get": _op("one session's snapshot", 200, ok_model=schemas.Snapshot,
+                                                  params=[_path("session_id")], errors=(400, 404))},
+        "/api/agent-steps": {"get": _op("step history, ordered by iteration", 200, ok_model=schemas.StepList,
+                                        params=_query(schemas.StepQuery))},
+        "/api/actions/{action_id}": {"get": _op("an action's status and error", 200, ok_model=schemas.Action,
+                                                params=[_path("action_id")], errors=(400, 404))},
+        "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
+        "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
+    }
+    paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
+                                                       **_json(schemas.Accepted)}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agentsvc", "version": "0.1.0",
+                 "description": "Long-lived, steerable agents driven by a LanceDB action queue."},
+        "paths": paths,
+        "components": {"schemas": components},
+    }

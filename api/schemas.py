@@ -1,0 +1,165 @@
+"""Request and response models of the HTTP API.
+
+Requests are validated with these models before anything touches the store;
+responses are described by them in the OpenAPI document.  Every string has a
+length cap and every id a strict pattern (the same one ``store/`` enforces).
+"""
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from runtime.config import SessionConfig
+from store.filters import ID_PATTERN
+
+Id = Annotated[str, StringConstraints(pattern=ID_PATTERN.pattern)]
+MAX_CONFIG_BYTES = 16_384
+MAX_TEXT = 20_000
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateAgentRequest(Strict):
+    moniker: str = Field(min_length=1, max_length=128)
+    task: str = Field("", max_length=MAX_TEXT)
+    agent_id: Id | None = None
+    session_id: Id | None = Field(None, description="client-supplied id makes the create idempotent")
+    conversation_id: Id | None = None
+    config: SessionConfig = Field(default_factory=SessionConfig)
+
+    @field_validator("config")
+    @classmethod
+    def _config_size(cls, config: SessionConfig) -> SessionConfig:
+        if len(json.dumps(config.model_dump(), default=str)) > MAX_CONFIG_BYTES:
+            raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
+        return config
+
+
+class ControlRequest(Strict):
+    session_id: Id | None = Field(None, description="default: the agent's latest session")
+
+
+class InterruptRequest(ControlRequest):
+    guidance: str = Field(min_length=1, max_length=MAX_TEXT)
+
+    @field_validator("guidance")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("guidance must not be blank")
+        return value
+
+
+class Page(Strict):
+    limit: int = Field(100, ge=1, le=1000)
+    offset: int = Field(0, ge=0, le=1_000_000)
+
+
+class StepQuery(Page):
+    session_id: Id | None = None
+    agent_id: Id | None = None
+    min_iteration: int | None = Field(None, ge=0, le=2**62)
+    max_iteration: int | None = Field(None, ge=0, le=2**62)
+    since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
+    status: Literal["ok", "done", "error"] | None = None
+
+
+# ---- responses (documentation of shapes; rows carry more fields) ------------
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Accepted(Open):
+    agent_id: str
+    session_id: str
+    action_id: str
+    status: str
+
+
+class Action(Open):
+    id: str
+    type: str
+    status: Literal["pending", "processing", "done", "failed"]
+    agent_id: str | None = None
+    session_id: str | None = None
+    created_at: str
+    processed_at: str | None = None
+    error: str | None = None
+    attempts: int
+
+
+class Snapshot(Open):
+    agent_id: str
+    session_id: str
+    moniker: str
+    status: str
+    iteration: int
+    task: str | None = None
+    next_step_token: str | None = None
+    state: Any = None
+    result: Any = None
+    last_error: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class Step(Open):
+    id: str
+    agent_id: str
+    session_id: str
+    iteration: int
+    status: str
+    step_token: str | None = None
+    next_step_token: str | None = None
+    text: str | None = None
+    data: Any = None
+    state: Any = None
+    guidance: Any = None
+    created_at: str
+
+
+class AgentList(Open):
+    agents: list[Snapshot]
+    limit: int
+    offset: int
+
+
+class SessionList(Open):
+    sessions: list[Snapshot]
+    limit: int
+    offset: int
+
+
+class StepList(Open):
+    steps: list[Step]
+    limit: int
+    offset: int
+
+
+class MonikerInfo(Open):
+    name: str
+    description: str
+    initial_step: str
+
+
+class MonikerList(Open):
+    monikers: list[MonikerInfo]
+
+
+class Health(Open):
+    status: Literal["ok", "error"]
+    pending_actions: int | None = None
+    oldest_pending_age_s: float | None = None
+
+
+class ErrorBody(Strict):
+    code: str
+    message: str
+
+
+class Error(Strict):
+    error: ErrorBody

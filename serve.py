@@ -1,0 +1,78 @@
+"""Run the whole service on one machine: agents.py and app.py side by side.
+
+    agentsvc                      # LanceDB in ./data, dashboard on http://127.0.0.1:8765/
+    agentsvc --port 9000 --data-dir /var/lib/agentsvc
+
+Options are passed on to both processes (see ``python agents.py --help`` and
+``python app.py --help``).  Ctrl-C (or SIGTERM) stops both cleanly; if either
+exits on its own, the other is stopped too and the exit code says so.
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import settings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    settings.add_storage_args(parser)
+    parser.add_argument("--host", default=os.environ.get("AGENTSVC_HOST", settings.DEFAULT_HOST))
+    parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT))
+    settings.add_logging_args(parser)
+    return parser.parse_args(argv)
+
+
+def child_args(args) -> list[str]:
+    common = ["--data-dir", args.data_dir, "--log-level", args.log_level]
+    if args.db_uri:
+        common += ["--db-uri", args.db_uri]
+    for option in args.storage_option:
+        common += ["--storage-option", option]
+    return common
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    common = child_args(args)
+    children = {
+        "agents.py": subprocess.Popen([sys.executable, os.path.join(HERE, "agents.py"), *common]),
+        "app.py": subprocess.Popen([sys.executable, os.path.join(HERE, "app.py"), *common,
+                                    "--host", args.host, "--port", str(args.port)]),
+    }
+    print(f"agentsvc: API at http://{args.host}:{args.port}/api  (OpenAPI: /api/openapi.json; "
+          f"data: {args.db_uri or args.data_dir}; Ctrl-C stops)", flush=True)
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    while not stopping and all(p.poll() is None for p in children.values()):
+        time.sleep(0.2)
+    code = 0
+    for name, proc in children.items():
+        if proc.poll() is not None and not stopping:
+            print(f"agentsvc: {name} exited with {proc.returncode}; stopping the rest", file=sys.stderr)
+            code = proc.returncode or 1
+    for proc in children.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for proc in children.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
