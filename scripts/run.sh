@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install the service into ./.venv (first run only) and start it:
+# agents.py and app.py together, LanceDB in ./data. Ctrl-C stops both.
+# Options are passed on: scripts/run.sh --port 9000 --data-dir /srv/agents
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+exec .venv/bin/agentsvc "$@"

@@ -1,0 +1,38 @@
+import pytest
+
+from tests.harness import Service
+
+
+def _start(tmp_path_factory, name: str) -> Service:
+    root = tmp_path_factory.mktemp(name)
+    (root / "logs").mkdir()
+    return Service(str(root / "data"), str(root / "logs")).start()
+
+
+@pytest.fixture
+def service(tmp_path_factory):
+    """A running agents.py + app.py pair on a fresh data directory, for one test
+    (use it when the test kills or restarts processes)."""
+    svc = _start(tmp_path_factory, "svc")
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_service(tmp_path_factory):
+    """One running service shared by the tests of a module that only add agents."""
+    svc = _start(tmp_path_factory, "shared")
+    yield svc
+    svc.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On failure, attach the service logs to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for name in ("service", "shared_service"):
+            svc = item.funcargs.get(name)
+            if svc is not None:
+                report.sections.append((f"{name} logs", svc.logs()))

@@ -1,0 +1,141 @@
+"""Running the real service in subprocesses, and waiting on what it persists."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; return that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Service:
+    """agents.py and app.py on one data directory, driven over HTTP."""
+
+    def __init__(self, data_dir: str, log_dir: str, agents_args=(), env=None):
+        self.data_dir = data_dir
+        self.log_dir = log_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.agents_args = list(agents_args)
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.agents: subprocess.Popen | None = None
+        self.app: subprocess.Popen | None = None
+        self.http = requests.Session()
+        self._starts = 0
+
+    def _spawn(self, script: str, *args) -> subprocess.Popen:
+        self._starts += 1
+        log = open(os.path.join(self.log_dir, f"{script}.{self._starts}.log"), "w")
+        return subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--data-dir", self.data_dir, *args],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+
+    def start(self) -> "Service":
+        self.start_app()
+        self.start_agents()
+        return self
+
+    def start_app(self) -> None:
+        self.app = self._spawn("app.py", "--port", str(self.port))
+        wait_for(self._healthy, timeout=30, what="app.py to answer /api/health")
+
+    def start_agents(self, *extra) -> None:
+        self.agents = self._spawn("agents.py", *self.agents_args, *extra)
+
+    def _healthy(self) -> bool:
+        try:
+            return self.http.get(self.url + "/api/health", timeout=1).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    def kill_agents(self) -> None:
+        """kill -9: no chance to clean up, as in a real crash."""
+        self.agents.send_signal(signal.SIGKILL)
+        self.agents.wait(timeout=10)
+
+    def stop_agents(self) -> int:
+        self.agents.send_signal(signal.SIGTERM)
+        return self.agents.wait(timeout=20)
+
+    def stop(self) -> None:
+        for proc in (self.agents, self.app):
+            if proc and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in (self.agents, self.app):
+            if proc:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    def logs(self) -> str:
+        out = []
+        for name in sorted(os.listdir(self.log_dir)):
+            with open(os.path.join(self.log_dir, name)) as f:
+                out.append(f"--- {name}\n{f.read()[-4000:]}")
+        return "\n".join(out)
+
+    # ---- HTTP helpers ---------------------------------------------------
+
+    def get(self, path: str, **params):
+        return self.http.get(self.url + path, params=params, timeout=10)
+
+    def post(self, path: str, json=None, data=None, headers=None):
+        return self.http.post(self.url + path, json=json, data=data, headers=headers, timeout=10)
+
+    def create(self, moniker: str = "joke", task: str = "", **fields) -> dict:
+        r = self.post("/api/agents", json={"moniker": moniker, "task": task, **fields})
+        assert r.status_code == 202, r.text
+        return r.json()
+
+    def action(self, action_id: str, timeout: float = 15.0) -> dict:
+        """Wait until an action is finished and return it."""
+        def finished():
+            a = self.get(f"/api/actions/{action_id}").json()
+            return a if a["status"] in ("done", "failed") else None
+        return wait_for(finished, timeout=timeout, what=f"action {action_id}")
+
+    def control(self, agent_id: str, verb: str, **body) -> dict:
+        r = self.post(f"/api/agents/{agent_id}/{verb}", json=body)
+        assert r.status_code == 202, r.text
+        return self.action(r.json()["action_id"])
+
+    def session(self, session_id: str) -> dict:
+        return self.get(f"/api/sessions/{session_id}").json()
+
+    def steps(self, session_id: str, **params) -> list[dict]:
+        out, offset = [], 0
+        while True:
+            page = self.get("/api/agent-steps", session_id=session_id, limit=1000, offset=offset, **params).json()
+            out += page["steps"]
+            if len(page["steps"]) < 1000:
+                return out
+            offset += 1000
+
+    def wait_steps(self, session_id: str, n: int, timeout: float = 20.0) -> list[dict]:
+        return wait_for(lambda: (s := self.steps(session_id)) and len(s) >= n and s, timeout=timeout,
+                        what=f"{n} steps of session {session_id}")
+
+    def wait_status(self, session_id: str, *statuses: str, timeout: float = 20.0) -> dict:
+        return wait_for(lambda: (s := self.session(session_id)).get("status") in statuses and s,
+                        timeout=timeout, what=f"session {session_id} to be {statuses}")

@@ -1,0 +1,171 @@
+"""runtime/ in one process: ordering, bad actions, reconciliation, destroy."""
+import asyncio
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from monikers import default_registry
+from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
+from runtime.service import AgentService
+from runtime.session import SessionAgent
+from store import Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(str(tmp_path / "db"))
+
+
+async def until(predicate, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := await asyncio.to_thread(predicate)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+    return value
+
+
+def with_service(store, scenario, **options):
+    """Run ``scenario(service)`` while an AgentService polls ``store``."""
+    async def main():
+        service = AgentService(store, default_registry(), **options)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(service.run(stopping))
+        try:
+            return await scenario(service)
+        finally:
+            stopping.set()
+            await task
+    return asyncio.run(main())
+
+
+def finished(store, action_id):
+    a = store.actions.get(action_id)
+    return a if a["status"] in ("done", "failed") else None
+
+
+def test_mixins_chain_their_init():
+    class Agent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
+        pass
+    agent = Agent()
+    assert not agent.pause_requested and not agent.stop_requested and agent.pending_guidance == []
+    assert agent.add_guidance("a1", "x") and not agent.add_guidance("a1", "x")  # same action twice: once
+
+
+def test_actions_of_one_session_apply_in_the_order_accepted(store):
+    store.actions.enqueue("create", agent_id="a", session_id="s", payload={"moniker": "echo",
+                          "config": {"interval_s": 0.01}})
+    verbs = ["pause", "interrupt", "resume", "interrupt", "pause", "resume", "interrupt", "pause"]
+    ids = [store.actions.enqueue(v, agent_id="a", session_id="s",
+                                 payload={"guidance": f"g{i}"} if v == "interrupt" else {})["id"]
+           for i, v in enumerate(verbs)]
+
+    async def scenario(service):
+        for action_id in ids:
+            await until(lambda: finished(store, action_id), what=action_id)
+
+    with_service(store, scenario)
+    actions = [store.actions.get(i) for i in ids]
+    assert all(a["status"] == "done" for a in actions), [(a["type"], a["error"]) for a in actions]
+    processed = [a["processed_at"] for a in actions]
+    assert processed == sorted(processed), "actions of one session applied out of order"
+    assert store.states.get("s")["status"] == "paused"  # the last action wins
+    heard = [g["text"] for s in store.steps.search(session_id="s") for g in (s["guidance"] or [])]
+    assert heard == ["g1", "g3", "g6"]  # every guidance delivered once, in order
+
+
+def test_bad_actions_always_finish_failed_and_the_service_carries_on(store):
+    now = datetime.now(timezone.utc)
+    raw = [  # written past the enqueue helper's checks, as a buggy or hostile writer might
+        {"type": "explode", "payload": "{}"},
+        {"type": "interrupt", "payload": "not json"},
+        {"type": "interrupt", "payload": "[1, 2]"},
+        {"type": "create", "payload": '{"moniker": "no-such"}'},
+        {"type": "create", "payload": '{"moniker": "joke", "config": {"interval_s": -5}}'},
+        {"type": "pause", "payload": "{}", "session_id": "never-created"},
+        {"type": "pause", "payload": "{}", "agent_id": None, "session_id": None},
+    ]
+    rows = [{"id": f"bad{i}", "created_at": now, "agent_id": "a", "session_id": f"bad-s{i}", "priority": 0,
+             "status": "pending", "processed": False, "attempts": 0, **r} for i, r in enumerate(raw)]
+    store.writer.append("actions", rows)
+    good = store.actions.enqueue("create", agent_id="a", session_id="good", payload={"moniker": "countdown",
+                                 "config": {"interval_s": 0, "n": 2}})
+
+    async def scenario(service):
+        for row in rows:
+            await until(lambda: finished(store, row["id"]), what=row["id"])
+        await until(lambda: (s := store.states.get("good")) and s["status"] == "done", what="good session")
+
+    with_service(store, scenario)
+    for row in rows:
+        action = store.actions.get(row["id"])
+        assert action["status"] == "failed" and action["error"], (row, action)
+        assert action["processed"] is True
+    assert store.actions.get(good["id"])["status"] == "done"
+
+
+def test_rehydrate_reconciles_a_crash_between_step_and_snapshot(store):
+    """The snapshot says iteration 1 but step 2 was persisted: resume at 3, not 2."""
+    created = datetime.now(timezone.utc)
+    store.states.save({"session_id": "s", "agent_id": "a", "moniker": "joke", "task": "cats",
+                       "config": {"interval_s": 0.01}, "status": "running", "iteration": 1, "step_token": "1",
+                       "next_step_token": "2", "state": {"subject": "cats", "told": 2}, "created_at": created,
+                       "pending_guidance": [{"action_id": "g-used", "text": "about dogs"},
+                                            {"action_id": "g-new", "text": "about owls"}]})
+    for i in range(3):
+        store.steps.append({"agent_id": "a", "session_id": "s", "iteration": i, "step_token": str(i),
+                            "next_step_token": str(i + 1), "status": "ok",
+                            "state": {"subject": "dogs" if i == 2 else "cats", "told": i + 1},
+                            "guidance": [{"action_id": "g-used", "text": "about dogs"}] if i == 2 else None})
+
+    async def scenario(service):
+        await until(lambda: store.steps.count("s") >= 6, what="resumed steps")
+
+    with_service(store, scenario)
+    steps = store.steps.search(session_id="s")
+    assert [s["iteration"] for s in steps] == list(range(len(steps)))
+    assert steps[3]["state"]["told"] == 4  # continued from step 2's state
+    assert [g["action_id"] for g in steps[3]["guidance"]] == ["g-new"]  # used guidance not redelivered
+    assert "owls" in steps[3]["text"]
+
+
+def test_reconcile_marks_an_error_step_newer_than_the_snapshot():
+    snap = {"session_id": "s", "iteration": 0, "status": "running", "config": {}}
+    fixed = SessionAgent.reconcile(snap, {"iteration": 1, "status": "error", "error": "boom"})
+    assert fixed["status"] == "error" and fixed["last_error"] == "boom" and fixed["iteration"] == 1
+    assert SessionAgent.reconcile(snap, {"iteration": 0, "status": "ok"}) is snap
+
+
+def test_destroy_cancels_a_hung_step_after_the_grace_period(store):
+    made = store.actions.enqueue("create", agent_id="a", session_id="hung", payload={
+        "moniker": "chaos", "config": {"interval_s": 0, "fail_at": 1, "mode": "hang", "step_timeout_s": 600}})
+
+    async def scenario(service):
+        await until(lambda: finished(store, made["id"]), what="create")
+        await asyncio.sleep(0.2)
+        destroy = store.actions.enqueue("destroy", agent_id="a", session_id="hung")
+        started = time.monotonic()
+        await until(lambda: finished(store, destroy["id"]), what="destroy")
+        return time.monotonic() - started
+
+    took = with_service(store, scenario, destroy_grace_s=0.3)
+    snap = store.states.get("hung")
+    assert snap["status"] == "stopped" and snap["status_reason"] == "destroyed"
+    assert took < 10
+    assert store.steps.count("hung") == 0  # the cancelled step left no row
+
+
+def test_shutdown_leaves_sessions_resumable(store):
+    store.actions.enqueue("create", agent_id="a", session_id="s", payload={"moniker": "joke",
+                          "config": {"interval_s": 0.01}})
+
+    async def scenario(service):
+        await until(lambda: store.steps.count("s") >= 3, what="steps")
+
+    with_service(store, scenario)
+    assert store.states.get("s")["status"] == "running"
+    before = store.steps.count("s")
+    with_service(store, lambda service: until(lambda: store.steps.count("s") >= before + 3, what="more steps"))
+    steps = store.steps.search(session_id="s")
+    assert [s["iteration"] for s in steps] == list(range(len(steps)))

@@ -1,0 +1,127 @@
+"""store/: filters, upserts, claims under races, and no empty commits."""
+import multiprocessing as mp
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from store import InvalidId, Store, check_id
+from store import filters
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(str(tmp_path / "db"))
+
+
+def snapshot(session_id="s1", **fields):
+    return {"session_id": session_id, "agent_id": "a1", "moniker": "joke", "status": "running", "iteration": -1,
+            "created_at": datetime.now(timezone.utc), **fields}
+
+
+def step(iteration, session_id="s1", status="ok"):
+    return {"agent_id": "a1", "session_id": session_id, "iteration": iteration, "status": status,
+            "step_token": str(iteration), "next_step_token": str(iteration + 1), "state": {"i": iteration}}
+
+
+@pytest.mark.parametrize("bad", ["x' OR '1'='1", "a'b", "", " a", "a b", "a;b", "é", "x" * 129, None, 5, "a\nb"])
+def test_check_id_rejects_anything_outside_the_pattern(bad):
+    with pytest.raises(InvalidId):
+        check_id(bad)
+    with pytest.raises(InvalidId):
+        filters.eq_id("session_id", bad)
+
+
+def test_quote_doubles_quotes_and_words_are_closed_sets():
+    assert filters.quote("it's") == "'it''s'"
+    with pytest.raises(ValueError):
+        filters.eq_word("status", "pending' OR '1'='1", {"pending"})
+    with pytest.raises(ValueError):
+        filters.int_cmp("iteration", "; DROP", 1)
+
+
+def test_upsert_keeps_one_row_per_session_even_when_racing(store):
+    def save(n):
+        store.states.save(snapshot(iteration=n))
+    threads = [threading.Thread(target=save, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.states.save(snapshot(iteration=42, state={"nested": {"a": [1, 2.5, None, True]}}))
+    assert store.tables["agent_state"].count_rows() == 1
+    got = store.states.get("s1")
+    assert got["iteration"] == 42 and got["state"] == {"nested": {"a": [1, 2.5, None, True]}}
+
+
+def test_step_queries_filter_order_and_page(store):
+    for i in [3, 0, 4, 2, 1]:
+        store.steps.append(step(i, status="error" if i == 4 else "ok"))
+    store.steps.append(step(0, session_id="other"))
+    assert [s["iteration"] for s in store.steps.search(session_id="s1")] == [0, 1, 2, 3, 4]
+    assert [s["iteration"] for s in store.steps.search(session_id="s1", min_iteration=1, max_iteration=3)] == [1, 2, 3]
+    assert [s["iteration"] for s in store.steps.search(session_id="s1", limit=2, offset=2)] == [2, 3]
+    assert [s["iteration"] for s in store.steps.search(session_id="s1", status="error")] == [4]
+    assert [s["iteration"] for s in store.steps.since_iteration("s1", 2)] == [3, 4]
+    assert store.steps.latest(session_id="s1")["iteration"] == 4  # highest iteration, not last appended
+    assert store.steps.latest(agent_id="a1")["session_id"] == "other"  # across sessions: newest by time
+    future = datetime.now(timezone.utc) + timedelta(minutes=1)
+    assert store.steps.search(session_id="s1", since=future) == []
+    assert len(store.steps.search(agent_id="a1")) == 6
+
+
+def test_json_columns_decode_defensively(store):
+    store.writer.append("agent_steps", [{**step(0), "id": "x1", "created_at": datetime.now(timezone.utc),
+                                         "data": "not json {", "state": '{"ok": 1}'}])
+    row = store.steps.search(session_id="s1")[0]
+    assert row["data"] == "not json {" and row["state"] == {"ok": 1}
+
+
+def test_nothing_to_write_commits_nothing(store):
+    table = store.tables["actions"]
+    version = table.version
+    store.writer.append("actions", [])
+    assert store.actions.release_expired() == 0
+    assert store.actions.release_all_processing() == 0
+    assert store.actions.claim([], "w1", 10) == []
+    table.checkout_latest()
+    assert table.version == version
+
+
+def test_expired_leases_return_actions_to_pending(store):
+    action = store.actions.enqueue("pause", agent_id="a1", session_id="s1")
+    assert store.actions.claim([action["id"]], "w1", lease_s=0.05) == [action["id"]]
+    assert store.actions.get(action["id"])["status"] == "processing"
+    assert store.actions.release_expired() == 0
+    time.sleep(0.1)
+    assert store.actions.release_expired() == 1
+    got = store.actions.get(action["id"])
+    assert got["status"] == "pending" and got["claimed_by"] is None and got["attempts"] == 1
+
+
+def _claim_all(uri, worker, ids, out):
+    s = Store(uri)
+    held = []
+    for i in range(0, len(ids), 5):
+        held += s.actions.claim(ids[i:i + 5], worker, 60)
+    out.put((worker, held))
+
+
+def test_two_processes_claiming_the_same_actions_never_share_one(tmp_path):
+    uri = str(tmp_path / "db")
+    store = Store(uri)
+    ids = [store.actions.enqueue("pause", agent_id="a1", session_id=f"s{i}")["id"] for i in range(40)]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_claim_all, args=(uri, f"w{n}", ids, out)) for n in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    a, b = set(results["w0"]), set(results["w1"])
+    assert not (a & b), f"claimed twice: {a & b}"
+    assert a | b == set(ids)
+    for action in store.actions.pending(limit=100):
+        pytest.fail(f"left pending: {action['id']}")
