@@ -39,7 +39,10 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     log.info("agents.py started: db=%s monikers=%s", store.uri, ",".join(monikers.names()))
-    await service.run(stopping)
+    try:
+        await service.run(stopping)
+    finally:
+        store.close()
 
 
 def main(argv=None) -> None:

@@ -16,16 +16,19 @@ import time
 from typing import Awaitable, Callable
 
 from runtime.handlers import ActionError
+from runtime.observers import Observers
 
 log = logging.getLogger("runtime.dispatcher")
 
 
 class Dispatcher:
     def __init__(self, persist, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
+                 observers: Observers | None = None,
                  busy_poll_s: float = 0.01, idle_poll_s: float = 0.1, batch: int = 100,
                  lease_s: float = 60.0, release_every_s: float = 5.0):
         self.persist = persist
         self.handle = handle
+        self.observers = observers or Observers()
         self.worker_id = worker_id
         self.busy_poll_s = busy_poll_s
         self.idle_poll_s = idle_poll_s
@@ -107,6 +110,7 @@ class Dispatcher:
         try:
             await self.persist.finish_action(action_id, ok, error)
             self.applied += 1
+            await self.observers.notify("action_finished", action, ok, error)
             log.info("action %s %s %s in %.1f ms agent=%s session=%s", action_id, action.get("type"),
                      "done" if ok else "failed", (time.perf_counter() - started) * 1000,
                      action.get("agent_id"), action.get("session_id"))

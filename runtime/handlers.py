@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from monikers.registry import MonikerRegistry, UnknownMoniker
 from runtime.config import CreatePayload
+from runtime.observers import Observers
 from runtime.registry import SessionRegistry
 from runtime.session import SessionAgent
 
@@ -27,10 +28,11 @@ class ActionError(Exception):
 
 class Handlers:
     def __init__(self, sessions: SessionRegistry, monikers: MonikerRegistry, persist, *,
-                 destroy_grace_s: float = 5.0):
+                 observers: Observers | None = None, destroy_grace_s: float = 5.0):
         self.sessions = sessions
         self.monikers = monikers
         self.persist = persist
+        self.observers = observers or Observers()
         self.destroy_grace_s = destroy_grace_s
         self.by_type = {"create": self.create, "pause": self.pause, "resume": self.resume,
                         "interrupt": self.interrupt, "destroy": self.destroy}
@@ -60,7 +62,7 @@ class Handlers:
             raise ActionError(f"invalid create payload: {exc.errors()[0]['msg']}") from None
         except UnknownMoniker:
             raise ActionError(f"unknown moniker {payload.get('moniker')!r}") from None
-        agent = SessionAgent(moniker=moniker, persist=self.persist, snapshot={
+        agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers, snapshot={
             "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task,
             "config": spec.config.model_dump(), "status": "running", "iteration": -1,
             "next_step_token": moniker.initial_step, "state": {},
@@ -69,6 +71,7 @@ class Handlers:
         })
         await agent.save()
         self.sessions.add(agent)
+        await self.observers.notify("session_created", agent.snapshot())
         agent.start()
         log.info("session %s created agent=%s moniker=%s action=%s", session_id, agent.agent_id,
                  moniker.name, action["id"])
@@ -105,7 +108,8 @@ class Handlers:
     async def _restart_after_error(self, failed: SessionAgent) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
         snapshot = dict(failed.snapshot(), status="running", status_reason="resumed_after_error")
-        agent = SessionAgent(snapshot=snapshot, moniker=failed.moniker, persist=self.persist)
+        agent = SessionAgent(snapshot=snapshot, moniker=failed.moniker, persist=self.persist,
+                             observers=self.observers)
         await agent.save()
         self.sessions.add(agent)
         agent.start()

@@ -19,6 +19,7 @@ from ulid import ULID
 from monikers.registry import MonikerRegistry, UnknownMoniker
 from runtime.dispatcher import Dispatcher
 from runtime.handlers import Handlers
+from runtime.observers import Observers
 from runtime.persistence import Persistence
 from runtime.registry import SessionRegistry
 from runtime.session import SessionAgent
@@ -37,10 +38,12 @@ class AgentService:
         self.persist = Persistence(store)
         self.monikers = monikers
         self.sessions = SessionRegistry()
+        self.observers = Observers()
         self.worker_id = worker_id or new_worker_id()
-        self.handlers = Handlers(self.sessions, monikers, self.persist, destroy_grace_s=destroy_grace_s)
+        self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
+                                 destroy_grace_s=destroy_grace_s)
         self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
-                                     **dispatcher_options)
+                                     observers=self.observers, **dispatcher_options)
 
     async def run(self, stopping: asyncio.Event) -> None:
         released = await self.persist.release_processing_actions()
@@ -77,7 +80,7 @@ class AgentService:
             return False
         if snapshot["status"] == "stopping":  # died while being destroyed: finish the destroy
             snapshot.update(status="stopped", status_reason="destroyed")
-        agent = SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist)
+        agent = SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist, observers=self.observers)
         await agent.save()
         self.sessions.add(agent)
         if agent.finished:

@@ -20,6 +20,7 @@ from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from runtime import usage as usage_math
 from runtime.config import SessionConfig
+from runtime.observers import Observers
 
 log = logging.getLogger("runtime.session")
 
@@ -28,10 +29,11 @@ RAW_KEEP = 4000  # characters of a bad moniker output kept for debugging
 
 
 class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
-    def __init__(self, *, snapshot: dict, moniker: Moniker, persist):
+    def __init__(self, *, snapshot: dict, moniker: Moniker, persist, observers: Observers | None = None):
         super().__init__()
         self.moniker = moniker
         self.persist = persist
+        self.observers = observers or Observers()
         self.config = SessionConfig.model_validate(snapshot.get("config") or {})
         self.agent_id: str = snapshot["agent_id"]
         self.session_id: str = snapshot["session_id"]
@@ -105,7 +107,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """Persist the in-memory snapshot.  Handlers and the runner both call this;
         the lock keeps the writes in order, and each writes the latest memory."""
         async with self._save_lock:
-            await self.persist.save_snapshot(self.snapshot())
+            snapshot = self.snapshot()
+            await self.persist.save_snapshot(snapshot)
+            await self.observers.notify("snapshot_saved", snapshot)
 
     async def set_status(self, status: str, reason: str | None = None) -> None:
         self.status, self.status_reason = status, reason
@@ -185,7 +189,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         if error:
             await self._record_error(iteration, frame_in, guidance, error, raw, latency_ms, step_usage)
             return False
-        await self.persist.append_step({
+        stored = await self.persist.append_step({
             "agent_id": self.agent_id, "session_id": self.session_id, "iteration": iteration,
             "step_token": out.step, "next_step_token": out.next_step,
             "status": "done" if out.done else "ok", "text": out.text, "data": out.data,
@@ -195,6 +199,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.iteration, self.step_token, self.next_step_token = iteration, out.step, out.next_step
         self.state, self.result = out.state, {"text": out.text, "data": out.data}
         self.consume_guidance(guidance)
+        await self.observers.notify("step_persisted", self.snapshot(), stored)
         if out.done and self.config.stop_on_done:
             self.status, self.status_reason = "done", "done"
         elif self._limit_reached() == "max_steps":
@@ -209,7 +214,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """An error takes its iteration number (no gap) and ends the session;
         guidance stays queued because the moniker never acted on it."""
         log.warning("session %s step %d failed agent=%s: %s", self.session_id, iteration, self.agent_id, error)
-        await self.persist.append_step({
+        stored = await self.persist.append_step({
             "agent_id": self.agent_id, "session_id": self.session_id, "iteration": iteration,
             "step_token": frame_in.step, "next_step_token": frame_in.step, "status": "error",
             "text": None, "data": {"raw": _raw_text(raw)} if raw is not None else None,
@@ -217,6 +222,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             "latency_ms": latency_ms, "error": error, "usage": step_usage,
         })
         self.iteration, self.last_error = iteration, error
+        await self.observers.notify("step_persisted", self.snapshot(), stored)
         await self.set_status("error", "step_failed")
 
 

@@ -49,6 +49,10 @@ class Store:
                 log.debug("primary key on %s: %s", name, exc)
         return table
 
+    def close(self) -> None:
+        """Commit whatever is queued, then stop the committer threads."""
+        self.writer.close()
+
     def ping(self) -> bool:
         self.tables["actions"].count_rows()
         return True

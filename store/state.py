@@ -1,4 +1,6 @@
 """agent_state: the latest snapshot of each agent session, one row per session_id."""
+from concurrent.futures import Future
+
 from store import codec, filters, query
 
 STATUSES = {"running", "paused", "stopping", "stopped", "done", "error"}
@@ -14,11 +16,15 @@ class StateTable:
         self.writer = writer
 
     def save(self, snapshot: dict) -> None:
-        """Insert or replace the snapshot of ``snapshot['session_id']`` (merge_insert on
-        the declared primary key: never an overwrite of the table)."""
+        self.submit(snapshot).result()
+
+    def submit(self, snapshot: dict) -> Future:
+        """Queue insert-or-replace of the snapshot of ``snapshot['session_id']``
+        (merge_insert on the declared primary key, never an overwrite of the
+        table); the future resolves once it is durable."""
         row = dict(snapshot)
         row["updated_at"] = codec.utcnow()
-        self.writer.upsert(self.name, self.key, [row])
+        return self.writer.submit_upsert(self.name, self.key, [row])
 
     def get(self, session_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("session_id", session_id))

@@ -1,4 +1,5 @@
 """agent_steps: append-only history, one row per iteration of a session."""
+from concurrent.futures import Future
 from datetime import datetime
 
 from ulid import ULID
@@ -16,9 +17,16 @@ class StepLog:
         self.writer = writer
 
     def append(self, step: dict) -> dict:
+        row, committed = self.submit(step)
+        committed.result()
+        return row
+
+    def submit(self, step: dict) -> tuple[dict, Future]:
+        """Queue a step row for the next group commit: the row as it will be
+        stored, and a future that resolves once it is durable."""
         row = {"id": str(ULID()), "created_at": codec.utcnow(), **step}
-        self.writer.append(self.name, [row])
-        return codec.decode(self.name, codec.encode(self.name, row))
+        committed = self.writer.submit_append(self.name, [row])
+        return codec.decode(self.name, codec.encode(self.name, row)), committed
 
     def search(self, *, session_id: str | None = None, agent_id: str | None = None,
              min_iteration: int | None = None, max_iteration: int | None = None,

@@ -169,3 +169,35 @@ def test_shutdown_leaves_sessions_resumable(store):
     with_service(store, lambda service: until(lambda: store.steps.count("s") >= before + 3, what="more steps"))
     steps = store.steps.search(session_id="s")
     assert [s["iteration"] for s in steps] == list(range(len(steps)))
+
+
+def test_observers_see_durable_events_and_a_failing_one_breaks_nothing(store):
+    seen = []
+
+    class Recorder:
+        async def session_created(self, snapshot):
+            seen.append(("created", snapshot["session_id"]))
+
+        async def step_persisted(self, snapshot, step):
+            assert store.steps.count(step["session_id"]) >= step["iteration"] + 1  # durable already
+            seen.append(("step", step["iteration"]))
+
+        async def action_finished(self, action, ok, error):
+            seen.append(("action", action["type"], ok))
+
+    class Broken:
+        async def step_persisted(self, snapshot, step):
+            raise RuntimeError("observer bug")
+
+    store.actions.enqueue("create", agent_id="a", session_id="s", payload={"moniker": "countdown",
+                          "config": {"interval_s": 0, "n": 3}})
+
+    async def scenario(service):
+        service.observers.add(Broken())
+        service.observers.add(Recorder())
+        await until(lambda: (s := store.states.get("s")) and s["status"] == "done", what="done")
+        await until(lambda: ("action", "create", True) in seen, what="action event")
+
+    with_service(store, scenario)
+    assert ("created", "s") in seen
+    assert [e[1] for e in seen if e[0] == "step"] == [0, 1, 2]

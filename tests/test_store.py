@@ -125,3 +125,26 @@ def test_two_processes_claiming_the_same_actions_never_share_one(tmp_path):
     assert a | b == set(ids)
     for action in store.actions.pending(limit=100):
         pytest.fail(f"left pending: {action['id']}")
+
+
+def test_group_commit_coalesces_concurrent_writes_and_survives_cancelled_callers(store):
+    commits_before = store.writer.stats.commits
+    futures = [store.steps.submit(step(i, session_id=f"g{i % 7}"))[1] for i in range(300)]
+    futures[5].cancel()  # a caller that gave up (e.g. a cancelled runner)
+    for i, f in enumerate(futures):
+        if i != 5:
+            f.result(timeout=30)
+    commits = store.writer.stats.commits - commits_before
+    assert commits < 100, f"{commits} commits for 300 queued rows: not coalesced"
+    rows = store.tables["agent_steps"].count_rows()
+    assert rows in (299, 300)  # the cancelled one may have been taken before its cancel
+    store.steps.append(step(0, session_id="after"))  # the committer is still alive
+    assert store.steps.count("after") == 1
+
+
+def test_upserts_in_one_batch_keep_the_last_row_per_key(store):
+    futures = [store.states.submit(snapshot(session_id=f"s{i % 3}", iteration=i)) for i in range(30)]
+    for f in futures:
+        f.result(timeout=30)
+    assert store.tables["agent_state"].count_rows() == 3
+    assert sorted(store.states.get(f"s{k}")["iteration"] for k in range(3)) == [27, 28, 29]

@@ -1,0 +1,35 @@
+"""Hooks for what happens in the runtime, for code that reacts to it
+(live events to the dashboard, conversation messages) without the runner
+knowing about any of it.
+
+An observer is any object with some of these coroutine methods:
+
+    async def session_created(self, snapshot: dict) -> None
+    async def snapshot_saved(self, snapshot: dict) -> None      # after every durable save
+    async def step_persisted(self, snapshot: dict, step: dict) -> None   # after the step row is durable
+    async def action_finished(self, action: dict, ok: bool, error: str | None) -> None
+
+They are awaited in order, after the write they describe is durable.  One that
+raises is logged and skipped: an observer can never break a session.
+"""
+import logging
+
+log = logging.getLogger("runtime.observers")
+
+
+class Observers:
+    def __init__(self, *observers):
+        self._observers = list(observers)
+
+    def add(self, observer) -> None:
+        self._observers.append(observer)
+
+    async def notify(self, hook: str, *args) -> None:
+        for observer in self._observers:
+            method = getattr(observer, hook, None)
+            if method is None:
+                continue
+            try:
+                await method(*args)
+            except Exception:
+                log.exception("observer %s.%s failed", type(observer).__name__, hook)
