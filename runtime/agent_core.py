@@ -76,10 +76,15 @@ class InterruptMixin:
         super().__init__(**kwargs)
         self.pending_guidance: list[dict] = []
 
-    def add_guidance(self, action_id: str, text: str) -> bool:
+    def add_guidance(self, action_id: str, text: str, source: dict | None = None) -> bool:
+        """Queue guidance; ``source`` says where it came from (e.g. a conversation
+        message) and is kept with it on the step row that uses it."""
         if any(g["action_id"] == action_id for g in self.pending_guidance):
             return False
-        self.pending_guidance.append({"action_id": action_id, "text": text})
+        item = {"action_id": action_id, "text": text}
+        if source:
+            item["source"] = source
+        self.pending_guidance.append(item)
         self.wake()
         return True
 

@@ -119,8 +119,9 @@ class Handlers:
         guidance = payload.get("guidance")
         if not isinstance(guidance, str) or not guidance.strip() or len(guidance) > MAX_GUIDANCE:
             raise ActionError(f"guidance must be a non-empty string of at most {MAX_GUIDANCE} characters")
+        source = payload.get("source") if isinstance(payload.get("source"), dict) else None
         agent = await self._live(action, "interrupt")
-        if agent.add_guidance(action["id"], guidance):
+        if agent.add_guidance(action["id"], guidance, source):
             await agent.save()  # durable before the action is marked done
 
     async def destroy(self, action: dict, payload: dict) -> None:
