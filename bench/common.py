@@ -1,0 +1,190 @@
+"""Helpers shared by the benchmarks: statistics, output, machine facts, and the
+two ways of running the service (real subprocesses, or AgentService in-process).
+
+Every benchmark prints exactly one JSON object on stdout so its figures can be
+diffed and checked by tests/test_bench_smoke.py; progress goes to stderr.
+"""
+import asyncio
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+
+from monikers import default_registry
+from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
+
+
+# ---- statistics and output --------------------------------------------------
+
+def pct(values, q: float) -> float | None:
+    """The q-th percentile (0..100) by nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def summary(values_ms) -> dict:
+    """n, p50, p99, max of a list of milliseconds, rounded for reading."""
+    values_ms = list(values_ms)
+    r = lambda v: None if v is None else round(v, 2)  # noqa: E731
+    return {"n": len(values_ms), "p50_ms": r(pct(values_ms, 50)), "p99_ms": r(pct(values_ms, 99)),
+            "max_ms": r(max(values_ms) if values_ms else None),
+            "mean_ms": r(statistics.fmean(values_ms) if values_ms else None)}
+
+
+def timed_ms(fn, *args, **kwargs) -> float:
+    started = time.perf_counter()
+    fn(*args, **kwargs)
+    return (time.perf_counter() - started) * 1000
+
+
+def machine() -> dict:
+    """Where and when the figures were taken (the machine is shared and noisy)."""
+    load = os.getloadavg()
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "loadavg_1m_at_start": round(load[0], 2)}
+
+
+def emit(result: dict) -> None:
+    print(json.dumps(result, sort_keys=False))
+    sys.stdout.flush()
+
+
+def progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass  # removed by cleanup while we walked
+    return total
+
+
+# ---- a no-op moniker and an in-process service ------------------------------
+
+async def noop_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
+    """The cheapest valid step: what is left is the service's own overhead."""
+    n = int(frame.state.get("n", 0)) + 1
+    return FrameOut(step=frame.step, next_step=str(n), state={"n": n})
+
+
+NOOP = Moniker("noop", noop_step, "Benchmark: does nothing, never done.")
+
+
+def registry_with_noop():
+    registry = default_registry()
+    registry.register(NOOP)
+    return registry
+
+
+class CommitTimer:
+    """Wraps a Persistence's step and snapshot writes to time how long each waits
+    for its group commit, without editing runtime/ (instance attributes shadow
+    the methods that sessions and handlers look up on the shared object)."""
+
+    def __init__(self, persist):
+        self.step_ms: list[float] = []
+        self.snapshot_ms: list[float] = []
+        self.steps_done = 0
+        self._wrap(persist, "append_step", self.step_ms, count=True)
+        self._wrap(persist, "save_snapshot", self.snapshot_ms)
+
+    def _wrap(self, persist, name, sink, count=False):
+        original = getattr(persist, name)
+
+        async def timed(row):
+            started = time.perf_counter()
+            out = await original(row)
+            sink.append((time.perf_counter() - started) * 1000)
+            if count:
+                self.steps_done += 1
+            return out
+        setattr(persist, name, timed)
+
+    def reset(self) -> None:
+        self.step_ms.clear()
+        self.snapshot_ms.clear()
+        self.steps_done = 0
+
+
+def enqueue_creates(store, n: int, moniker: str, config: dict, threads: int = 32) -> list[dict]:
+    """Create n sessions through the store's action queue.  Many threads enqueue
+    at once so the writer's group commit batches them (one commit per enqueue
+    would take ~5 ms each)."""
+    from ulid import ULID
+
+    def one(i):
+        return store.actions.enqueue("create", agent_id=str(ULID()), session_id=str(ULID()),
+                                     payload={"moniker": moniker, "task": f"bench {i}", "config": config})
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(one, range(n)))
+
+
+async def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+    return value
+
+
+def run_in_process(store, scenario, registry=None, **options):
+    """Run ``await scenario(service)`` while an AgentService polls ``store``
+    (as tests/test_runtime.py's with_service does)."""
+    from runtime.service import AgentService
+
+    async def main():
+        service = AgentService(store, registry or registry_with_noop(), **options)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(service.run(stopping))
+        try:
+            return await scenario(service)
+        finally:
+            stopping.set()
+            await task
+    return asyncio.run(main())
+
+
+# ---- the agents.py log ----------------------------------------------------------
+
+_APPLIED = re.compile(r"action (\S+) (\w+) (done|failed) in ([\d.]+) ms")
+
+
+def handler_ms_from_logs(log_dir: str) -> dict[str, float]:
+    """action id -> handler + finish time in ms, from the dispatcher's log line
+    ``action <id> <type> done in <ms> ms`` in agents.py's logs."""
+    out = {}
+    for name in os.listdir(log_dir):
+        if name.startswith("agents.py"):
+            with open(os.path.join(log_dir, name), errors="replace") as f:
+                for line in f:
+                    m = _APPLIED.search(line)
+                    if m:
+                        out[m.group(1)] = float(m.group(4))
+    return out
+
+
+def maintenance_module():
+    """store.maintenance if the lead's background maintenance has landed, else None."""
+    try:
+        import store.maintenance as maintenance
+        return maintenance
+    except ImportError:
+        return None
