@@ -11,6 +11,7 @@ from datetime import timedelta
 import lancedb
 
 from store.actions import ActionQueue
+from store.conversations import Conversations
 from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
 from store.steps import StepLog
@@ -34,6 +35,7 @@ class Store:
         self.actions = ActionQueue(self.tables["actions"], self.writer)
         self.states = StateTable(self.tables["agent_state"], self.writer)
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
+        self.conversations = Conversations(self.tables, self.writer)
 
     def _open_or_create(self, name, schema):
         try:

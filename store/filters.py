@@ -66,3 +66,15 @@ def ts_cmp(column: str, op: str, when: datetime) -> str:
 def all_of(*clauses) -> str | None:
     parts = [c for c in clauses if c]
     return " AND ".join(f"({p})" for p in parts) if parts else None
+
+
+def id_cmp(column: str, op: str, value: str) -> str:
+    """Order comparison against a checked id (ULIDs sort by time), for cursors."""
+    if op not in ("<", "<=", ">", ">="):
+        raise ValueError(f"bad operator {op!r}")
+    return f"{column} {op} {quote(check_id(value, column))}"
+
+
+def any_of(*clauses) -> str | None:
+    parts = [c for c in clauses if c]
+    return " OR ".join(f"({p})" for p in parts) if parts else None

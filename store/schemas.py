@@ -68,15 +68,58 @@ AGENT_STEPS = _schema(
     ("usage", pa.string(), True),
 )
 
+CONVERSATIONS = _schema(
+    ("conversation_id", pa.string(), False),
+    ("title", pa.string(), True),
+    ("created_by", pa.string(), True),
+    ("status", pa.string(), False),  # open | closed
+    ("tags", pa.string(), True),
+    ("created_at", TS, False),
+)
+
+CONVERSATION_PARTICIPANTS = _schema(
+    ("id", pa.string(), False),  # "<conversation_id>|user|<user_id>" or "<conversation_id>|agent|<session_id>"
+    ("conversation_id", pa.string(), False),
+    ("kind", pa.string(), False),  # user | agent
+    ("user_id", pa.string(), True),
+    ("agent_id", pa.string(), True),
+    ("session_id", pa.string(), True),
+    ("role", pa.string(), True),
+    ("joined_at", TS, False),
+    ("left_at", TS, True),
+)
+
+CONVERSATION_MESSAGES = _schema(
+    ("message_id", pa.string(), False),
+    ("conversation_id", pa.string(), False),
+    ("created_at", TS, False),
+    ("sender_type", pa.string(), False),  # user | agent
+    ("user_id", pa.string(), True),
+    ("agent_id", pa.string(), True),
+    ("session_id", pa.string(), True),
+    ("text", pa.string(), True),
+    ("data", pa.string(), True),
+    ("status", pa.string(), True),
+    ("event_type", pa.string(), True),
+    ("iteration", pa.int64(), True),
+    ("step_token", pa.string(), True),
+    ("next_step_token", pa.string(), True),
+    ("notes", pa.string(), True),
+)
+
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS}
+TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
+              conversation_messages=CONVERSATION_MESSAGES)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (FACTS.md: without it they do, every time).
-PRIMARY_KEYS = {"agent_state": "session_id"}
+PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id"}
 
 JSON_COLUMNS = {
     "actions": {"payload"},
     "agent_state": {"config", "state", "result", "pending_guidance", "usage"},
     "agent_steps": {"data", "state", "guidance", "usage"},
+    "conversations": {"tags"},
+    "conversation_messages": {"data"},
 }
