@@ -5,6 +5,7 @@ Every benchmark prints exactly one JSON object on stdout so its figures can be
 diffed and checked by tests/test_bench_smoke.py; progress goes to stderr.
 """
 import asyncio
+import inspect
 import json
 import os
 import platform
@@ -151,6 +152,8 @@ def run_in_process(store, scenario, registry=None, **options):
     from runtime.service import AgentService
 
     async def main():
+        if "maintainer" in inspect.signature(AgentService).parameters and "maintainer" not in options:
+            options["maintainer"] = new_maintainer(store)  # as agents.py runs it
         service = AgentService(store, registry or registry_with_noop(), **options)
         stopping = asyncio.Event()
         task = asyncio.create_task(service.run(stopping))
@@ -188,3 +191,39 @@ def maintenance_module():
         return maintenance
     except ImportError:
         return None
+
+
+def table_health(store) -> dict:
+    """Per table: rows, fragments, versions, indices: what grows when storage is
+    not maintained (FACTS.md)."""
+    out = {}
+    for name, table in store.tables.items():
+        try:
+            stats = table.stats()
+            out[name] = {"rows": stats["num_rows"], "fragments": stats["fragment_stats"]["num_fragments"],
+                         "versions": len(table.list_versions()), "indices": stats["num_indices"]}
+        except Exception as exc:  # a concurrent cleanup can remove a file under us
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    return out
+
+
+def run_maintenance(store) -> dict:
+    """One full pass of the store's own maintenance (indexes, then compaction and
+    cleanup of every table) if store/maintenance.py exists; the bench never
+    invents its own."""
+    maintenance = maintenance_module()
+    if maintenance is None or not hasattr(maintenance, "Maintainer"):
+        return {"ran": False, "why": "store/maintenance.py (Maintainer) not in the tree"}
+    started = time.perf_counter()
+    if hasattr(maintenance, "ensure_indexes"):
+        maintenance.ensure_indexes(store.tables)
+    maintainer = maintenance.Maintainer(store)
+    results = [maintainer.optimize(name) for name in store.tables]
+    return {"ran": True, "seconds": round(time.perf_counter() - started, 2),
+            "ok": all(r.get("ok") for r in results)}
+
+
+def new_maintainer(store):
+    """A Maintainer as agents.py builds one, or None before it landed."""
+    maintenance = maintenance_module()
+    return maintenance.Maintainer(store) if maintenance and hasattr(maintenance, "Maintainer") else None
