@@ -1,0 +1,148 @@
+"""Soak: does the service stay as fast after 30 minutes of continuous load as in
+its first minute, and does its disk stop growing with the number of commits?
+
+    python -m bench.bench_soak [--quick] [--minutes 30] [--agents 50] [--sample-s 30]
+
+Starts agents.py and app.py (with whatever background maintenance agents.py
+runs by default) on a temporary directory, starts ``--agents`` joke agents
+stepping every ``--interval`` s, and a thread that pauses/resumes a few other
+agents every ``--control-every`` s.  Every ``--sample-s`` it records, per table,
+rows, fragments, versions and indices; the data directory's size on disk; p50/p99
+of ``GET /api/agent-steps`` for random sessions and of ``store.actions.pending()``
+(this process opens the store as agents.py does); the control actions' latency
+(created_at -> processed_at) during the window; and steps/s.
+
+The verdict compares the mean of the last two samples with the samples of the
+first minute: each latency p99 must stay within 1.5x.
+"""
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from bench.common import dir_bytes, emit, machine, progress, summary, table_health, timed_ms, ts
+from store import Store
+from tests.harness import Service, wait_for
+
+LIMIT_RATIO = 1.5
+QUERIES = 30  # per sample and kind
+
+
+class ControlStream(threading.Thread):
+    """Pauses and resumes a few agents, one action every ``every_s``, and keeps
+    (finish time, latency ms) of each."""
+
+    def __init__(self, svc: Service, agent_ids: list[str], every_s: float):
+        super().__init__(daemon=True)
+        self.svc, self.agent_ids, self.every_s = svc, agent_ids, every_s
+        self.latencies: list[tuple[float, float]] = []
+        self.failures = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        paused = set()
+        while not self.stop.wait(self.every_s):
+            agent_id = random.choice(self.agent_ids)
+            verb = "resume" if agent_id in paused else "pause"
+            try:
+                r = self.svc.post(f"/api/agents/{agent_id}/{verb}", json={})
+                action = self.svc.action(r.json()["action_id"], timeout=120)
+                paused.symmetric_difference_update({agent_id})
+                ms = (ts(action["processed_at"]) - ts(action["created_at"])).total_seconds() * 1000
+                self.latencies.append((time.monotonic(), ms))
+            except Exception as exc:  # keep soaking; count it
+                self.failures += 1
+                progress(f"control action failed: {exc}")
+
+    def since(self, t: float) -> list[float]:
+        return [ms for at, ms in self.latencies if at >= t]
+
+
+def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], control: ControlStream,
+           since: float, started: float, steps_before: int) -> dict:
+    listing = []
+    for _ in range(QUERIES):
+        t0 = time.perf_counter()
+        svc.get("/api/agent-steps", session_id=random.choice(sessions), limit=100)
+        listing.append((time.perf_counter() - t0) * 1000)
+    poll = [timed_ms(store.actions.pending, 100) for _ in range(QUERIES)]
+    tables = table_health(store)
+    steps = tables.get("agent_steps", {}).get("rows", steps_before)
+    now = time.monotonic()
+    return {"t_s": round(now - started, 1), "disk_mb": round(dir_bytes(data_dir) / 1e6, 2),
+            "steps_per_s": round((steps - steps_before) / max(now - since, 1e-9), 1),
+            "list_steps": summary(listing), "pending_poll": summary(poll),
+            "control": summary(control.since(since)), "tables": tables}
+
+
+def verdict(series: list[dict], first_minute_s: float = 60.0) -> dict:
+    first = [s for s in series if s["t_s"] <= first_minute_s + 5] or series[:1]
+    last = series[-2:]
+    out = {}
+    for kind in ("list_steps", "pending_poll", "control"):
+        base = [s[kind]["p99_ms"] for s in first if s[kind]["p99_ms"] is not None]
+        end = [s[kind]["p99_ms"] for s in last if s[kind]["p99_ms"] is not None]
+        if base and end:
+            ratio = statistics.fmean(end) / statistics.fmean(base)
+            out[kind] = {"first_minute_p99_ms": round(statistics.fmean(base), 1),
+                         "last_p99_ms": round(statistics.fmean(end), 1), "ratio": round(ratio, 2)}
+    out["within_1_5x"] = all(v["ratio"] <= LIMIT_RATIO for v in out.values() if isinstance(v, dict))
+    out["disk_mb_first_last"] = [series[0]["disk_mb"], series[-1]["disk_mb"]]
+    return out
+
+
+def soak(args, root: str) -> dict:
+    svc = Service(f"{root}/data", root).start()
+    store = None
+    try:
+        busy = [svc.create("joke", f"subject {i}", config={"interval_s": args.interval}) for i in range(args.agents)]
+        steered = [svc.create("joke", f"steered {i}", config={"interval_s": 1.0}) for i in range(args.steered)]
+        wait_for(lambda: svc.steps(busy[-1]["session_id"]), timeout=300, what="the last busy agent stepping")
+        store = Store(f"{root}/data/lancedb")
+        control = ControlStream(svc, [s["agent_id"] for s in steered], args.control_every)
+        control.start()
+        sessions = [b["session_id"] for b in busy]
+        started = since = time.monotonic()
+        steps_before, series = store.steps.count(), []
+        while time.monotonic() - started < args.minutes * 60:
+            time.sleep(max(0.0, since + args.sample_s - time.monotonic()))
+            series.append(sample(svc, store, f"{root}/data", sessions, control, since, started, steps_before))
+            since, steps_before = time.monotonic(), series[-1]["tables"]["agent_steps"].get("rows", steps_before)
+            s = series[-1]
+            progress(f"t={s['t_s']}s disk={s['disk_mb']}MB steps/s={s['steps_per_s']} list p99="
+                     f"{s['list_steps']['p99_ms']} poll p99={s['pending_poll']['p99_ms']} control p99="
+                     f"{s['control']['p99_ms']} frags(steps)={s['tables']['agent_steps'].get('fragments')}")
+        control.stop.set()
+        control.join(timeout=130)
+        return {"series": series, "verdict": verdict(series), "control_failures": control.failures}
+    finally:
+        if store is not None:
+            store.close()
+        svc.stop()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--agents", type=int, default=50, help="agents stepping continuously")
+    parser.add_argument("--interval", type=float, default=0.1, help="their interval_s")
+    parser.add_argument("--steered", type=int, default=5, help="agents receiving the control stream")
+    parser.add_argument("--control-every", type=float, default=1.0, help="seconds between control actions")
+    parser.add_argument("--sample-s", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.minutes, args.agents, args.steered, args.sample_s, args.control_every = 0.15, 3, 2, 3.0, 0.5
+    result = {"benchmark": "soak", "machine": machine(), "minutes": args.minutes, "agents": args.agents,
+              "interval_s": args.interval, "control_every_s": args.control_every, "sample_s": args.sample_s}
+    with tempfile.TemporaryDirectory() as root:
+        result.update(soak(args, root))
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
