@@ -11,6 +11,8 @@ import signal
 
 import settings
 from monikers import default_registry
+from runtime import live_observers
+from runtime.events import events_token
 from runtime.service import AgentService
 from store import Store
 
@@ -25,6 +27,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--destroy-grace", type=float, default=settings.env_float("AGENTSVC_DESTROY_GRACE_S", 5.0),
                         help="how long destroy waits for a step before cancelling it [AGENTSVC_DESTROY_GRACE_S, 5]")
     parser.add_argument("--worker-id", default=None, help="id of this worker in action claims (default: host-pid-random)")
+    parser.add_argument("--events-url", default=live_observers.default_events_url(),
+                        help="app.py to relay live events to, 'off' for none "
+                             "[AGENTSVC_EVENTS_URL, http://127.0.0.1:$AGENTSVC_PORT]")
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
@@ -34,6 +39,7 @@ async def serve(args: argparse.Namespace) -> None:
     monikers = default_registry()
     service = AgentService(store, monikers, worker_id=args.worker_id, destroy_grace_s=args.destroy_grace,
                            idle_poll_s=args.poll_interval)
+    relay = live_observers.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -42,6 +48,8 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         await service.run(stopping)
     finally:
+        if relay is not None:
+            await relay.close()
         store.close()
 
 

@@ -1,4 +1,5 @@
-"""The HTTP side of the service: the JSON API under /api (and, later, the dashboard).
+"""The HTTP side of the service: the JSON API under /api, the dashboard at /, and
+live events over Socket.IO (api/live.py).
 
     python app.py --data-dir ./data --port 8765
 
@@ -7,16 +8,16 @@ It only ever appends actions to the queue and reads state; agents.py does the wo
 import argparse
 import logging
 import signal
-import threading
+import socket
 
 from flask import Flask, jsonify
-from werkzeug.serving import make_server
 
 import settings
-from api import errors, openapi
+from api import conversations, dashboard, errors, live, openapi
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from monikers import default_registry
+from runtime.events import events_token
 from store import Store
 
 log = logging.getLogger("app")
@@ -24,13 +25,18 @@ log = logging.getLogger("app")
 MAX_BODY_BYTES = 1 << 20
 
 
-def create_app(store: Store, monikers=None) -> Flask:
+def create_app(store: Store, monikers=None, events_token: str | None = None) -> Flask:
+    """The Flask app; its Flask-SocketIO server is ``app.extensions["socketio"]``.
+    Without ``events_token`` the ingest namespace accepts no one."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
     metrics = Metrics(store)
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics)
     app.register_blueprint(bp)
+    app.register_blueprint(conversations.bp)
+    app.register_blueprint(dashboard.bp)
+    live.install(app, events_token)
     errors.install(app)
     metrics.install(app)
     spec = openapi.build()
@@ -57,14 +63,28 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     settings.configure_logging(args.log_level)
     store = Store(settings.db_uri(args), storage_options=settings.storage_options(args))
-    server = make_server(args.host, args.port, create_app(store), threaded=True)
-    # Shut down from another thread: shutdown() waits for serve_forever to return.
-    stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    log.info("app.py listening on http://%s:%d/ db=%s", args.host, server.server_port, store.uri)
-    server.serve_forever()
+    app = create_app(store, events_token=events_token(args.data_dir))
+    port = args.port or free_port(args.host)
+    # werkzeug's serve_forever returns on KeyboardInterrupt; SIGTERM is made one,
+    # so both signals end in the same clean shutdown below.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    log.info("app.py listening on http://%s:%d/ db=%s", args.host, port, store.uri)
+    try:
+        app.extensions["socketio"].run(app, host=args.host, port=port, allow_unsafe_werkzeug=True,
+                                       log_output=False)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
     log.info("app.py stopped")
+
+
+def free_port(host: str) -> int:
+    """--port 0: ask the OS for a free port first, so the log can name it."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

@@ -9,12 +9,14 @@ exits on its own, the other is stopped too and the exit code says so.
 """
 import argparse
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 
 import settings
+from runtime.events import TOKEN_ENV
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -37,13 +39,27 @@ def child_args(args) -> list[str]:
     return common
 
 
+def child_env() -> dict:
+    """Both children share a fresh random events token (agents.py presents it to
+    app.py's ingest namespace), unless the environment already names one."""
+    return {**os.environ, TOKEN_ENV: os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)}
+
+
+def local_address(host: str) -> str:
+    """Where agents.py reaches app.py: a wildcard bind is reachable on loopback."""
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     common = child_args(args)
+    env = child_env()
+    events_url = f"http://{local_address(args.host)}:{args.port}"
     children = {
-        "agents.py": subprocess.Popen([sys.executable, os.path.join(HERE, "agents.py"), *common]),
+        "agents.py": subprocess.Popen([sys.executable, os.path.join(HERE, "agents.py"), *common,
+                                       "--events-url", events_url], env=env),
         "app.py": subprocess.Popen([sys.executable, os.path.join(HERE, "app.py"), *common,
-                                    "--host", args.host, "--port", str(args.port)]),
+                                    "--host", args.host, "--port", str(args.port)], env=env),
     }
     print(f"agentsvc: API at http://{args.host}:{args.port}/api  (OpenAPI: /api/openapi.json; "
           f"data: {args.db_uri or args.data_dir}; Ctrl-C stops)", flush=True)

@@ -41,10 +41,43 @@ def _control(verb: str, model=schemas.ControlRequest) -> dict:
                         body=model, params=[_path("agent_id")], errors=(400, 404))}
 
 
+CONVERSATION_MODELS = [schemas.CreateConversationRequest, schemas.JoinRequest, schemas.PostMessageRequest,
+                       schemas.Conversation, schemas.ConversationList, schemas.Participant, schemas.ParticipantList,
+                       schemas.Message, schemas.MessageList, schemas.Delivery, schemas.Posted]
+
+
+def _conversation_paths() -> dict:
+    cid = _path("conversation_id")
+    return {
+        "/api/conversations": {
+            "post": _op("create a conversation (idempotent by conversation_id: 200 with the existing one)", 201,
+                        ok_model=schemas.Conversation, body=schemas.CreateConversationRequest),
+            "get": _op("conversations, newest first", 200, ok_model=schemas.ConversationList,
+                       params=_query(schemas.Page)),
+        },
+        "/api/conversations/{conversation_id}": {
+            "get": _op("one conversation", 200, ok_model=schemas.Conversation, params=[cid], errors=(400, 404))},
+        "/api/conversations/{conversation_id}/participants": {
+            "post": _op("join a user, or an agent session, to the conversation", 201, ok_model=schemas.Participant,
+                        body=schemas.JoinRequest, params=[cid], errors=(400, 404)),
+            "get": _op("the conversation's participants", 200, ok_model=schemas.ParticipantList,
+                       params=[cid, *_query(schemas.Page)], errors=(400, 404)),
+        },
+        "/api/conversations/{conversation_id}/messages": {
+            "post": _op("a user posts; every participant agent session receives it as guidance for its next step",
+                        201, ok_model=schemas.Posted, body=schemas.PostMessageRequest, params=[cid],
+                        errors=(400, 404)),
+            "get": _op("the transcript in (created_at, message_id) order, after a cursor", 200,
+                       ok_model=schemas.MessageList, params=[cid, *_query(schemas.MessageQuery)], errors=(400, 404)),
+        },
+    }
+
+
 def build() -> dict:
     models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.InterruptRequest, schemas.Accepted,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
-              schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error]
+              schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
+              *CONVERSATION_MODELS]
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -75,6 +108,7 @@ def build() -> dict:
                                                 params=[_path("action_id")], errors=(400, 404))},
         "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
         "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
+        **_conversation_paths(),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}

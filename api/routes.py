@@ -105,6 +105,8 @@ def create_agent():
     req: schemas.CreateAgentRequest = body(schemas.CreateAgentRequest)
     if req.moniker not in ctx().monikers:
         raise ApiError(400, "unknown_moniker", f"no moniker {req.moniker!r}; installed: {ctx().monikers.names()}")
+    if req.conversation_id and ctx().store.conversations.get(req.conversation_id) is None:
+        raise not_found("conversation", req.conversation_id)
     with ctx().create_lock:
         existing = session_view(req.session_id) if req.session_id else None
         if existing:
@@ -113,7 +115,10 @@ def create_agent():
         session_id = req.session_id or str(ULID())
         payload = {"moniker": req.moniker, "task": req.task, "config": req.config.model_dump(),
                    "conversation_id": req.conversation_id}
-        return enqueue("create", agent_id, session_id, payload, conversation_id=req.conversation_id)
+        accepted = enqueue("create", agent_id, session_id, payload, conversation_id=req.conversation_id)
+        if req.conversation_id:  # a participant from now on, so messages posted before it starts reach it
+            ctx().store.conversations.join(req.conversation_id, kind="agent", agent_id=agent_id, session_id=session_id)
+        return accepted
 
 
 def repeated_create(req: schemas.CreateAgentRequest, existing: dict):

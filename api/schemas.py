@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from runtime.config import SessionConfig
 from store.filters import ID_PATTERN
@@ -65,6 +65,55 @@ class StepQuery(Page):
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
     status: Literal["ok", "done", "error"] | None = None
+
+
+class CreateConversationRequest(Strict):
+    title: str = Field("", max_length=500)
+    created_by: Id | None = None
+    tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(default_factory=list,
+                                                                                       max_length=32)
+    conversation_id: Id | None = Field(None, description="client-supplied id makes the create idempotent")
+
+
+class JoinRequest(Strict):
+    kind: Literal["user", "agent"]
+    user_id: Id | None = Field(None, description="for kind=user")
+    agent_id: Id | None = Field(None, description="for kind=agent; default: the session's agent")
+    session_id: Id | None = Field(None, description="for kind=agent")
+    role: str | None = Field(None, max_length=64)
+
+    @model_validator(mode="after")
+    def _subject(self) -> "JoinRequest":
+        if self.kind == "user" and not self.user_id:
+            raise ValueError("a user participant needs user_id")
+        if self.kind == "agent" and not self.session_id:
+            raise ValueError("an agent participant needs session_id")
+        return self
+
+
+class PostMessageRequest(Strict):
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    user_id: Id | None = Field(None, description="who posts; default 'user'")
+    data: dict | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must not be blank")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_size(cls, data: dict | None) -> dict | None:
+        if data is not None and len(json.dumps(data, default=str)) > MAX_CONFIG_BYTES:
+            raise ValueError(f"data must serialise to at most {MAX_CONFIG_BYTES} bytes")
+        return data
+
+
+class MessageQuery(Strict):
+    after: Id | None = Field(None, description="a message_id: only messages after it (exclusive)")
+    limit: int = Field(100, ge=1, le=1000)
 
 
 # ---- responses (documentation of shapes; rows carry more fields) ------------
@@ -154,6 +203,69 @@ class Health(Open):
     status: Literal["ok", "error"]
     pending_actions: int | None = None
     oldest_pending_age_s: float | None = None
+
+
+class Conversation(Open):
+    conversation_id: str
+    title: str | None = None
+    created_by: str | None = None
+    status: str
+    tags: Any = None
+    created_at: str
+
+
+class ConversationList(Open):
+    conversations: list[Conversation]
+    limit: int
+    offset: int
+
+
+class Participant(Open):
+    id: str
+    conversation_id: str
+    kind: Literal["user", "agent"]
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    role: str | None = None
+    joined_at: str
+    left_at: str | None = None
+
+
+class ParticipantList(Open):
+    participants: list[Participant]
+    limit: int
+    offset: int
+
+
+class Message(Open):
+    message_id: str
+    conversation_id: str
+    created_at: str
+    sender_type: Literal["user", "agent"]
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    text: str | None = None
+    data: Any = None
+    iteration: int | None = None
+
+
+class MessageList(Open):
+    messages: list[Message]
+    limit: int
+    after: str | None = None
+
+
+class Delivery(Open):
+    agent_id: str
+    session_id: str
+    action_id: str
+
+
+class Posted(Open):
+    message: Message
+    deliveries: list[Delivery]
 
 
 class ErrorBody(Strict):

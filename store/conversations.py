@@ -19,6 +19,8 @@ from store import codec, filters, query
 KINDS = {"user", "agent"}
 SENDERS = {"user", "agent"}
 ORDER = [("created_at", True), ("message_id", True)]
+MESSAGE_FIELDS = ("user_id", "agent_id", "session_id", "text", "data", "iteration", "step_token", "next_step_token",
+                  "notes")
 
 
 def participant_key(conversation_id: str, kind: str, subject: str) -> str:
@@ -107,6 +109,16 @@ class Conversations:
         return [r for r in query.rows(self.tables[self.members], self.members, where, order=[("joined_at", True)])
                 if r["left_at"] is None]
 
+    def agent_memberships(self) -> dict[str, list[str]]:
+        """session_id -> the conversations it is in, over all conversations: one
+        query that a runtime can cache, instead of one per session and step."""
+        where = filters.eq_word("kind", "agent", KINDS)
+        out: dict[str, list[str]] = {}
+        for row in query.rows(self.tables[self.members], self.members, where, order=[("joined_at", True)]):
+            if row["left_at"] is None:
+                out.setdefault(row["session_id"], []).append(row["conversation_id"])
+        return out
+
     # ---- messages -------------------------------------------------------
 
     def submit_message(self, message: dict) -> tuple[dict, Future]:
@@ -117,7 +129,7 @@ class Conversations:
         filters.check_id(message.get("conversation_id"), "conversation_id")
         created_at = codec.utcnow()
         row = {"message_id": str(ULID.from_datetime(created_at)), "created_at": created_at, "status": "posted",
-               "event_type": "message", **message}
+               "event_type": "message", **dict.fromkeys(MESSAGE_FIELDS), **message}
         committed = self.writer.submit_append(self.messages, [row])
         return codec.decode(self.messages, codec.encode(self.messages, row)), committed
 

@@ -60,7 +60,8 @@ class Service:
         wait_for(self._healthy, timeout=30, what="app.py to answer /api/health")
 
     def start_agents(self, *extra) -> None:
-        self.agents = self._spawn("agents.py", *self.agents_args, *extra)
+        # Live events go to this service's app.py (a test's own --events-url, later, wins).
+        self.agents = self._spawn("agents.py", "--events-url", self.url, *self.agents_args, *extra)
 
     def _healthy(self) -> bool:
         try:

@@ -1,0 +1,116 @@
+"""The /api/conversations routes: threads that users and agent sessions share.
+
+A user message is persisted first (the transcript is the record), then
+delivered to every agent session in the conversation as an ``interrupt`` action
+whose guidance is the text and whose ``source`` names the message.  The action
+queue is what makes delivery safe: the interrupt handler keeps guidance durably
+until a step has used it, so messages posted between two steps, or while a
+session is paused, all reach its next step.
+"""
+from flask import Blueprint, current_app, jsonify
+
+from api import schemas
+from api.errors import ApiError
+from api.routes import args, body, ctx, not_found, path_id, session_view
+
+bp = Blueprint("conversations", __name__, url_prefix="/api/conversations")
+
+
+def conversation_or_404(conversation_id: str) -> dict:
+    conversation_id = path_id(conversation_id, "conversation_id")
+    found = ctx().store.conversations.get(conversation_id)
+    if found is None:
+        raise not_found("conversation", conversation_id)
+    return found
+
+
+def live_publish(name: str, row_id: str, data: dict) -> None:
+    hub = current_app.extensions.get("agentsvc_live")
+    if hub is not None:
+        hub.publish_row(name, row_id, data)
+
+
+@bp.post("")
+def create_conversation():
+    req: schemas.CreateConversationRequest = body(schemas.CreateConversationRequest)
+    conversations = ctx().store.conversations
+    with ctx().create_lock:
+        existing = conversations.get(req.conversation_id) if req.conversation_id else None
+        if existing:
+            return jsonify({**existing, "existing": True}), 200
+        row = conversations.create(title=req.title, created_by=req.created_by, tags=req.tags,
+                                   conversation_id=req.conversation_id)
+    return jsonify(row), 201
+
+
+@bp.get("")
+def list_conversations():
+    page: schemas.Page = args(schemas.Page)
+    rows = ctx().store.conversations.newest(limit=page.limit, offset=page.offset)
+    return jsonify({"conversations": rows, "limit": page.limit, "offset": page.offset})
+
+
+@bp.get("/<conversation_id>")
+def get_conversation(conversation_id):
+    return jsonify(conversation_or_404(conversation_id))
+
+
+@bp.post("/<conversation_id>/participants")
+def join(conversation_id):
+    conversation_id = conversation_or_404(conversation_id)["conversation_id"]
+    req: schemas.JoinRequest = body(schemas.JoinRequest)
+    agent_id = req.agent_id
+    if req.kind == "agent":
+        view = session_view(req.session_id)
+        if view is None or (agent_id and view["agent_id"] != agent_id):
+            raise not_found("agent session", req.session_id)
+        agent_id = view["agent_id"]
+    row = ctx().store.conversations.join(conversation_id, kind=req.kind, user_id=req.user_id, agent_id=agent_id,
+                                         session_id=req.session_id, role=req.role)
+    return jsonify(row), 201
+
+
+@bp.get("/<conversation_id>/participants")
+def list_participants(conversation_id):
+    conversation_id = conversation_or_404(conversation_id)["conversation_id"]
+    page: schemas.Page = args(schemas.Page)
+    rows = ctx().store.conversations.participants(conversation_id, limit=page.limit, offset=page.offset)
+    return jsonify({"participants": rows, "limit": page.limit, "offset": page.offset})
+
+
+@bp.post("/<conversation_id>/messages")
+def post_message(conversation_id):
+    conversation_id = conversation_or_404(conversation_id)["conversation_id"]
+    req: schemas.PostMessageRequest = body(schemas.PostMessageRequest)
+    store = ctx().store
+    sender = req.user_id or "user"
+    message = store.conversations.post({"conversation_id": conversation_id, "sender_type": "user",
+                                        "user_id": sender, "text": req.text, "data": req.data})
+    live_publish("conversation_message", message["message_id"], message)
+    deliveries = [deliver(message, member) for member in store.conversations.agent_sessions(conversation_id)]
+    return jsonify({"message": message, "deliveries": deliveries}), 201
+
+
+def deliver(message: dict, member: dict) -> dict:
+    """One interrupt action per participant session; its guidance remembers the message."""
+    source = {"conversation_id": message["conversation_id"], "message_id": message["message_id"],
+              "sender": message["user_id"]}
+    action = ctx().store.actions.enqueue(
+        "interrupt", agent_id=member["agent_id"], session_id=member["session_id"],
+        payload={"guidance": message["text"], "source": source}, conversation_id=message["conversation_id"])
+    ctx().metrics.actions_enqueued.labels("interrupt").inc()
+    return {"agent_id": member["agent_id"], "session_id": member["session_id"], "action_id": action["id"]}
+
+
+@bp.get("/<conversation_id>/messages")
+def list_messages(conversation_id):
+    conversation_id = conversation_or_404(conversation_id)["conversation_id"]
+    q: schemas.MessageQuery = args(schemas.MessageQuery)
+    store = ctx().store
+    after = None
+    if q.after:
+        after = store.conversations.get_message(conversation_id, q.after)
+        if after is None:
+            raise ApiError(400, "invalid_cursor", f"no message {q.after} in conversation {conversation_id}")
+    rows = store.conversations.transcript(conversation_id, after=after, limit=q.limit)
+    return jsonify({"messages": rows, "limit": q.limit, "after": q.after})

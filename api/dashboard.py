@@ -1,0 +1,16 @@
+"""The dashboard at ``/``: one page (web/templates) and its static files
+(web/static, including the vendored socket.io client), all served by the app
+itself so that a browser never fetches anything from another host."""
+import os
+
+from flask import Blueprint, render_template
+
+WEB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
+
+bp = Blueprint("dashboard", __name__, template_folder=os.path.join(WEB, "templates"),
+               static_folder=os.path.join(WEB, "static"), static_url_path="/static")
+
+
+@bp.get("/")
+def index():
+    return render_template("index.html")

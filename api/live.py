@@ -1,0 +1,128 @@
+"""Live events over Socket.IO: what browsers subscribe to, and the door agents.py
+delivers its events through.
+
+Two namespaces:
+
+- ``/`` for browsers.  A client emits ``subscribe`` with ``{"rooms": [...]}``
+  ("all", "agent:<id>", "session:<id>", "conversation:<id>") and receives
+  ``agent_state``, ``agent_step``, ``conversation_message`` and ``action``
+  events as ``{id, stream, seq, epoch, data}``.  ``seq`` counts 1, 2, 3… per
+  stream within one ``epoch`` (this process's boot id): a client that sees a gap
+  or a new epoch catches up over HTTP and de-duplicates by ``id``.
+- ``/ingest`` for agents.py, accepting only a client whose ``auth.token`` is the
+  shared events token (runtime/events.py); it takes batches of events and
+  acknowledges each batch after emitting it.
+
+Events app.py produces itself (user messages) go through the same
+:meth:`LiveHub.publish`.
+"""
+import hmac
+import logging
+import threading
+
+from flask import request
+from flask_socketio import SocketIO, join_room, leave_room
+from ulid import ULID
+
+from runtime.events import EVENTS, INGEST_NAMESPACE, make_event, rooms_for
+from store.filters import InvalidId, check_id
+
+log = logging.getLogger("api.live")
+
+ROOM_PREFIXES = ("agent", "session", "conversation")
+MAX_BATCH = 1000
+
+
+def check_room(room: object) -> str:
+    if room == "all":
+        return room
+    prefix, sep, rest = str(room).partition(":")
+    if not sep or prefix not in ROOM_PREFIXES:
+        raise InvalidId(f"room must be 'all' or one of {ROOM_PREFIXES} followed by ':<id>'")
+    return f"{prefix}:{check_id(rest, prefix + '_id')}"
+
+
+class LiveHub:
+    """Numbers the events of each stream and emits them to their rooms."""
+
+    def __init__(self, socketio: SocketIO):
+        self.socketio = socketio
+        self.epoch = str(ULID())
+        self._seq: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.published = 0
+
+    def publish(self, event: dict) -> dict:
+        data = event["data"]
+        # Numbering and emitting under one lock keeps each stream's seq in emit order.
+        with self._lock:
+            seq = self._seq[event["stream"]] = self._seq.get(event["stream"], 0) + 1
+            payload = {"id": event["id"], "stream": event["stream"], "seq": seq, "epoch": self.epoch, "data": data}
+            self.socketio.emit(event["event"], payload, to=rooms_for(event["event"], data), namespace="/")
+            self.published += 1
+        return payload
+
+    def publish_row(self, name: str, row_id: str, data: dict) -> dict:
+        return self.publish(make_event(name, row_id, data))
+
+
+def valid_event(event: object) -> bool:
+    return (isinstance(event, dict) and event.get("event") in EVENTS and isinstance(event.get("id"), str)
+            and isinstance(event.get("stream"), str) and isinstance(event.get("data"), dict))
+
+
+def install(app, token: str | None) -> tuple[SocketIO, LiveHub]:
+    """Attach Flask-SocketIO (threading mode: real WebSockets via simple-websocket)."""
+    socketio = SocketIO(app, async_mode="threading")
+    hub = LiveHub(socketio)
+    app.extensions["agentsvc_live"] = hub
+    _browser_handlers(socketio, hub)
+    _ingest_handlers(socketio, hub, token)
+    return socketio, hub
+
+
+def _browser_handlers(socketio: SocketIO, hub: LiveHub) -> None:
+    @socketio.on("connect")
+    def connect(auth=None):
+        socketio.emit("hello", {"epoch": hub.epoch}, to=request.sid)
+
+    @socketio.on("subscribe")
+    def subscribe(message):
+        return _rooms(message, join_room, hub)
+
+    @socketio.on("unsubscribe")
+    def unsubscribe(message):
+        return _rooms(message, leave_room, hub)
+
+
+def _rooms(message, action, hub: LiveHub) -> dict:
+    rooms = message.get("rooms") if isinstance(message, dict) else None
+    if not isinstance(rooms, list) or not rooms or len(rooms) > 100:
+        return {"error": {"code": "invalid_request", "message": "rooms must be a list of 1 to 100 room names"}}
+    try:
+        checked = [check_room(r) for r in rooms]
+    except InvalidId as exc:
+        return {"error": {"code": "invalid_room", "message": str(exc)}}
+    for room in checked:
+        action(room)
+    return {"ok": True, "rooms": checked, "epoch": hub.epoch}
+
+
+def _ingest_handlers(socketio: SocketIO, hub: LiveHub, token: str | None) -> None:
+    @socketio.on("connect", namespace=INGEST_NAMESPACE)
+    def connect(auth=None):
+        offered = auth.get("token") if isinstance(auth, dict) else None
+        if not token or not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), token.encode()):
+            log.warning("ingest connection refused from %s: bad or missing token", request.remote_addr)
+            raise ConnectionRefusedError("unauthorized")
+
+    @socketio.on("events", namespace=INGEST_NAMESPACE)
+    def events(batch):
+        if not isinstance(batch, list) or len(batch) > MAX_BATCH:
+            return {"ok": False, "error": "a batch is a list of at most 1000 events"}
+        accepted = 0
+        for event in batch:
+            if valid_event(event):
+                hub.publish(event)
+                accepted += 1
+        return {"ok": True, "accepted": accepted}

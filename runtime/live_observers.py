@@ -1,0 +1,26 @@
+"""Wiring of the observers that make agents visible outside agents.py: agent
+messages in conversations (runtime/conversation_log.py) and live events relayed
+to app.py (runtime/relay.py)."""
+import os
+
+from runtime.conversation_log import ConversationLog
+from runtime.relay import EventRelay
+
+EVENTS_URL_ENV = "AGENTSVC_EVENTS_URL"
+
+
+def default_events_url() -> str:
+    """app.py on this machine, at the port the environment names."""
+    port = os.environ.get("AGENTSVC_PORT") or "8765"
+    return os.environ.get(EVENTS_URL_ENV) or f"http://127.0.0.1:{port}"
+
+
+def attach(service, store, *, events_url: str | None, token: str) -> EventRelay | None:
+    """Add the observers to ``service``; returns the started relay (None when
+    ``events_url`` is empty or "off", i.e. no live events)."""
+    relay = EventRelay(events_url, token) if events_url and events_url != "off" else None
+    service.observers.add(ConversationLog(store, on_message=relay.conversation_message if relay else None))
+    if relay is not None:
+        service.observers.add(relay)
+        relay.start()
+    return relay
