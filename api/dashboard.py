@@ -8,7 +8,7 @@ from flask import Blueprint, render_template
 WEB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
 
 bp = Blueprint("dashboard", __name__, template_folder=os.path.join(WEB, "templates"),
-               static_folder=os.path.join(WEB, "static"), static_url_path="/static")
+               static_folder=os.path.join(WEB, "static"), static_url_path="/assets")
 
 
 @bp.get("/")
