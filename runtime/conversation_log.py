@@ -45,17 +45,21 @@ class ConversationLog:
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         if not step.get("text"):
             return
-        for conversation_id in await self.conversations_of(snapshot):
+        for conversation_id in await self.conversations_of(snapshot, step):
             await self._post(conversation_id, step)
 
-    async def conversations_of(self, snapshot: dict) -> list[str]:
+    async def conversations_of(self, snapshot: dict, step: dict) -> list[str]:
+        """The session's own conversation, those it joined, and those whose
+        messages this step answered (a reply goes where the message came from,
+        even before the membership cache has caught up)."""
         async with self._refresh_lock:
             if time.monotonic() - self._read_at > self.refresh_s:
                 self._memberships = await asyncio.to_thread(self.store.conversations.agent_memberships)
                 self._read_at = time.monotonic()
-        found = list(self._memberships.get(snapshot["session_id"], []))
-        own = snapshot.get("conversation_id")
-        return found if not own or own in found else [own, *found]
+        sources = [(g.get("source") or {}).get("conversation_id") for g in step.get("guidance") or []
+                   if isinstance(g, dict)]
+        found = [snapshot.get("conversation_id"), *self._memberships.get(snapshot["session_id"], []), *sources]
+        return list(dict.fromkeys(c for c in found if isinstance(c, str) and c))
 
     async def _post(self, conversation_id: str, step: dict) -> None:
         row, committed = self.store.conversations.submit_message({
