@@ -6,25 +6,34 @@ idle agent with 10,000 of them.
 1. Starts agents.py and app.py on a temporary directory, lets them settle, and
    samples psutil ``cpu_percent`` of each process over ``--cpu-seconds``
    (100 = one core).  The target is agents.py under 2 % of one core.
-2. Creates ``--agents`` sessions through the store's action queue (this process
-   enqueues them from many threads, so the writer group-commits them) with the
-   ``echo`` moniker and ``interval_s: 86400``: each takes one step and then
-   sleeps in its between-step wait, which is exactly the state of a paused
-   agent (a task awaiting an event) without 10,000 extra pause actions.
-   Memory per idle agent = (RSS after - RSS before) / n, once every session
-   has persisted its first step.  The CPU of agents.py holding them idle is
-   sampled again.
+2. Memory per idle agent: stops agents.py, writes ``--agents`` snapshots with
+   status ``paused`` (moniker ``echo``) through the store's group-committed
+   upsert in batches of 1,000, and starts agents.py again: rehydration turns
+   each into a live, paused session (a SessionAgent whose runner task waits on
+   its pause event), which is exactly an idle agent.  Memory per idle agent =
+   (RSS once rehydration has logged its count - RSS of the idle agents.py
+   before) / n.  The CPU of agents.py holding them is sampled again.
+
+   Why not create them with create actions and pause them?  Tried first: the
+   dispatcher applied ~5-11 creates/s on this machine (each create and each
+   finish is its own commit, see BENCHMARKS.md), so 10,000 would take 15-30
+   minutes; rehydration of paused snapshots takes ~10 ms each.
 """
 import argparse
+import os
+import re
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 
 import psutil
 
-from bench.common import emit, enqueue_creates, machine, progress
+from ulid import ULID
+
+from bench.common import emit, machine, progress
 from store import Store
-from tests.harness import Service
+from tests.harness import Service, wait_for
 
 TARGET_IDLE_CPU_PERCENT = 2.0
 
@@ -41,14 +50,46 @@ def rss_mb(proc) -> float:
     return psutil.Process(proc.pid).memory_info().rss / 1e6
 
 
-def wait_steps(store: Store, n: int, timeout: float) -> float:
-    started = time.monotonic()
-    while store.steps.count() < n:
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"only {store.steps.count()} of {n} agents stepped in {timeout}s")
-        time.sleep(2)
-        progress(f"{store.steps.count()} / {n} agents have stepped")
-    return time.monotonic() - started
+def seed_paused(store: Store, n: int) -> None:
+    now = datetime.now(timezone.utc)
+    rows = [{"session_id": str(ULID()), "agent_id": str(ULID()), "moniker": "echo", "task": f"idle {i}",
+             "config": {"interval_s": 1.0}, "status": "paused", "status_reason": "user", "iteration": -1,
+             "next_step_token": "0", "state": {}, "created_at": now} for i in range(n)]
+    for k in range(0, n, 1000):
+        futures = [store.states.submit(row) for row in rows[k:k + 1000]]
+        for future in futures:
+            future.result()
+
+
+def rehydrated(log_dir: str) -> int | None:
+    """The count agents.py logs once rehydration is over, from its latest log."""
+    logs = sorted((f for f in os.listdir(log_dir) if f.startswith("agents.py")),
+                  key=lambda f: int(f.split(".")[2]))
+    with open(os.path.join(log_dir, logs[-1]), errors="replace") as f:
+        found = re.findall(r"rehydrated (\d+) sessions", f.read())
+    return int(found[-1]) if found else None
+
+
+def idle_agents(svc: Service, root: str, n: int, settle_s: float, cpu_s: float) -> dict:
+    rss_before = rss_mb(svc.agents)
+    svc.stop_agents()
+    store = Store(f"{root}/data/lancedb")
+    progress(f"seeding {n} paused sessions")
+    t0 = time.monotonic()
+    seed_paused(store, n)
+    seed_s = time.monotonic() - t0
+    store.close()
+    t0 = time.monotonic()
+    svc.start_agents()
+    count = wait_for(lambda: rehydrated(root) is not None and rehydrated(root), timeout=max(120.0, n * 0.1),
+                     interval=1.0, what="rehydration")
+    rehydrate_s = time.monotonic() - t0
+    time.sleep(settle_s)
+    rss_after = rss_mb(svc.agents)
+    return {"agents": n, "rehydrated": count, "seed_s": round(seed_s, 1), "rehydrate_s": round(rehydrate_s, 1),
+            "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
+            "kb_per_agent": round((rss_after - rss_before) * 1000 / n, 1),
+            "cpu_percent_holding_them": cpu_percent({"agents.py": svc.agents}, min(cpu_s, 20))["agents.py"]}
 
 
 def run(cpu_s: float, n: int, settle_s: float) -> dict:
@@ -59,21 +100,7 @@ def run(cpu_s: float, n: int, settle_s: float) -> dict:
             time.sleep(settle_s)
             cpu = cpu_percent({"agents.py": svc.agents, "app.py": svc.app}, cpu_s)
             result["idle_cpu_percent"] = cpu
-            rss_before = rss_mb(svc.agents)
-            store = Store(f"{root}/data/lancedb")
-            progress(f"creating {n} idle agents")
-            t0 = time.monotonic()
-            enqueue_creates(store, n, "echo", {"interval_s": 86_400})
-            enqueue_s = time.monotonic() - t0
-            all_stepped_s = wait_steps(store, n, timeout=max(120.0, n * 0.2))
-            time.sleep(settle_s)
-            rss_after = rss_mb(svc.agents)
-            result["idle_agents"] = {
-                "agents": n, "enqueue_s": round(enqueue_s, 1), "all_stepped_s": round(all_stepped_s, 1),
-                "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
-                "kb_per_agent": round((rss_after - rss_before) * 1000 / n, 1),
-                "cpu_percent_holding_them": cpu_percent({"agents.py": svc.agents}, min(cpu_s, 20))["agents.py"]}
-            store.close()
+            result["idle_agents"] = idle_agents(svc, root, n, settle_s, cpu_s)
         finally:
             svc.stop()
     result["target"] = {"idle_cpu_percent": TARGET_IDLE_CPU_PERCENT,
