@@ -6,4 +6,15 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# The browser test drives Debian's chromium (playwright cannot download browsers here).
+if [ ! -x /usr/bin/chromium ]; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+fi
+# The JS client test: node + socket.io-client 4.x from tests/js/package-lock.json.
+if ! command -v npm >/dev/null; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+(cd tests/js && npm ci --no-audit --no-fund --silent)
 exec .venv/bin/python -m pytest "$@"
