@@ -129,12 +129,12 @@ async def measure_naive(n_agents: int, seconds: float) -> dict:
 # ---- driver ---------------------------------------------------------------------
 
 
-async def per_step_single(fn) -> float:
-    result = await fn(1, 3.0)
+async def per_step_single(fn, seconds: float) -> float:
+    result = await fn(1, seconds)
     return round(1000 / max(result["steps_per_s"], 1e-9), 2)
 
 
-def run(counts: list[int], seconds: float) -> dict:
+def run(counts: list[int], seconds: float, single_s: float = 3.0) -> dict:
     result = {"benchmark": "peers", "machine": machine(), "seconds": seconds, "runs": []}
     for n in counts:
         progress(f"{n} agents: agentsvc")
@@ -145,9 +145,9 @@ def run(counts: list[int], seconds: float) -> dict:
         nv = asyncio.run(measure_naive(n, seconds))
         result["runs"].append({"agents": n, "agentsvc": ours, "langgraph": lg, "naive": nv})
     result["per_step_ms_single_agent"] = {
-        "agentsvc": round(1000 / max(measure_agentsvc(1, 3.0, warmup_s=1.0)["steps_per_s"], 1e-9), 2),
-        "langgraph": asyncio.run(per_step_single(measure_langgraph)),
-        "naive": asyncio.run(per_step_single(measure_naive))}
+        "agentsvc": round(1000 / max(measure_agentsvc(1, single_s, warmup_s=1.0)["steps_per_s"], 1e-9), 2),
+        "langgraph": asyncio.run(per_step_single(measure_langgraph, single_s)),
+        "naive": asyncio.run(per_step_single(measure_naive, single_s))}
     return result
 
 
@@ -158,8 +158,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args(argv)
     if args.quick:
-        args.agents, args.seconds = "3", 1.5
-    emit(run([int(x) for x in args.agents.split(",")], args.seconds))
+        args.agents, args.seconds = "3", 1.0
+    emit(run([int(x) for x in args.agents.split(",")], args.seconds, single_s=1.0 if args.quick else 3.0))
     return 0
 
 

@@ -1,0 +1,57 @@
+"""Every benchmark runs in its --quick mode and prints the JSON keys BENCHMARKS.md
+documents, so the benchmarks cannot rot unnoticed.  Each runs as its own
+process, exactly as its documented one command; all six start at once (they
+are mostly waiting) to keep the module near 60 s."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+EXPECTED = {
+    "bench_dispatch_latency": ["machine", "idle", "busy", "busy_steps_per_s", "target"],
+    "bench_step_throughput": ["machine", "runs", "target"],
+    "bench_query_latency": ["machine", "runs", "target"],
+    "bench_soak": ["machine", "series", "verdict"],
+    "bench_idle": ["machine", "idle_cpu_percent", "idle_agents", "target"],
+    "bench_peers": ["machine", "runs", "per_step_ms_single_agent"],
+}
+
+
+@pytest.fixture(scope="module")
+def quick_runs():
+    """name -> (returncode, stdout, stderr) of ``python -m bench.<name> --quick``."""
+    procs = {name: subprocess.Popen([sys.executable, "-m", f"bench.{name}", "--quick"], cwd=ROOT, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE) for name in EXPECTED}
+    out = {}
+    for name, proc in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        out[name] = (proc.returncode, stdout, stderr)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
+    code, stdout, stderr = quick_runs[name]
+    assert code == 0, stderr[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
+    missing = [key for key in EXPECTED[name] if key not in result]
+    assert not missing, f"{name} lacks {missing}: {result}"
+    if "runs" in result:
+        assert result["runs"] and all(run for run in result["runs"])
+    if name == "bench_step_throughput":
+        assert result["runs"][0]["steps_per_s"] > 0 and result["runs"][0]["step_commit_wait"]["n"] > 0
+    if name == "bench_dispatch_latency":
+        assert result["busy"]["dispatch"]["n"] > 0, "no handler times found in agents.py's log"
+    if name == "bench_soak":
+        assert result["series"] and "within_1_5x" in result["verdict"]
+    if name == "bench_peers":
+        run = result["runs"][0]
+        assert all(run[k]["steps_per_s"] > 0 for k in ("agentsvc", "langgraph", "naive"))
