@@ -9,12 +9,16 @@ import asyncio
 import logging
 import signal
 
+from prometheus_client import start_http_server
+
 import settings
 from monikers import default_registry
+from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
 from runtime.service import AgentService
 from store import Store
+from store.maintenance import Maintainer
 
 log = logging.getLogger("agents")
 
@@ -22,8 +26,19 @@ log = logging.getLogger("agents")
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     settings.add_storage_args(parser)
-    parser.add_argument("--poll-interval", type=float, default=settings.env_float("AGENTSVC_POLL_S", 0.1),
-                        help="longest wait between two polls when idle, seconds [AGENTSVC_POLL_S, 0.1]")
+    parser.add_argument("--watch-interval", type=float, default=settings.env_float("AGENTSVC_WATCH_S", 0.02),
+                        help="how often to check the queue for changes, seconds [AGENTSVC_WATCH_S, 0.02]")
+    parser.add_argument("--full-poll", type=float, default=settings.env_float("AGENTSVC_FULL_POLL_S", 5.0),
+                        help="query the queue at least this often even without a change signal, seconds "
+                             "[AGENTSVC_FULL_POLL_S, 5]")
+    parser.add_argument("--maintain-every-versions", type=int,
+                        default=settings.env_int("AGENTSVC_MAINTAIN_VERSIONS", 100),
+                        help="optimize a table after this many new versions, 0 = never "
+                             "[AGENTSVC_MAINTAIN_VERSIONS, 100]")
+    parser.add_argument("--keep-versions", type=float, default=settings.env_float("AGENTSVC_KEEP_VERSIONS_S", 120),
+                        help="seconds of old table versions kept for readers [AGENTSVC_KEEP_VERSIONS_S, 120]")
+    parser.add_argument("--metrics-port", type=int, default=settings.env_int("AGENTSVC_METRICS_PORT", 0),
+                        help="serve Prometheus metrics on 127.0.0.1:PORT, 0 = off [AGENTSVC_METRICS_PORT, 0]")
     parser.add_argument("--destroy-grace", type=float, default=settings.env_float("AGENTSVC_DESTROY_GRACE_S", 5.0),
                         help="how long destroy waits for a step before cancelling it [AGENTSVC_DESTROY_GRACE_S, 5]")
     parser.add_argument("--worker-id", default=None, help="id of this worker in action claims (default: host-pid-random)")
@@ -37,8 +52,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 async def serve(args: argparse.Namespace) -> None:
     store = Store(settings.db_uri(args), storage_options=settings.storage_options(args))
     monikers = default_registry()
+    maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
+                  if args.maintain_every_versions > 0 else None)
     service = AgentService(store, monikers, worker_id=args.worker_id, destroy_grace_s=args.destroy_grace,
-                           idle_poll_s=args.poll_interval)
+                           maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll)
+    if args.metrics_port:
+        metrics = RuntimeMetrics(service, store)
+        service.observers.add(metrics)
+        start_http_server(args.metrics_port, addr="127.0.0.1", registry=metrics.registry)
     relay = live_observers.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -7,8 +7,12 @@ concurrently.  An action is claimed (status ``processing``, with a lease) before
 it enters a lane and is finished as ``done`` or ``failed`` when its handler
 returns, whatever happens inside; it is never dispatched twice by this process.
 
-Polling adapts: right after finding work it polls again quickly, and when idle
-it backs off to ``idle_poll_s`` so an idle service costs little CPU.
+Polling is driven by a change signal: every ``watch_s`` the dispatcher reads the
+queue's change token (a directory mtime, ~30 us, on a local database) and runs
+the pending query only when it moved (some process appended, claimed or
+finished an action), right after it found work, or every ``full_poll_s`` as a
+safety net.  A control action is picked up
+within tens of milliseconds, and an idle service costs little CPU.
 """
 import asyncio
 import logging
@@ -23,15 +27,14 @@ log = logging.getLogger("runtime.dispatcher")
 
 class Dispatcher:
     def __init__(self, persist, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
-                 observers: Observers | None = None,
-                 busy_poll_s: float = 0.01, idle_poll_s: float = 0.1, batch: int = 100,
-                 lease_s: float = 60.0, release_every_s: float = 5.0):
+                 observers: Observers | None = None, watch_s: float = 0.02, full_poll_s: float = 5.0,
+                 batch: int = 100, lease_s: float = 60.0, release_every_s: float = 5.0):
         self.persist = persist
         self.handle = handle
         self.observers = observers or Observers()
         self.worker_id = worker_id
-        self.busy_poll_s = busy_poll_s
-        self.idle_poll_s = idle_poll_s
+        self.watch_s = watch_s
+        self.full_poll_s = full_poll_s
         self.batch = batch
         self.lease_s = lease_s
         self.release_every_s = release_every_s
@@ -41,22 +44,24 @@ class Dispatcher:
         self.applied = 0
 
     async def run(self, stopping: asyncio.Event) -> None:
-        delay = self.busy_poll_s
-        last_release = 0.0
+        seen_version, last_full, last_release, found = None, 0.0, 0.0, 0
         while not stopping.is_set():
+            now = time.monotonic()
             try:
-                if time.monotonic() - last_release > self.release_every_s:
-                    last_release = time.monotonic()
+                if now - last_release > self.release_every_s:
+                    last_release = now
                     released = await self.persist.release_expired_actions()
                     if released:
                         log.warning("released %d actions whose lease expired", released)
-                found = await self.poll_once()
+                version = self.persist.queue_change_token()
+                if found or version != seen_version or now - last_full > self.full_poll_s:
+                    seen_version, last_full = version, now  # read before querying: no change slips by
+                    found = await self.poll_once()
             except Exception:
                 log.exception("poll failed; retrying")
                 found = 0
-            delay = self.busy_poll_s if found else min(self.idle_poll_s, max(delay, self.busy_poll_s) * 2)
             try:
-                await asyncio.wait_for(stopping.wait(), timeout=delay)
+                await asyncio.wait_for(stopping.wait(), timeout=self.watch_s)
             except TimeoutError:
                 pass
 

@@ -55,5 +55,13 @@ class Persistence:
     async def release_expired_actions(self) -> int:
         return await self._queue(self.store.actions.release_expired)
 
+    def queue_change_token(self):
+        """Changes whenever any process commits to the queue; far cheaper than
+        the pending query (~5-20 ms), so the poller can look often."""
+        return self.store.actions.change_token()
+
+    async def run_maintenance(self, maintainer) -> list[dict]:
+        return await asyncio.to_thread(maintainer.run_due)
+
     async def release_processing_actions(self) -> int:
         return await self._queue(self.store.actions.release_all_processing)

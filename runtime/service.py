@@ -34,8 +34,11 @@ def new_worker_id() -> str:
 
 class AgentService:
     def __init__(self, store, monikers: MonikerRegistry, *, worker_id: str | None = None,
-                 destroy_grace_s: float = 5.0, **dispatcher_options):
+                 destroy_grace_s: float = 5.0, maintainer=None, maintain_every_s: float = 2.0,
+                 **dispatcher_options):
         self.persist = Persistence(store)
+        self.maintainer = maintainer  # store.maintenance.Maintainer, or None for no upkeep
+        self.maintain_every_s = maintain_every_s
         self.monikers = monikers
         self.sessions = SessionRegistry()
         self.observers = Observers()
@@ -51,10 +54,26 @@ class AgentService:
             log.warning("requeued %d actions left processing by a previous run", released)
         await self.rehydrate()
         log.info("worker %s polling for actions", self.worker_id)
+        upkeep = [asyncio.create_task(self._maintain(stopping), name="maintenance")] if self.maintainer else []
         try:
             await self.dispatcher.run(stopping)
         finally:
+            for task in upkeep:
+                task.cancel()
+            await asyncio.gather(*upkeep, return_exceptions=True)
             await self.shutdown()
+
+    async def _maintain(self, stopping: asyncio.Event) -> None:
+        """Compact and clean up tables in a worker thread, off the event loop."""
+        while not stopping.is_set():
+            try:
+                await self.persist.run_maintenance(self.maintainer)
+            except Exception:
+                log.exception("maintenance round failed")
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=self.maintain_every_s)
+            except TimeoutError:
+                pass
 
     async def rehydrate(self) -> int:
         count = 0

@@ -6,12 +6,14 @@ separate processes sharing one database, so every connection here re-checks the
 latest table version on each read (interval 0, a few ms a query).
 """
 import logging
+import os
 from datetime import timedelta
 
 import lancedb
 
 from store.actions import ActionQueue
 from store.conversations import Conversations
+from store.maintenance import ensure_indexes
 from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
 from store.steps import StepLog
@@ -31,8 +33,9 @@ class Store:
             storage_options=storage_options,
         )
         self.tables = {name: self._open_or_create(name, schema) for name, schema in TABLES.items()}
+        ensure_indexes(self.tables)
         self.writer = Writer(self.tables)
-        self.actions = ActionQueue(self.tables["actions"], self.writer)
+        self.actions = ActionQueue(self.tables["actions"], self.writer, self._local_dir("actions", "_versions"))
         self.states = StateTable(self.tables["agent_state"], self.writer)
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
@@ -50,6 +53,14 @@ class Store:
             except Exception as exc:  # another process declared it first
                 log.debug("primary key on %s: %s", name, exc)
         return table
+
+    def _local_dir(self, table: str, *parts: str) -> str | None:
+        """A folder of a table when the database is a local directory, else None."""
+        if "://" in self.uri and not self.uri.startswith("file://"):
+            return None
+        root = self.uri.removeprefix("file://")
+        path = os.path.join(root, f"{table}.lance", *parts)
+        return path if os.path.isdir(path) else None
 
     def close(self) -> None:
         """Commit whatever is queued, then stop the committer threads."""

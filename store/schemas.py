@@ -116,6 +116,16 @@ TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATIO
 # rows (FACTS.md: without it they do, every time).
 PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id"}
 
+# Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
+# status filter), BTREE for ids, cursors and ranges.  Rows appended after an
+# index was built are still found (scanned) until maintenance folds them in.
+INDEXES = {
+    "actions": [("status", "bitmap"), ("id", "btree"), ("session_id", "btree"), ("agent_id", "btree")],
+    "agent_state": [("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap")],
+    "agent_steps": [("session_id", "btree"), ("iteration", "btree"), ("agent_id", "btree"),
+                    ("created_at", "btree")],
+}
+
 JSON_COLUMNS = {
     "actions": {"payload"},
     "agent_state": {"config", "state", "result", "pending_guidance", "usage"},

@@ -18,6 +18,7 @@ committed before them.  Two rules from FACTS.md hold everywhere: empty changes
 are never committed, and nothing is written with ``mode="overwrite"``.
 """
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -28,6 +29,32 @@ import pyarrow as pa
 from store import codec
 
 log = logging.getLogger("store.writer")
+
+
+CONFLICT_ATTEMPTS = 6
+
+
+def is_conflict(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "conflict" in text or "retryable" in text
+
+
+def retry_conflicts(commit):
+    """Run ``commit`` again when another writer won the race for the same version.
+
+    Lance retries some conflicts itself but not all (an update racing another
+    process's update or a compaction can raise "Retryable commit conflict").
+    Retrying is safe here: appends are not yet written, and conditional updates
+    re-evaluate their filter against the new version.
+    """
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return commit()
+        except (RuntimeError, OSError, ValueError) as exc:
+            if attempt == CONFLICT_ATTEMPTS or not is_conflict(exc):
+                raise
+            log.info("commit conflict (attempt %d), retrying: %s", attempt, str(exc)[:200])
+            time.sleep(random.uniform(0.005, 0.02) * 2 ** attempt)
 
 
 class _Request:
@@ -101,10 +128,10 @@ class _TableCommitter:
             batch = pa.Table.from_pylist([codec.encode(self.name, r) for r in rows], schema=self.schema)
             with self.lock:
                 if kind == "append":
-                    self.table.add(batch)
+                    retry_conflicts(lambda: self.table.add(batch))
                 else:
-                    (self.table.merge_insert(group[0].key).when_matched_update_all()
-                     .when_not_matched_insert_all().execute(batch))
+                    retry_conflicts(lambda: self.table.merge_insert(group[0].key).when_matched_update_all()
+                                    .when_not_matched_insert_all().execute(batch))
         except Exception as exc:
             log.error("commit of %d %s rows to %s failed: %s", len(rows), kind, self.name, exc)
             for request in group:
@@ -183,8 +210,9 @@ class Writer:
         if not values:
             return 0
         committer = self._committers[table]
+        encoded = codec.encode(table, values)
         with committer.lock:
-            result = committer.table.update(where=where, values=codec.encode(table, values))
+            result = retry_conflicts(lambda: committer.table.update(where=where, values=encoded))
         self.stats.record(table, 1, result.rows_updated, 0.0)
         return result.rows_updated
 
@@ -193,15 +221,19 @@ class Writer:
         expressions are constants of the store, never input."""
         committer = self._committers[table]
         with committer.lock:
-            result = committer.table.update(where=where, values_sql=values_sql)
+            result = retry_conflicts(lambda: committer.table.update(where=where, values_sql=values_sql))
         self.stats.record(table, 1, result.rows_updated, 0.0)
         return result.rows_updated
 
     def delete(self, table: str, where: str) -> None:
         committer = self._committers[table]
         with committer.lock:
-            committer.table.delete(where)
+            retry_conflicts(lambda: committer.table.delete(where))
         self.stats.record(table, 1, 0, 0.0)
+
+    def table_lock(self, table: str):
+        """The lock held while this process commits to ``table`` (for maintenance)."""
+        return self._committers[table].lock
 
     def close(self) -> None:
         """Commit what is queued and stop the committer threads."""

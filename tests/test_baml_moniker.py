@@ -58,7 +58,7 @@ def llm(server, **extra) -> dict:
 
 
 async def _drive(store, sessions, timeout_s):
-    service = AgentService(store, default_registry(), idle_poll_s=0.02)
+    service = AgentService(store, default_registry(), watch_s=0.02)
     stopping = asyncio.Event()
     runner = asyncio.create_task(service.run(stopping))
     ids = []

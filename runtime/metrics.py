@@ -1,0 +1,61 @@
+"""Prometheus metrics of agents.py: steps, actions, commits and maintenance.
+
+Step and action counts come in through the observer hooks; the store's commit
+counters and the maintainer's work are read at scrape time by a collector, so
+neither store/ nor the maintainer knows about Prometheus.
+"""
+from datetime import datetime, timezone
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+class RuntimeMetrics:
+    def __init__(self, service, store):
+        self.registry = CollectorRegistry()
+        self.steps = Counter("agentsvc_steps_total", "persisted steps", ["status"], registry=self.registry)
+        self.step_seconds = Histogram("agentsvc_step_seconds", "time in the moniker per step",
+                                      registry=self.registry)
+        self.actions = Counter("agentsvc_actions_total", "finished actions", ["type", "outcome"],
+                               registry=self.registry)
+        self.action_seconds = Histogram("agentsvc_action_seconds", "accepted -> finished, per action",
+                                        buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30),
+                                        registry=self.registry)
+        self.registry.register(_StoreCollector(service, store))
+
+    async def step_persisted(self, snapshot: dict, step: dict) -> None:
+        self.steps.labels(step["status"]).inc()
+        if step.get("latency_ms") is not None:
+            self.step_seconds.observe(step["latency_ms"] / 1000)
+
+    async def action_finished(self, action: dict, ok: bool, error: str | None) -> None:
+        self.actions.labels(action.get("type") or "unknown", "done" if ok else "failed").inc()
+        created = action.get("created_at")
+        if isinstance(created, str):
+            accepted = datetime.fromisoformat(created.replace("Z", "+00:00"))
+            self.action_seconds.observe((datetime.now(timezone.utc) - accepted).total_seconds())
+
+
+class _StoreCollector:
+    def __init__(self, service, store):
+        self.service, self.store = service, store
+
+    def collect(self):
+        stats = self.store.writer.stats
+        yield CounterMetricFamily("agentsvc_commits", "LanceDB commits made by this process", value=stats.commits)
+        yield CounterMetricFamily("agentsvc_committed_writes", "writes those commits carried", value=stats.writes)
+        yield CounterMetricFamily("agentsvc_commit_seconds", "time spent committing", value=stats.commit_seconds)
+        sessions = GaugeMetricFamily("agentsvc_sessions", "live sessions by status", labels=["status"])
+        counts: dict[str, int] = {}
+        for agent in list(self.service.sessions.sessions.values()):
+            counts[agent.status] = counts.get(agent.status, 0) + 1
+        for status, n in counts.items():
+            sessions.add_metric([status], n)
+        yield sessions
+        maintainer = self.service.maintainer
+        if maintainer is not None:
+            yield CounterMetricFamily("agentsvc_maintenance_runs", "table optimizations", value=maintainer.runs)
+            yield CounterMetricFamily("agentsvc_maintenance_failures", "failed optimizations",
+                                      value=maintainer.failures)
+            yield CounterMetricFamily("agentsvc_maintenance_seconds", "time spent optimizing",
+                                      value=maintainer.seconds)
