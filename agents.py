@@ -7,12 +7,14 @@ Every option also reads an environment variable (shown in --help).
 import argparse
 import asyncio
 import logging
+import os
 import signal
 
 from prometheus_client import start_http_server
 
 import settings
 from monikers import default_registry
+from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
@@ -41,7 +43,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="serve Prometheus metrics on 127.0.0.1:PORT, 0 = off [AGENTSVC_METRICS_PORT, 0]")
     parser.add_argument("--destroy-grace", type=float, default=settings.env_float("AGENTSVC_DESTROY_GRACE_S", 5.0),
                         help="how long destroy waits for a step before cancelling it [AGENTSVC_DESTROY_GRACE_S, 5]")
-    parser.add_argument("--worker-id", default=None, help="id of this worker in action claims (default: host-pid-random)")
+    parser.add_argument("--worker-id", default=None,
+                        help="id of this worker (default: <host>-<n>, the first free slot under <data-dir>/workers)")
+    parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 15.0),
+                        help="a worker silent this long is dead; its sessions are taken over "
+                             "[AGENTSVC_DEAD_AFTER_S, 15]")
+    parser.add_argument("--pause-expiry", type=float, default=settings.env_float("AGENTSVC_PAUSE_EXPIRY_S", 7 * 86400),
+                        help="stop sessions paused longer than this, seconds [AGENTSVC_PAUSE_EXPIRY_S, 7 days]")
+    parser.add_argument("--retention", type=float, default=settings.env_float("AGENTSVC_RETENTION_S", 30 * 86400),
+                        help="remove finished sessions and their steps after this, seconds "
+                             "[AGENTSVC_RETENTION_S, 30 days]")
+    parser.add_argument("--max-attempts", type=int, default=settings.env_int("AGENTSVC_MAX_ATTEMPTS", 5),
+                        help="park an action as failed after this many claims [AGENTSVC_MAX_ATTEMPTS, 5]")
+    parser.add_argument("--log-prompts", action="store_true",
+                        default=os.environ.get("AGENTSVC_LOG_PROMPTS") == "1",
+                        help="log every LLM prompt and reply (BAML_LOG=info) [AGENTSVC_LOG_PROMPTS=1]")
     parser.add_argument("--events-url", default=live_observers.default_events_url(),
                         help="app.py to relay live events to, 'off' for none "
                              "[AGENTSVC_EVENTS_URL, http://127.0.0.1:$AGENTSVC_PORT]")
@@ -50,12 +66,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    store = Store(settings.db_uri(args), storage_options=settings.storage_options(args))
+    if args.log_prompts:
+        os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
+    uri = settings.db_uri(args)
+    store = Store(uri, storage_options=settings.storage_options(args))
+    identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
+        None if "://" in uri else args.data_dir)
     monikers = default_registry()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
-    service = AgentService(store, monikers, worker_id=args.worker_id, destroy_grace_s=args.destroy_grace,
-                           maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll)
+    service = AgentService(store, monikers, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
+                           maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
+                           dead_after_s=args.dead_after, max_attempts=args.max_attempts,
+                           monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention})
     if args.metrics_port:
         metrics = RuntimeMetrics(service, store)
         service.observers.add(metrics)

@@ -64,7 +64,7 @@ class StepQuery(Page):
     min_iteration: int | None = Field(None, ge=0, le=2**62)
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
-    status: Literal["ok", "done", "error"] | None = None
+    status: Literal["ok", "done", "error", "interrupted"] | None = None
 
 
 class CreateConversationRequest(Strict):

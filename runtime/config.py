@@ -6,6 +6,20 @@ Unknown config keys are allowed and handed to the moniker (``countdown`` reads
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class RetryPolicy(BaseModel):
+    """How often a failed step is tried again before it becomes an error step,
+    per class of failure, with exponential backoff and full jitter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    transient: int = Field(3, ge=0, le=20, description="errors marked transient, connection errors")
+    timeout: int = Field(0, ge=0, le=20, description="steps that ran past step_timeout_s")
+    invalid_output: int = Field(0, ge=0, le=20, description="frame_out that failed validation")
+    error: int = Field(0, ge=0, le=20, description="any other exception")
+    base_delay_s: float = Field(0.5, ge=0, le=600)
+    max_delay_s: float = Field(30.0, ge=0, le=3600)
+
+
 class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -14,6 +28,12 @@ class SessionConfig(BaseModel):
     max_runtime_s: float | None = Field(None, gt=0, le=365 * 86_400, description="finish after this long")
     stop_on_done: bool = Field(True, description="finish when the moniker says done")
     step_timeout_s: float = Field(300.0, gt=0, le=86_400, description="a step running longer is an error")
+    retries: RetryPolicy = Field(default_factory=RetryPolicy)
+    repeat_limit: int | None = Field(None, ge=2, le=10_000,
+                                     description="stop when the same text comes out this many times in a row")
+    budget_tokens: int | None = Field(None, ge=1, description="pause (reason budget) before tokens exceed this")
+    budget_cost: float | None = Field(None, gt=0, description="pause (reason budget) before cost exceeds this")
+    pause_expiry_s: float | None = Field(None, gt=0, description="stop when paused this long (default: service's)")
 
 
 class CreatePayload(BaseModel):

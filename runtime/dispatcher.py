@@ -11,8 +11,13 @@ Polling is driven by a change signal: every ``watch_s`` the dispatcher reads the
 queue's change token (a directory mtime, ~30 us, on a local database) and runs
 the pending query only when it moved (some process appended, claimed or
 finished an action), right after it found work, or every ``full_poll_s`` as a
-safety net.  A control action is picked up
-within tens of milliseconds, and an idle service costs little CPU.
+safety net.  A control action is picked up within tens of milliseconds, and
+an idle service costs little CPU.
+
+With several workers on one database, each applies only the actions of the
+sessions it owns (plus creates, and answers for finished or unknown sessions);
+an action claimed again and again (its worker keeps dying) is parked as failed
+after ``max_attempts``.
 """
 import asyncio
 import logging
@@ -27,10 +32,13 @@ log = logging.getLogger("runtime.dispatcher")
 
 class Dispatcher:
     def __init__(self, persist, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
-                 observers: Observers | None = None, watch_s: float = 0.02, full_poll_s: float = 5.0,
-                 batch: int = 100, lease_s: float = 60.0, release_every_s: float = 5.0):
+                 observers: Observers | None = None, owns: Callable[[str], object] = lambda session_id: None,
+                 watch_s: float = 0.02, full_poll_s: float = 5.0,
+                 batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5):
         self.persist = persist
         self.handle = handle
+        self.owns = owns  # session_id -> the live session if this worker runs it
+        self.max_attempts = max_attempts
         self.observers = observers or Observers()
         self.worker_id = worker_id
         self.watch_s = watch_s
@@ -68,38 +76,68 @@ class Dispatcher:
     async def poll_once(self) -> int:
         """Fetch, claim and route one batch; returns how many actions were dispatched."""
         pending = await self.persist.pending_actions(self.batch)
-        fresh = [a for a in pending if a["id"] not in self.in_flight]
+        fresh = await self._claimable([a for a in pending if a["id"] not in self.in_flight])
         if not fresh:
             return 0
         held = set(await self.persist.claim_actions([a["id"] for a in fresh], self.worker_id, self.lease_s))
         for action in fresh:  # already in priority, then acceptance order
-            if action["id"] in held:
-                self.in_flight.add(action["id"])
+            if action["id"] not in held:
+                continue
+            self.in_flight.add(action["id"])
+            if action.get("attempts", 0) + 1 > self.max_attempts:
+                self._route(action, park=True)
+            else:
                 self._route(action)
         return len(held)
 
-    def _route(self, action: dict) -> None:
+    async def _claimable(self, actions: list[dict]) -> list[dict]:
+        """The actions this worker may apply: creates, those of its own sessions,
+        and those of sessions no live worker runs (finished or unknown ones, to
+        be answered).  A live session of another worker is left to its owner; a
+        session whose create is still queued waits for it."""
+        mine, others = [], []
+        for action in actions:
+            session_id = action.get("session_id")
+            (mine if action.get("type") == "create" or not session_id or self.owns(session_id) else others).append(action)
+        if not others:
+            return mine
+        known = await self.persist.session_owners([a["session_id"] for a in others])
+        for action in others:
+            snapshot = known.get(action["session_id"])
+            if snapshot is None:
+                create = await self.persist.find_create(action["session_id"])
+                if create and create["status"] in ("pending", "processing"):
+                    continue
+                mine.append(action)
+            elif snapshot["status"] in ("stopped", "done", "error"):
+                mine.append(action)
+        order = {a["id"]: i for i, a in enumerate(actions)}
+        return sorted(mine, key=lambda a: order[a["id"]])
+
+    def _route(self, action: dict, park: bool = False) -> None:
         key = action.get("session_id") or action.get("agent_id") or action["id"]
         lane = self.lanes.get(key)
         if lane is None:
             lane = self.lanes[key] = asyncio.Queue()
             self.lane_tasks[key] = asyncio.create_task(self._serve_lane(key, lane), name=f"lane:{key}")
-        lane.put_nowait(action)
+        lane.put_nowait((action, park))
 
     async def _serve_lane(self, key: str, lane: asyncio.Queue) -> None:
         try:
             while not lane.empty():
-                await self._apply(lane.get_nowait())
+                await self._apply(*lane.get_nowait())
         finally:
             # No await between the emptiness check and removal: a new action
             # routed after this point creates a fresh lane.
             self.lanes.pop(key, None)
             self.lane_tasks.pop(key, None)
 
-    async def _apply(self, action: dict) -> None:
+    async def _apply(self, action: dict, park: bool = False) -> None:
         action_id = action["id"]
         started = time.perf_counter()
         try:
+            if park:  # claimed again and again: its handler or its worker keeps dying
+                raise ActionError(f"parked after {action.get('attempts', 0)} attempts")
             await self.handle(action)
             ok, error = True, None
         except ActionError as exc:

@@ -28,11 +28,13 @@ class ActionError(Exception):
 
 class Handlers:
     def __init__(self, sessions: SessionRegistry, monikers: MonikerRegistry, persist, *,
-                 observers: Observers | None = None, destroy_grace_s: float = 5.0):
+                 observers: Observers | None = None, destroy_grace_s: float = 5.0,
+                 session_options: dict | None = None):
         self.sessions = sessions
         self.monikers = monikers
         self.persist = persist
         self.observers = observers or Observers()
+        self.session_options = session_options or {}  # owner and heartbeat of the sessions we start
         self.destroy_grace_s = destroy_grace_s
         self.by_type = {"create": self.create, "pause": self.pause, "resume": self.resume,
                         "interrupt": self.interrupt, "destroy": self.destroy}
@@ -62,7 +64,8 @@ class Handlers:
             raise ActionError(f"invalid create payload: {exc.errors()[0]['msg']}") from None
         except UnknownMoniker:
             raise ActionError(f"unknown moniker {payload.get('moniker')!r}") from None
-        agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers, snapshot={
+        agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
+                             **self.session_options, snapshot={
             "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task,
             "config": spec.config.model_dump(), "status": "running", "iteration": -1,
             "next_step_token": moniker.initial_step, "state": {},
@@ -95,27 +98,41 @@ class Handlers:
         await agent.set_status("paused", "user")
 
     async def resume(self, action: dict, payload: dict) -> None:
+        """Resume a paused session (optionally raising its budget), or retry a failed one."""
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
-        if agent is not None and agent.status == "error":
-            await self._restart_after_error(agent)
+        failed = agent if agent is not None and agent.status == "error" else None
+        if failed is None and agent is None:
+            snapshot = await self.persist.load_snapshot(action["session_id"])
+            if snapshot and snapshot["status"] == "error":  # failed under another (or an earlier) worker
+                failed = snapshot
+        if failed is not None:
+            await self._restart_after_error(failed, payload)
             return
         agent = await self._live(action, "resume")
+        _raise_budget(agent.config, payload)
         if agent.status != "paused":
             return
         agent.request_resume()
         await agent.set_status("running", "user")
 
-    async def _restart_after_error(self, failed: SessionAgent) -> None:
+    async def _restart_after_error(self, failed, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
-        snapshot = dict(failed.snapshot(), status="running", status_reason="resumed_after_error")
-        agent = SessionAgent(snapshot=snapshot, moniker=failed.moniker, persist=self.persist,
-                             observers=self.observers)
+        old = failed.snapshot() if isinstance(failed, SessionAgent) else failed
+        snapshot = dict(old, status="running", status_reason="resumed_after_error")
+        try:
+            moniker = self.monikers.get(snapshot["moniker"])
+        except UnknownMoniker:
+            raise ActionError(f"moniker {snapshot['moniker']!r} is not installed") from None
+        agent = SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist,
+                             observers=self.observers, **self.session_options)
+        _raise_budget(agent.config, payload)
         await agent.save()
         self.sessions.add(agent)
         agent.start()
         log.info("session %s restarted after error at iteration %d", agent.session_id, agent.iteration + 1)
 
     async def interrupt(self, action: dict, payload: dict) -> None:
+        """Queue guidance for the next step (kept durably until a step uses it)."""
         guidance = payload.get("guidance")
         if not isinstance(guidance, str) or not guidance.strip() or len(guidance) > MAX_GUIDANCE:
             raise ActionError(f"guidance must be a non-empty string of at most {MAX_GUIDANCE} characters")
@@ -144,3 +161,14 @@ class Handlers:
                 await asyncio.gather(agent.runner, return_exceptions=True)
         if agent.status == "stopping":  # not finished on its own meanwhile
             await agent.set_status("stopped", "destroyed")
+
+
+def _raise_budget(config, payload: dict) -> None:
+    """A resume may carry a higher budget (``budget_tokens``/``budget_cost``)."""
+    for key in ("budget_tokens", "budget_cost"):
+        value = payload.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ActionError(f"{key} must be a positive number")
+        setattr(config, key, int(value) if key == "budget_tokens" else float(value))

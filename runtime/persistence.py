@@ -63,5 +63,32 @@ class Persistence:
     async def run_maintenance(self, maintainer) -> list[dict]:
         return await asyncio.to_thread(maintainer.run_due)
 
-    async def release_processing_actions(self) -> int:
-        return await self._queue(self.store.actions.release_all_processing)
+    async def release_claims_of(self, worker_ids) -> int:
+        return await self._queue(self.store.actions.release_claims_of, worker_ids)
+
+    async def claimants(self) -> set[str]:
+        return await self._queue(self.store.actions.claimants)
+
+    async def find_create(self, session_id: str) -> dict | None:
+        return await self._queue(self.store.actions.find_create, session_id=session_id)
+
+    # workers and ownership
+    async def heartbeat(self, worker_id: str, status: str = "running") -> None:
+        await asyncio.wrap_future(self.store.workers.submit_beat(worker_id, status))
+
+    async def alive_workers(self, dead_after_s: float) -> set[str]:
+        return await self._queue(self.store.workers.alive, dead_after_s)
+
+    async def session_owners(self, session_ids) -> dict[str, dict]:
+        return await self._queue(self.store.states.get_many, session_ids)
+
+    async def adopt_session(self, session_id: str, new_owner: str, expected_owner: str | None) -> bool:
+        return await asyncio.to_thread(self.store.states.adopt, session_id, new_owner, expected_owner)
+
+    # retention
+    async def finished_sessions_before(self, when) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.finished_before, when)
+
+    async def delete_sessions(self, session_ids: list[str]) -> None:
+        await asyncio.to_thread(self.store.steps.delete_sessions, session_ids)
+        await asyncio.to_thread(self.store.states.delete_sessions, session_ids)

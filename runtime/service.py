@@ -1,24 +1,29 @@
-"""The agent service: recover, rehydrate, dispatch, and shut down cleanly.
+"""The agent service: adopt sessions, dispatch actions, keep watch, shut down cleanly.
 
-Start-up reads like the crash story it has to survive:
-1. actions left ``processing`` by a dead worker go back to ``pending``;
-2. sessions whose snapshot says running, paused or stopping are rebuilt from
-   their snapshot, reconciled with their newest step, and resumed at
-   next_step_token with iteration + 1 (paused ones stay paused);
-3. the dispatcher starts polling.
+Several agents.py workers may share one database.  Each session is *owned* by
+one worker (``agent_state.owner``), which alone runs it and applies its
+actions.  Workers announce themselves with a heartbeat; a worker whose
+heartbeat goes stale is dead, and then:
+1. what it had claimed from the queue goes back to ``pending``;
+2. its sessions (running, paused or stopping) are *adopted* by a live worker
+   (one conditional update decides who), reconciled with their newest step
+   and resumed at next_step_token with iteration + 1 (paused ones stay paused;
+   a step that was in flight is recorded as interrupted).
+A restarted worker gets its old id back (see runtime/identity.py) and so
+resumes its own sessions at once instead of waiting for its heartbeat to age.
+
 Shutdown stops polling, lets in-flight actions finish, then cancels the
 runners *without* touching their persisted status, so a restart resumes them.
 """
 import asyncio
 import logging
-import os
-import socket
 
 from ulid import ULID
 
 from monikers.registry import MonikerRegistry, UnknownMoniker
 from runtime.dispatcher import Dispatcher
 from runtime.handlers import Handlers
+from runtime.monitor import HealthMonitor
 from runtime.observers import Observers
 from runtime.persistence import Persistence
 from runtime.registry import SessionRegistry
@@ -27,41 +32,113 @@ from runtime.session import SessionAgent
 log = logging.getLogger("runtime.service")
 
 
-def new_worker_id() -> str:
-    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:40] or "host"
-    return f"{host}-{os.getpid()}-{str(ULID())[-6:]}"
-
-
 class AgentService:
     def __init__(self, store, monikers: MonikerRegistry, *, worker_id: str | None = None,
                  destroy_grace_s: float = 5.0, maintainer=None, maintain_every_s: float = 2.0,
-                 **dispatcher_options):
+                 heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
+                 session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, **dispatcher_options):
         self.persist = Persistence(store)
-        self.maintainer = maintainer  # store.maintenance.Maintainer, or None for no upkeep
-        self.maintain_every_s = maintain_every_s
         self.monikers = monikers
         self.sessions = SessionRegistry()
         self.observers = Observers()
-        self.worker_id = worker_id or new_worker_id()
+        self.worker_id = worker_id or f"worker-{str(ULID()).lower()}"
+        self.maintainer = maintainer  # store.maintenance.Maintainer, or None for no upkeep
+        self.maintain_every_s = maintain_every_s
+        self.heartbeat_s, self.dead_after_s, self.adopt_every_s = heartbeat_s, dead_after_s, adopt_every_s
+        self.session_options = {"owner": self.worker_id, "heartbeat_s": session_heartbeat_s}
         self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
-                                 destroy_grace_s=destroy_grace_s)
+                                 destroy_grace_s=destroy_grace_s, session_options=self.session_options)
         self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
-                                     observers=self.observers, **dispatcher_options)
+                                     observers=self.observers, owns=self.sessions.get, **dispatcher_options)
+        self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
 
     async def run(self, stopping: asyncio.Event) -> None:
-        released = await self.persist.release_processing_actions()
-        if released:
-            log.warning("requeued %d actions left processing by a previous run", released)
-        await self.rehydrate()
+        await self.persist.heartbeat(self.worker_id)
+        await self.adopt()
         log.info("worker %s polling for actions", self.worker_id)
-        upkeep = [asyncio.create_task(self._maintain(stopping), name="maintenance")] if self.maintainer else []
+        chores = [asyncio.create_task(self._keep_alive(stopping), name="heartbeat"),
+                  asyncio.create_task(self.monitor.run(stopping), name="monitor")]
+        if self.maintainer:
+            chores.append(asyncio.create_task(self._maintain(stopping), name="maintenance"))
         try:
             await self.dispatcher.run(stopping)
         finally:
-            for task in upkeep:
+            for task in chores:
                 task.cancel()
-            await asyncio.gather(*upkeep, return_exceptions=True)
+            await asyncio.gather(*chores, return_exceptions=True)
             await self.shutdown()
+
+    # ---- ownership ------------------------------------------------------
+
+    async def adopt(self) -> int:
+        """Release dead workers' claims and take over sessions nobody alive runs."""
+        alive = await self.persist.alive_workers(self.dead_after_s) | {self.worker_id}
+        dead = await self.persist.claimants() - alive
+        if dead and (released := await self.persist.release_claims_of(dead)):
+            log.warning("requeued %d actions claimed by dead workers %s", released, sorted(dead))
+        adopted = 0
+        for snapshot in await self.persist.resumable_snapshots():
+            session_id, owner = snapshot["session_id"], snapshot.get("owner")
+            if self.sessions.get(session_id) or (owner in alive and owner != self.worker_id):
+                continue
+            try:
+                if owner != self.worker_id and not await self.persist.adopt_session(session_id, self.worker_id,
+                                                                                   owner):
+                    continue  # another worker won this one
+                if await self._resume(snapshot):
+                    adopted += 1
+            except Exception:
+                log.exception("session %s could not be adopted", session_id)
+        if adopted:
+            log.info("worker %s resumed %d sessions", self.worker_id, adopted)
+        return adopted
+
+    async def _resume(self, snapshot: dict) -> bool:
+        session_id = snapshot["session_id"]
+        snapshot, interrupted = SessionAgent.reconcile(snapshot, await self.persist.latest_step(session_id))
+        try:
+            moniker = self.monikers.get(snapshot["moniker"])
+        except UnknownMoniker:
+            snapshot.update(status="error", status_reason="rehydrate", owner=self.worker_id,
+                            last_error=f"moniker {snapshot['moniker']!r} is not installed")
+            await self.persist.save_snapshot(snapshot)
+            log.error("session %s: moniker %s not installed", session_id, snapshot["moniker"])
+            return False
+        if interrupted:
+            await self.persist.append_step(interrupted)
+            log.warning("session %s: step %d was interrupted by a dead worker; recorded", session_id,
+                        interrupted["iteration"])
+        if snapshot["status"] == "stopping":  # died while being destroyed: finish the destroy
+            snapshot.update(status="stopped", status_reason="destroyed")
+        agent = SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist, observers=self.observers,
+                             **self.session_options)
+        await agent.save()
+        self.sessions.add(agent)
+        if agent.finished:
+            return False
+        agent.start()
+        log.info("session %s resumed status=%s next iteration %d agent=%s", session_id, agent.status,
+                 agent.iteration + 1, agent.agent_id)
+        return True
+
+    # ---- chores ---------------------------------------------------------
+
+    async def _keep_alive(self, stopping: asyncio.Event) -> None:
+        """Heartbeat every ``heartbeat_s``; look for orphaned sessions every ``adopt_every_s``."""
+        loop = asyncio.get_running_loop()
+        last_adopt = loop.time()
+        while not stopping.is_set():
+            try:
+                await self.persist.heartbeat(self.worker_id)
+                if loop.time() - last_adopt >= self.adopt_every_s:
+                    last_adopt = loop.time()
+                    await self.adopt()
+            except Exception:
+                log.exception("heartbeat/adoption round failed")
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=self.heartbeat_s)
+            except TimeoutError:
+                pass
 
     async def _maintain(self, stopping: asyncio.Event) -> None:
         """Compact and clean up tables in a worker thread, off the event loop."""
@@ -75,45 +152,15 @@ class AgentService:
             except TimeoutError:
                 pass
 
-    async def rehydrate(self) -> int:
-        count = 0
-        for snapshot in await self.persist.resumable_snapshots():
-            try:
-                if await self._rehydrate_one(snapshot):
-                    count += 1
-            except Exception:
-                log.exception("session %s could not be rehydrated", snapshot.get("session_id"))
-        log.info("rehydrated %d sessions", count)
-        return count
-
-    async def _rehydrate_one(self, snapshot: dict) -> bool:
-        session_id = snapshot["session_id"]
-        snapshot = SessionAgent.reconcile(snapshot, await self.persist.latest_step(session_id))
-        try:
-            moniker = self.monikers.get(snapshot["moniker"])
-        except UnknownMoniker:
-            snapshot.update(status="error", status_reason="rehydrate",
-                            last_error=f"moniker {snapshot['moniker']!r} is not installed")
-            await self.persist.save_snapshot(snapshot)
-            log.error("session %s: moniker %s not installed", session_id, snapshot["moniker"])
-            return False
-        if snapshot["status"] == "stopping":  # died while being destroyed: finish the destroy
-            snapshot.update(status="stopped", status_reason="destroyed")
-        agent = SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist, observers=self.observers)
-        await agent.save()
-        self.sessions.add(agent)
-        if agent.finished:
-            return False
-        agent.start()
-        log.info("session %s rehydrated status=%s next iteration %d agent=%s", session_id, agent.status,
-                 agent.iteration + 1, agent.agent_id)
-        return True
-
     async def shutdown(self, drain_s: float = 5.0) -> None:
         await self.dispatcher.drain(drain_s)
         runners = [a.runner for a in self.sessions.running()]
         for runner in runners:
             runner.cancel()
         await asyncio.gather(*runners, return_exceptions=True)
+        try:
+            await self.persist.heartbeat(self.worker_id, status="stopped")
+        except Exception:
+            log.exception("could not record this worker as stopped")
         log.info("worker %s stopped; %d runners cancelled, their sessions resume on restart",
                  self.worker_id, len(runners))

@@ -1,45 +1,53 @@
 """One agent session: the StepFrame runner loop and its persisted snapshot.
 
-Each iteration: build frame_in {step, state, guidance?} -> call the moniker ->
-validate frame_out -> append the step row -> save the snapshot -> continue with
-next_step and iteration + 1, until done, a limit, stop, or an error.
+Each iteration: build frame_in {step, state, guidance?} -> call the moniker
+(with timeout, heartbeats and retries, see :mod:`runtime.stepcall`) -> append
+the step row -> save the snapshot -> continue with next_step and iteration + 1,
+until done, a limit, a budget, stop, or an error.
 
 Order of writes matters for crash safety: the step row is appended *before* the
 snapshot is saved.  A crash between the two leaves a step newer than the
-snapshot, which :meth:`SessionAgent.from_snapshot` reconciles on restart, so an
-iteration is never run twice nor skipped.
+snapshot, which :meth:`SessionAgent.reconcile` repairs on restart, so an
+iteration is never run twice nor skipped.  A step that ran long enough to be
+marked in flight (``step_started_at``) and whose worker then died is recorded
+as ``interrupted`` by :meth:`SessionAgent.reconcile`, and the next step is told.
 """
 import asyncio
 import logging
 import time
 from datetime import datetime, timezone
 
-from pydantic import ValidationError
-
-from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
-from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
+from monikers.frame import FrameIn, Moniker, StepContext
+from runtime import limits
 from runtime import usage as usage_math
+from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from runtime.config import SessionConfig
 from runtime.observers import Observers
+from runtime.stepcall import call_moniker
 
 log = logging.getLogger("runtime.session")
 
 TERMINAL = ("stopped", "done", "error")
 RAW_KEEP = 4000  # characters of a bad moniker output kept for debugging
+INTERRUPTED_NOTE = ("The previous attempt at step {step!r} was interrupted when its worker stopped; "
+                    "its outcome is unknown. Check before repeating anything it may already have done.")
 
 
 class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
-    def __init__(self, *, snapshot: dict, moniker: Moniker, persist, observers: Observers | None = None):
+    def __init__(self, *, snapshot: dict, moniker: Moniker, persist, observers: Observers | None = None,
+                 owner: str | None = None, heartbeat_s: float = 5.0):
         super().__init__()
         self.moniker = moniker
         self.persist = persist
         self.observers = observers or Observers()
+        self.heartbeat_s = heartbeat_s
         self.config = SessionConfig.model_validate(snapshot.get("config") or {})
         self.agent_id: str = snapshot["agent_id"]
         self.session_id: str = snapshot["session_id"]
         self.task_text: str = snapshot.get("task") or ""
         self.status: str = snapshot["status"]
         self.status_reason: str | None = snapshot.get("status_reason")
+        self.status_changed_at = _as_datetime(snapshot.get("status_changed_at") or snapshot.get("created_at"))
         self.iteration: int = snapshot["iteration"]
         self.step_token: str | None = snapshot.get("step_token")
         self.next_step_token: str = snapshot.get("next_step_token") or moniker.initial_step
@@ -50,57 +58,59 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.usage = snapshot.get("usage")
         self.last_error: str | None = snapshot.get("last_error")
         self.created_at = _as_datetime(snapshot.get("created_at"))
+        self.owner = owner or snapshot.get("owner")
+        self.step_started_at: datetime | None = None  # set while a long step is in flight
+        self.heartbeat_at: datetime | None = None
+        self.last_step_usage: dict | None = None
+        self.repetition = limits.RepetitionWatch(self.config.repeat_limit)
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id")}
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         if self.status == "paused":
             self.request_pause()
 
+    # ---- recovery -------------------------------------------------------
+
     @classmethod
-    def reconcile(cls, snapshot: dict, latest_step: dict | None) -> dict:
-        """Bring a snapshot up to its newest persisted step (a crash can land
-        between appending a step and saving the snapshot)."""
-        if not latest_step or latest_step["iteration"] <= snapshot["iteration"]:
-            return snapshot
-        fixed = dict(snapshot, iteration=latest_step["iteration"],
-                     usage=usage_math.accumulate(snapshot.get("usage"), latest_step.get("usage")))
-        if latest_step["status"] == "error":
-            fixed.update(status="error", last_error=latest_step.get("error"), status_reason="error")
-            return fixed
-        used = {g.get("action_id") for g in (latest_step.get("guidance") or []) if isinstance(g, dict)}
-        fixed.update(
-            step_token=latest_step.get("step_token"),
-            next_step_token=latest_step.get("next_step_token"),
-            state=latest_step.get("state") or {},
-            result={"text": latest_step.get("text"), "data": latest_step.get("data")},
-            pending_guidance=[g for g in (snapshot.get("pending_guidance") or []) if g.get("action_id") not in used],
-        )
-        if latest_step["status"] == "done" and SessionConfig.model_validate(snapshot.get("config") or {}).stop_on_done:
-            fixed.update(status="done", status_reason="done")
-        return fixed
+    def reconcile(cls, snapshot: dict, latest_step: dict | None) -> tuple[dict, dict | None]:
+        """Bring a snapshot up to its newest persisted step, and say what to
+        record for a step that was in flight when its worker died.
+
+        Returns the repaired snapshot and, when a step was interrupted, the
+        step row to append for it (its iteration is then used up).
+        """
+        snapshot = dict(snapshot)
+        if latest_step and latest_step["iteration"] > snapshot["iteration"]:
+            snapshot = _caught_up(snapshot, latest_step)
+        if not snapshot.get("step_started_at") or snapshot["status"] in TERMINAL:
+            return snapshot, None
+        iteration = snapshot["iteration"] + 1
+        step = snapshot.get("next_step_token")
+        interrupted = {
+            "agent_id": snapshot["agent_id"], "session_id": snapshot["session_id"], "iteration": iteration,
+            "step_token": step, "next_step_token": step, "status": "interrupted", "state": snapshot.get("state"),
+            "guidance": snapshot.get("pending_guidance") or None, "attempts": 1,
+            "error": f"worker stopped during this step (in flight since {snapshot['step_started_at']}); "
+                     "outcome unknown",
+        }
+        note = {"action_id": f"interrupted-{snapshot['session_id']}-{iteration}",
+                "text": INTERRUPTED_NOTE.format(step=step), "source": {"kind": "interrupted_step"}}
+        snapshot.update(iteration=iteration, step_started_at=None, heartbeat_at=None,
+                        pending_guidance=[*(snapshot.get("pending_guidance") or []), note])
+        return snapshot, interrupted
 
     # ---- snapshot -------------------------------------------------------
 
     def snapshot(self) -> dict:
         return {
-            "session_id": self.session_id,
-            "agent_id": self.agent_id,
-            "moniker": self.moniker.name,
-            "task": self.task_text,
-            "config": self.config.model_dump(),
-            "status": self.status,
-            "status_reason": self.status_reason,
-            "iteration": self.iteration,
-            "step_token": self.step_token,
-            "next_step_token": self.next_step_token,
-            "state": self.state,
-            "result": self.result,
-            "pending_guidance": self.pending_guidance,
-            "conversation_id": self.conversation_id,
-            "usage": self.usage,
-            "last_error": self.last_error,
-            "created_at": self.created_at,
-            **self.extra,
+            "session_id": self.session_id, "agent_id": self.agent_id, "moniker": self.moniker.name,
+            "task": self.task_text, "config": self.config.model_dump(), "status": self.status,
+            "status_reason": self.status_reason, "status_changed_at": self.status_changed_at,
+            "iteration": self.iteration, "step_token": self.step_token, "next_step_token": self.next_step_token,
+            "state": self.state, "result": self.result, "pending_guidance": self.pending_guidance,
+            "conversation_id": self.conversation_id, "usage": self.usage, "last_error": self.last_error,
+            "created_at": self.created_at, "owner": self.owner, "step_started_at": self.step_started_at,
+            "heartbeat_at": self.heartbeat_at, **self.extra,
         }
 
     async def save(self) -> None:
@@ -112,9 +122,14 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.observers.notify("snapshot_saved", snapshot)
 
     async def set_status(self, status: str, reason: str | None = None) -> None:
-        self.status, self.status_reason = status, reason
+        self._set_status(status, reason)
         await self.save()
         log.info("session %s status=%s reason=%s agent=%s", self.session_id, status, reason, self.agent_id)
+
+    def _set_status(self, status: str, reason: str | None) -> None:
+        if (status, reason) != (self.status, self.status_reason):
+            self.status_changed_at = datetime.now(timezone.utc)
+        self.status, self.status_reason = status, reason
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -134,10 +149,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                 await self.wait_while_paused()
                 if self.stop_requested:
                     return
-                reason = self._limit_reached()
-                if reason:
-                    await self.set_status("done", reason)
-                    return
+                if await self._must_wait():
+                    continue
                 if not await self._step_once() or self.finished:
                     return
                 await self.sleep(self.config.interval_s)
@@ -151,14 +164,19 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             except Exception:
                 log.exception("session %s could not record its error", self.session_id)
 
-    def _limit_reached(self) -> str | None:
-        if self.config.max_steps is not None and self.iteration + 1 >= self.config.max_steps:
-            return "max_steps"
-        if self.config.max_runtime_s is not None:
-            elapsed = (datetime.now(timezone.utc) - self.created_at).total_seconds()
-            if elapsed >= self.config.max_runtime_s:
-                return "max_runtime"
-        return None
+    async def _must_wait(self) -> bool:
+        """Finish on a limit, or pause on a budget; True when no step may run now."""
+        reason = limits.limit_reached(self.config, self.iteration, self.created_at)
+        if reason:
+            await self.set_status("done", reason)
+            return True
+        budget = limits.over_budget(self.config, self.usage, self.last_step_usage)
+        if budget:
+            self.request_pause()
+            self.last_error = f"budget: {budget}"
+            await self.set_status("paused", "budget")
+            return True
+        return False
 
     # ---- one step -------------------------------------------------------
 
@@ -171,59 +189,88 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
                           iteration=iteration, config=self.config.model_dump())
         started = time.perf_counter()
-        raw, error = None, None
-        try:
-            raw = await asyncio.wait_for(self.moniker.step(frame_in, ctx), self.config.step_timeout_s)
-            out = raw if isinstance(raw, FrameOut) else FrameOut.model_validate(raw)
-        except TimeoutError:
-            error = f"step timed out after {self.config.step_timeout_s}s"
-        except ValidationError as exc:
-            error = f"invalid frame_out: {exc.error_count()} error(s): " + "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors()[:5])
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            raw = getattr(exc, "raw_output", None)
-        latency_ms = (time.perf_counter() - started) * 1000
-        step_usage = usage_math.summarize(ctx.usage_calls)
-        self.usage = usage_math.accumulate(self.usage, step_usage)
-        if error:
-            await self._record_error(iteration, frame_in, guidance, error, raw, latency_ms, step_usage)
+        outcome = await call_moniker(self.moniker, frame_in, ctx, timeout_s=self.config.step_timeout_s,
+                                     policy=self.config.retries, heartbeat_s=self.heartbeat_s,
+                                     on_long_step=self._long_step)
+        row = {"agent_id": self.agent_id, "session_id": self.session_id, "iteration": iteration,
+               "guidance": guidance or None, "latency_ms": (time.perf_counter() - started) * 1000,
+               "usage": usage_math.summarize(ctx.usage_calls), "attempts": outcome.attempts}
+        self.usage = usage_math.accumulate(self.usage, row["usage"])
+        self.last_step_usage = row["usage"]
+        self.step_started_at = self.heartbeat_at = None
+        if outcome.error:
+            await self._record_error(row, frame_in, outcome)
             return False
+        out = outcome.out
         stored = await self.persist.append_step({
-            "agent_id": self.agent_id, "session_id": self.session_id, "iteration": iteration,
-            "step_token": out.step, "next_step_token": out.next_step,
-            "status": "done" if out.done else "ok", "text": out.text, "data": out.data,
-            "state": out.state, "guidance": guidance or None, "notes": out.notes,
-            "latency_ms": latency_ms, "error": None, "usage": step_usage,
-        })
+            **row, "step_token": out.step, "next_step_token": out.next_step,
+            "status": "done" if out.done else "ok", "text": out.text, "data": out.data, "state": out.state,
+            "notes": _with_retries(out.notes, outcome.retried), "error": None})
         self.iteration, self.step_token, self.next_step_token = iteration, out.step, out.next_step
         self.state, self.result = out.state, {"text": out.text, "data": out.data}
         self.consume_guidance(guidance)
         await self.observers.notify("step_persisted", self.snapshot(), stored)
-        if out.done and self.config.stop_on_done:
-            self.status, self.status_reason = "done", "done"
-        elif self._limit_reached() == "max_steps":
-            self.status, self.status_reason = "done", "max_steps"
+        self._finish_if_over(out.done, out.text)
         await self.save()
-        log.debug("session %s step %d ok in %.1f ms", self.session_id, iteration, latency_ms)
         if self.finished:
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
         return True
 
-    async def _record_error(self, iteration, frame_in, guidance, error, raw, latency_ms, step_usage) -> None:
+    def _finish_if_over(self, done: bool, text: str | None) -> None:
+        if done and self.config.stop_on_done:
+            self._set_status("done", "done")
+        elif limits.limit_reached(self.config, self.iteration, self.created_at) == "max_steps":
+            self._set_status("done", "max_steps")
+        elif self.repetition.repeated(text):
+            self.last_error = f"the same output came {self.config.repeat_limit} times in a row"
+            self._set_status("stopped", "repetition")
+
+    async def _long_step(self, started: float) -> None:
+        """Heartbeat: this session has a step in flight and its worker is alive."""
+        self.step_started_at = self.step_started_at or datetime.fromtimestamp(started, timezone.utc)
+        self.heartbeat_at = datetime.now(timezone.utc)
+        await self.save()
+
+    async def _record_error(self, row: dict, frame_in: FrameIn, outcome) -> None:
         """An error takes its iteration number (no gap) and ends the session;
         guidance stays queued because the moniker never acted on it."""
-        log.warning("session %s step %d failed agent=%s: %s", self.session_id, iteration, self.agent_id, error)
+        log.warning("session %s step %d failed (%s) agent=%s: %s", self.session_id, row["iteration"],
+                    outcome.error_class, self.agent_id, outcome.error)
         stored = await self.persist.append_step({
-            "agent_id": self.agent_id, "session_id": self.session_id, "iteration": iteration,
-            "step_token": frame_in.step, "next_step_token": frame_in.step, "status": "error",
-            "text": None, "data": {"raw": _raw_text(raw)} if raw is not None else None,
-            "state": self.state, "guidance": guidance or None, "notes": None,
-            "latency_ms": latency_ms, "error": error, "usage": step_usage,
-        })
-        self.iteration, self.last_error = iteration, error
+            **row, "step_token": frame_in.step, "next_step_token": frame_in.step, "status": "error",
+            "text": None, "data": {"raw": _raw_text(outcome.raw)} if outcome.raw is not None else None,
+            "state": self.state, "notes": _with_retries(None, outcome.retried), "error": outcome.error})
+        self.iteration, self.last_error = row["iteration"], outcome.error
         await self.observers.notify("step_persisted", self.snapshot(), stored)
-        await self.set_status("error", "step_failed")
+        await self.set_status("error", f"step_failed:{outcome.error_class}")
+
+
+def _caught_up(snapshot: dict, latest_step: dict) -> dict:
+    """The snapshot as it would have been saved right after ``latest_step``."""
+    fixed = dict(snapshot, iteration=latest_step["iteration"],
+                 usage=usage_math.accumulate(snapshot.get("usage"), latest_step.get("usage")))
+    if latest_step["status"] in ("error", "interrupted"):
+        if latest_step["status"] == "error":
+            fixed.update(status="error", last_error=latest_step.get("error"), status_reason="step_failed")
+        fixed.update(step_started_at=None)
+        return fixed
+    used = {g.get("action_id") for g in (latest_step.get("guidance") or []) if isinstance(g, dict)}
+    fixed.update(
+        step_token=latest_step.get("step_token"), next_step_token=latest_step.get("next_step_token"),
+        state=latest_step.get("state") or {}, step_started_at=None,
+        result={"text": latest_step.get("text"), "data": latest_step.get("data")},
+        pending_guidance=[g for g in (snapshot.get("pending_guidance") or []) if g.get("action_id") not in used],
+    )
+    if latest_step["status"] == "done" and SessionConfig.model_validate(snapshot.get("config") or {}).stop_on_done:
+        fixed.update(status="done", status_reason="done")
+    return fixed
+
+
+def _with_retries(notes: str | None, retried: list[str]) -> str | None:
+    if not retried:
+        return notes
+    tried = f"[retried {len(retried)}x: " + " | ".join(retried) + "]"
+    return f"{notes} {tried}" if notes else tried
 
 
 def _raw_text(raw) -> str:

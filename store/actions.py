@@ -117,11 +117,20 @@ class ActionQueue:
             return 0  # an update that matches nothing still commits a version
         return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
 
-    def release_all_processing(self) -> int:
-        """Single-worker recovery at start: whatever was processing belonged to a dead worker."""
-        if self.table.count_rows(PROCESSING) == 0:
+    def release_claims_of(self, worker_ids) -> int:
+        """Put back what dead workers had claimed but not finished."""
+        worker_ids = list(worker_ids)
+        if not worker_ids:
             return 0
-        return self.writer.update(self.name, PROCESSING, {"status": "pending", "claimed_by": None, "lease_until": None})
+        where = filters.all_of(PROCESSING, filters.in_ids("claimed_by", worker_ids))
+        if self.table.count_rows(where) == 0:
+            return 0
+        return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
+
+    def claimants(self) -> set[str]:
+        """Workers holding actions in processing."""
+        return {r["claimed_by"] for r in query.rows(self.table, self.name, PROCESSING, columns=["claimed_by"])
+                if r["claimed_by"]}
 
     def count(self, status: str | None = None) -> int:
         where = filters.eq_word("status", status, STATUSES) if status else None

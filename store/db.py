@@ -17,6 +17,7 @@ from store.maintenance import ensure_indexes
 from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
 from store.steps import StepLog
+from store.workers import WorkerTable
 from store.writer import Writer
 
 log = logging.getLogger("store")
@@ -38,6 +39,7 @@ class Store:
         self.actions = ActionQueue(self.tables["actions"], self.writer, self._local_dir("actions", "_versions"))
         self.states = StateTable(self.tables["agent_state"], self.writer)
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
+        self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
 
     def _open_or_create(self, name, schema):
@@ -46,6 +48,7 @@ class Store:
         except (FileNotFoundError, ValueError):
             # exist_ok makes two processes bootstrapping at once both succeed.
             table = self.db.create_table(name, schema=schema, exist_ok=True)
+        self._add_missing_columns(name, table, schema)
         key = PRIMARY_KEYS.get(name)
         if key and not table.schema.field(key).metadata:
             try:
@@ -53,6 +56,20 @@ class Store:
             except Exception as exc:  # another process declared it first
                 log.debug("primary key on %s: %s", name, exc)
         return table
+
+    @staticmethod
+    def _add_missing_columns(name, table, schema) -> None:
+        """Schema migration: columns added to a table's schema since it was
+        created are added as nulls.  (Processes still running the old schema
+        must be restarted: their appends would be refused, FACTS.md.)"""
+        missing = [field for field in schema if field.name not in table.schema.names]
+        if missing:
+            try:
+                table.add_columns(missing)
+                log.warning("table %s: added columns %s", name, [f.name for f in missing])
+            except Exception as exc:  # another process migrated it first
+                log.debug("migrating %s: %s", name, exc)
+                table.checkout_latest()
 
     def _local_dir(self, table: str, *parts: str) -> str | None:
         """A folder of a table when the database is a local directory, else None."""

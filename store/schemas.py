@@ -47,6 +47,11 @@ AGENT_STATE = _schema(
     ("last_error", pa.string(), True),
     ("created_at", TS, False),
     ("updated_at", TS, False),
+    # ownership and liveness (several agents.py workers on one database)
+    ("owner", pa.string(), True),  # worker_id running this session
+    ("status_changed_at", TS, True),
+    ("step_started_at", TS, True),  # set while a long step is in flight
+    ("heartbeat_at", TS, True),  # refreshed while that step runs
 )
 
 AGENT_STEPS = _schema(
@@ -66,6 +71,17 @@ AGENT_STEPS = _schema(
     ("latency_ms", pa.float64(), True),
     ("error", pa.string(), True),
     ("usage", pa.string(), True),
+    ("attempts", pa.int32(), True),  # 1 + retries of transient failures
+)
+
+# One row per agents.py process: its heartbeat tells the others it is alive.
+WORKERS = _schema(
+    ("worker_id", pa.string(), False),
+    ("host", pa.string(), True),
+    ("pid", pa.int64(), True),
+    ("status", pa.string(), False),  # running | stopped
+    ("started_at", TS, False),
+    ("heartbeat_at", TS, False),
 )
 
 CONVERSATIONS = _schema(
@@ -107,21 +123,21 @@ CONVERSATION_MESSAGES = _schema(
     ("notes", pa.string(), True),
 )
 
-TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS}
+TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
               conversation_messages=CONVERSATION_MESSAGES)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (FACTS.md: without it they do, every time).
-PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id"}
+PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id"}
 
 # Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
 # index was built are still found (scanned) until maintenance folds them in.
 INDEXES = {
     "actions": [("status", "bitmap"), ("id", "btree"), ("session_id", "btree"), ("agent_id", "btree")],
-    "agent_state": [("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap")],
+    "agent_state": [("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"), ("owner", "btree")],
     "agent_steps": [("session_id", "btree"), ("iteration", "btree"), ("agent_id", "btree"),
                     ("created_at", "btree")],
 }

@@ -29,6 +29,15 @@ class StateTable:
     def get(self, session_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("session_id", session_id))
 
+    def get_many(self, session_ids) -> dict[str, dict]:
+        """Owner and status of several sessions in one query."""
+        session_ids = list(dict.fromkeys(session_ids))
+        if not session_ids:
+            return {}
+        found = query.rows(self.table, self.name, filters.in_ids("session_id", session_ids),
+                           columns=["session_id", "agent_id", "status", "owner"], limit=len(session_ids))
+        return {r["session_id"]: r for r in found}
+
     def latest_for_agent(self, agent_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
                            order=[("created_at", False), ("session_id", False)])
@@ -43,6 +52,29 @@ class StateTable:
         for row in query.rows(self.table, self.name, None, order=[("created_at", False), ("session_id", False)]):
             latest.setdefault(row["agent_id"], row)
         return list(latest.values())[offset:offset + limit]
+
+    def adopt(self, session_id: str, new_owner: str, expected_owner: str | None) -> bool:
+        """Take a session over from ``expected_owner`` (a dead worker, or nobody).
+
+        One conditional update: of several workers racing to adopt the same
+        session exactly one finds itself as the owner when it reads back.
+        """
+        owner_clause = ("owner IS NULL" if expected_owner is None
+                        else filters.eq_id("owner", expected_owner))
+        where = filters.all_of(filters.eq_id("session_id", session_id), owner_clause)
+        self.writer.update(self.name, where, {"owner": filters.check_id(new_owner, "owner")})
+        row = query.first(self.table, self.name, filters.eq_id("session_id", session_id))
+        return bool(row) and row.get("owner") == new_owner
+
+    def finished_before(self, when, limit: int = 500) -> list[dict]:
+        """Finished sessions whose status last changed before ``when`` (for retention)."""
+        where = filters.all_of(filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+                               filters.ts_cmp("status_changed_at", "<", when))
+        return query.rows(self.table, self.name, where, columns=["session_id", "agent_id"], limit=limit)
+
+    def delete_sessions(self, session_ids: list[str]) -> None:
+        if session_ids:
+            self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
 
     def resumable(self) -> list[dict]:
         where = filters.in_words("status", RESUMABLE, STATUSES)

@@ -6,7 +6,7 @@ from ulid import ULID
 
 from store import codec, filters, query
 
-STATUSES = {"ok", "done", "error"}
+STATUSES = {"ok", "done", "error", "interrupted"}
 
 
 class StepLog:
@@ -56,6 +56,10 @@ class StepLog:
                                order=[("iteration", False), ("created_at", False)])
         return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
                            order=[("created_at", False), ("iteration", False)])
+
+    def delete_sessions(self, session_ids: list[str]) -> None:
+        if session_ids:
+            self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
 
     def count(self, session_id: str | None = None) -> int:
         if session_id:

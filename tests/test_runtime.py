@@ -131,10 +131,23 @@ def test_rehydrate_reconciles_a_crash_between_step_and_snapshot(store):
 
 
 def test_reconcile_marks_an_error_step_newer_than_the_snapshot():
-    snap = {"session_id": "s", "iteration": 0, "status": "running", "config": {}}
-    fixed = SessionAgent.reconcile(snap, {"iteration": 1, "status": "error", "error": "boom"})
+    snap = {"session_id": "s", "agent_id": "a", "iteration": 0, "status": "running", "config": {}}
+    fixed, interrupted = SessionAgent.reconcile(snap, {"iteration": 1, "status": "error", "error": "boom"})
     assert fixed["status"] == "error" and fixed["last_error"] == "boom" and fixed["iteration"] == 1
-    assert SessionAgent.reconcile(snap, {"iteration": 0, "status": "ok"}) is snap
+    assert interrupted is None
+    assert SessionAgent.reconcile(snap, {"iteration": 0, "status": "ok"}) == (snap, None)
+
+
+def test_reconcile_records_a_step_in_flight_as_interrupted_and_tells_the_next_step():
+    snap = {"session_id": "s", "agent_id": "a", "iteration": 4, "status": "running", "config": {},
+            "next_step_token": "5", "state": {"k": 1}, "step_started_at": "2026-01-01T00:00:00Z",
+            "pending_guidance": [{"action_id": "g1", "text": "hurry"}]}
+    fixed, interrupted = SessionAgent.reconcile(snap, None)
+    assert interrupted["iteration"] == 5 and interrupted["status"] == "interrupted"
+    assert interrupted["step_token"] == "5" and "outcome unknown" in interrupted["error"]
+    assert fixed["iteration"] == 5 and fixed["next_step_token"] == "5" and fixed["step_started_at"] is None
+    texts = [g["text"] for g in fixed["pending_guidance"]]
+    assert texts[0] == "hurry" and "interrupted" in texts[1]
 
 
 def test_destroy_cancels_a_hung_step_after_the_grace_period(store):

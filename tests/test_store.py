@@ -83,7 +83,7 @@ def test_nothing_to_write_commits_nothing(store):
     version = table.version
     store.writer.append("actions", [])
     assert store.actions.release_expired() == 0
-    assert store.actions.release_all_processing() == 0
+    assert store.actions.release_claims_of(["dead-worker"]) == 0
     assert store.actions.claim([], "w1", 10) == []
     table.checkout_latest()
     assert table.version == version

@@ -1,0 +1,37 @@
+"""workers: one row per agents.py process, with a heartbeat.
+
+A worker whose heartbeat is older than ``dead_after_s`` is taken for dead: its
+claimed actions go back to the queue and its sessions are adopted by a live
+worker.
+"""
+import os
+import socket
+from datetime import timedelta
+
+from store import codec, filters, query
+
+
+class WorkerTable:
+    name = "workers"
+    key = "worker_id"
+
+    def __init__(self, table, writer):
+        self.table = table
+        self.writer = writer
+        self._started = codec.utcnow()
+
+    def submit_beat(self, worker_id: str, status: str = "running"):
+        """Queue this worker's heartbeat (group-committed); returns the commit's future."""
+        now = codec.utcnow()
+        return self.writer.submit_upsert(self.name, self.key, [{
+            "worker_id": filters.check_id(worker_id, "worker_id"), "host": socket.gethostname(),
+            "pid": os.getpid(), "status": status, "started_at": self._started, "heartbeat_at": now}])
+
+    def alive(self, dead_after_s: float) -> set[str]:
+        since = codec.utcnow() - timedelta(seconds=dead_after_s)
+        where = filters.all_of(filters.eq_word("status", "running", {"running", "stopped"}),
+                               filters.ts_cmp("heartbeat_at", ">=", since))
+        return {r["worker_id"] for r in query.rows(self.table, self.name, where, columns=["worker_id"])}
+
+    def all(self) -> list[dict]:
+        return query.rows(self.table, self.name, None, order=[("worker_id", True)])
