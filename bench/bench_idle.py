@@ -18,6 +18,8 @@ idle agent with 10,000 of them.
    dispatcher applied ~5-11 creates/s on this machine (each create and each
    finish is its own commit, see BENCHMARKS.md), so 10,000 would take 15-30
    minutes; rehydration of paused snapshots takes ~10 ms each.
+3. The runtime's own share: the same number of paused SessionAgents built in
+   this process with a do-nothing store (tracemalloc and RSS per agent).
 """
 import argparse
 import os
@@ -61,13 +63,13 @@ def seed_paused(store: Store, n: int) -> None:
             future.result()
 
 
-def rehydrated(log_dir: str) -> int | None:
-    """The count agents.py logs once rehydration is over, from its latest log."""
+def rehydrated(log_dir: str) -> int:
+    """How many sessions the latest agents.py has brought back, from its log lines
+    ``session <id> rehydrated|resumed status=…`` (the wording changed once)."""
     logs = sorted((f for f in os.listdir(log_dir) if f.startswith("agents.py")),
                   key=lambda f: int(f.split(".")[2]))
     with open(os.path.join(log_dir, logs[-1]), errors="replace") as f:
-        found = re.findall(r"rehydrated (\d+) sessions", f.read())
-    return int(found[-1]) if found else None
+        return len(re.findall(r"session \S+ (?:rehydrated|resumed) status=", f.read()))
 
 
 def idle_agents(svc: Service, root: str, n: int, settle_s: float, cpu_s: float) -> dict:
@@ -81,7 +83,7 @@ def idle_agents(svc: Service, root: str, n: int, settle_s: float, cpu_s: float) 
     store.close()
     t0 = time.monotonic()
     svc.start_agents()
-    count = wait_for(lambda: rehydrated(root) is not None and rehydrated(root), timeout=max(120.0, n * 0.1),
+    count = wait_for(lambda: (c := rehydrated(root)) >= n and c, timeout=max(120.0, n * 0.2),
                      interval=1.0, what="rehydration")
     rehydrate_s = time.monotonic() - t0
     time.sleep(settle_s)
@@ -90,6 +92,44 @@ def idle_agents(svc: Service, root: str, n: int, settle_s: float, cpu_s: float) 
             "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
             "kb_per_agent": round((rss_after - rss_before) * 1000 / n, 1),
             "cpu_percent_holding_them": cpu_percent({"agents.py": svc.agents}, min(cpu_s, 20))["agents.py"]}
+
+
+class _NoStore:
+    async def save_snapshot(self, row: dict) -> None:
+        pass
+
+
+def runtime_footprint(n: int) -> dict:
+    """The runtime's own cost of n paused sessions, in this process with no store:
+    SessionAgent objects whose runner tasks wait on their pause event.  Set
+    against agents.py's RSS delta, it tells the agents' share from the rest
+    (LanceDB caches, buffers)."""
+    import asyncio
+    import gc
+    import tracemalloc
+
+    from bench.common import NOOP
+    from runtime.session import SessionAgent
+
+    async def build():
+        gc.collect()
+        rss0 = psutil.Process().memory_info().rss
+        tracemalloc.start()
+        agents = [SessionAgent(moniker=NOOP, persist=_NoStore(), snapshot={
+            "agent_id": f"a{i}", "session_id": f"s{i}", "status": "paused", "iteration": -1,
+            "config": {"interval_s": 1.0}, "state": {}, "created_at": None}) for i in range(n)]
+        for agent in agents:
+            agent.start()
+        await asyncio.sleep(0.2)
+        heap, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        rss = psutil.Process().memory_info().rss - rss0
+        for agent in agents:
+            agent.runner.cancel()
+        await asyncio.gather(*(a.runner for a in agents), return_exceptions=True)
+        return {"agents": n, "python_heap_kb_per_agent": round(heap / n / 1000, 2),
+                "rss_kb_per_agent": round(rss / n / 1000, 2)}
+    return asyncio.run(build())
 
 
 def run(cpu_s: float, n: int, settle_s: float) -> dict:
@@ -101,6 +141,7 @@ def run(cpu_s: float, n: int, settle_s: float) -> dict:
             cpu = cpu_percent({"agents.py": svc.agents, "app.py": svc.app}, cpu_s)
             result["idle_cpu_percent"] = cpu
             result["idle_agents"] = idle_agents(svc, root, n, settle_s, cpu_s)
+            result["runtime_only"] = runtime_footprint(n)
         finally:
             svc.stop()
     result["target"] = {"idle_cpu_percent": TARGET_IDLE_CPU_PERCENT,
