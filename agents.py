@@ -53,6 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--retention", type=float, default=settings.env_float("AGENTSVC_RETENTION_S", 30 * 86400),
                         help="remove finished sessions and their steps after this, seconds "
                              "[AGENTSVC_RETENTION_S, 30 days]")
+    parser.add_argument("--session-heartbeat", type=float,
+                        default=settings.env_float("AGENTSVC_SESSION_HEARTBEAT_S", 5.0),
+                        help="a step running longer than this is marked in flight and heartbeats at this "
+                             "interval [AGENTSVC_SESSION_HEARTBEAT_S, 5]")
     parser.add_argument("--max-attempts", type=int, default=settings.env_int("AGENTSVC_MAX_ATTEMPTS", 5),
                         help="park an action as failed after this many claims [AGENTSVC_MAX_ATTEMPTS, 5]")
     parser.add_argument("--log-prompts", action="store_true",
@@ -78,6 +82,7 @@ async def serve(args: argparse.Namespace) -> None:
     service = AgentService(store, monikers, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
                            maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
                            dead_after_s=args.dead_after, max_attempts=args.max_attempts,
+                           session_heartbeat_s=args.session_heartbeat,
                            monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention})
     if args.metrics_port:
         metrics = RuntimeMetrics(service, store)
