@@ -12,16 +12,25 @@ resume on one agent.  Two figures per action, both from this machine's clock:
   the action (``action <id> pause done in <ms> ms``): accepted -> handler start.
   A slight underestimate, as processed_at is taken before the finish commits.
 
+``in_process`` repeats the busy phase with AgentService in this process, where
+the handler's start is stamped exactly (the dispatcher's ``handle`` is wrapped)
+and each queue call the dispatcher makes (pending query, claim, finish) is
+timed: that says where a busy dispatch spends its time.
+
 A random gap (0..--gap s) separates actions, so the poller is caught in every
 phase of its idle back-off rather than always right after finding work.
 """
 import argparse
+import asyncio
 import random
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 
-from bench.common import emit, handler_ms_from_logs, machine, progress, summary, ts
+from bench.common import (emit, enqueue_creates, handler_ms_from_logs, machine, progress, run_in_process, summary,
+                          time_calls, ts, wait_until)
+from store import Store
 from tests.harness import Service, wait_for
 
 TARGET_BUSY = {"dispatch_p50_ms": 25, "dispatch_p99_ms": 150}
@@ -63,6 +72,44 @@ def steps_per_s(svc: Service, busy: list[dict], seconds: float = 3.0) -> float:
     return round((total() - before) / seconds, 1)
 
 
+def in_process(n: int, busy_n: int, interval_s: float, gap_s: float) -> dict:
+    """Busy phase in-process: exact accepted -> handler-start, and the queue calls' times."""
+    with tempfile.TemporaryDirectory() as root:
+        store = Store(f"{root}/db")
+        target = enqueue_creates(store, 1, "joke", {"interval_s": 0.5})[0]
+        enqueue_creates(store, busy_n, "joke", {"interval_s": interval_s})
+        calls: dict[str, list[float]] = {}
+        dispatch_ms: list[float] = []
+
+        async def scenario(service):
+            time_calls(service.persist, QUEUE_CALLS, calls)
+            handle = service.dispatcher.handle
+
+            async def stamped(action):
+                dispatch_ms.append((datetime.now(timezone.utc) - ts(action["created_at"])).total_seconds() * 1000)
+                await handle(action)
+            service.dispatcher.handle = stamped
+            await wait_until(lambda: len(service.sessions.running()) >= busy_n + 1, 300, what="busy sessions")
+            await asyncio.sleep(2)
+            for key in calls:
+                calls[key].clear()
+            dispatch_ms.clear()
+            for i in range(n):
+                await asyncio.sleep(random.uniform(0, gap_s))
+                action = await asyncio.to_thread(store.actions.enqueue, "pause" if i % 2 == 0 else "resume",
+                                                 agent_id=target["agent_id"], session_id=target["session_id"])
+                await wait_until(lambda: (store.actions.get(action["id"]) or {}).get("status") in ("done", "failed"),
+                                 60, interval=0.01, what="control action")
+        try:
+            run_in_process(store, scenario)
+        finally:
+            store.close()
+    return {"dispatch": summary(dispatch_ms), **{name: summary(ms) for name, ms in calls.items()}}
+
+
+QUEUE_CALLS = ("pending_actions", "claim_actions", "finish_action", "save_snapshot")
+
+
 def run(n: int, busy_n: int, interval_s: float, gap_s: float) -> dict:
     result = {"benchmark": "dispatch_latency", "machine": machine(), "n": n, "busy_agents": busy_n,
               "busy_interval_s": interval_s}
@@ -80,6 +127,8 @@ def run(n: int, busy_n: int, interval_s: float, gap_s: float) -> dict:
             result["busy"] = figures(measure(svc, target["agent_id"], n, gap_s), root)
         finally:
             svc.stop()
+    progress("busy, in-process breakdown")
+    result["in_process"] = in_process(n, busy_n, interval_s, gap_s)
     d = result["busy"]["dispatch"]
     result["target"] = {**TARGET_BUSY, "met": (d["p50_ms"] or 1e9) <= 25 and (d["p99_ms"] or 1e9) <= 150}
     return result

@@ -124,6 +124,22 @@ class CommitTimer:
         self.steps_done = 0
 
 
+def time_calls(obj, names, sinks: dict) -> None:
+    """Shadow ``obj``'s async methods ``names`` with timed versions appending
+    milliseconds to ``sinks[name]`` (a bench-side probe; runtime/ stays as is)."""
+    for name in names:
+        original = getattr(obj, name)
+        sink = sinks.setdefault(name, [])
+
+        async def timed(*args, _original=original, _sink=sink, **kwargs):
+            started = time.perf_counter()
+            try:
+                return await _original(*args, **kwargs)
+            finally:
+                _sink.append((time.perf_counter() - started) * 1000)
+        setattr(obj, name, timed)
+
+
 def enqueue_creates(store, n: int, moniker: str, config: dict, threads: int = 32) -> list[dict]:
     """Create n sessions through the store's action queue.  Many threads enqueue
     at once so the writer's group commit batches them (one commit per enqueue

@@ -12,7 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EXPECTED = {
-    "bench_dispatch_latency": ["machine", "idle", "busy", "busy_steps_per_s", "target"],
+    "bench_dispatch_latency": ["machine", "idle", "busy", "busy_steps_per_s", "in_process", "target"],
     "bench_step_throughput": ["machine", "runs", "target"],
     "bench_query_latency": ["machine", "runs", "target"],
     "bench_soak": ["machine", "series", "verdict"],
