@@ -95,13 +95,17 @@ class Dispatcher:
         and those of sessions no live worker runs (finished or unknown ones, to
         be answered).  A live session of another worker is left to its owner; a
         session whose create is still queued waits for it."""
-        mine, others = [], []
+        mine, others, creates = [], [], []
         for action in actions:
             session_id = action.get("session_id")
+            if action.get("type") == "create" and session_id:
+                creates.append(action)
             (mine if action.get("type") == "create" or not session_id or self.owns(session_id) else others).append(action)
-        if not others:
+        if not (others or creates):
             return mine
-        known = await self.persist.session_owners([a["session_id"] for a in others])
+        known = await self.persist.session_owners([a["session_id"] for a in others + creates])
+        for action in creates:  # one query for the whole batch instead of one per create
+            action["session_exists"] = action["session_id"] in known
         for action in others:
             snapshot = known.get(action["session_id"])
             if snapshot is None:

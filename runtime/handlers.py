@@ -54,7 +54,8 @@ class Handlers:
 
     async def create(self, action: dict, payload: dict) -> None:
         session_id = action["session_id"]
-        if self.sessions.get(session_id) or await self.persist.load_snapshot(session_id):
+        exists = action.get("session_exists")  # looked up for the whole poll batch by the dispatcher
+        if self.sessions.get(session_id) or exists or (exists is None and await self.persist.load_snapshot(session_id)):
             log.info("session %s exists already; create action %s changes nothing", session_id, action["id"])
             return
         try:

@@ -50,7 +50,7 @@ class Persistence:
         return await self._queue(self.store.actions.claim, ids, worker_id, lease_s)
 
     async def finish_action(self, action_id: str, ok: bool, error: str | None) -> None:
-        await self._queue(self.store.actions.finish, action_id, ok=ok, error=error)
+        await asyncio.wrap_future(self.store.actions.submit_finish(action_id, ok=ok, error=error))
 
     async def release_expired_actions(self) -> int:
         return await self._queue(self.store.actions.release_expired)

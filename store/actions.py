@@ -103,11 +103,16 @@ class ActionQueue:
         return [r["id"] for r in held]
 
     def finish(self, action_id: str, *, ok: bool, error: str | None = None) -> None:
-        self.writer.update(self.name, filters.eq_id("id", action_id), {
-            "status": "done" if ok else "failed",
-            "processed": True,
-            "processed_at": codec.utcnow(),
-            "error": error,
+        self.submit_finish(action_id, ok=ok, error=error).result()
+
+    def submit_finish(self, action_id: str, *, ok: bool, error: str | None = None):
+        """Queue marking an action done or failed; the future resolves once durable.
+        Finishes with the same outcome (all the ``done`` ones) share one commit."""
+        return self.writer.submit_update_ids(self.name, "id", [filters.check_id(action_id, "action_id")], {
+            "status": filters.quote("done" if ok else "failed"),
+            "processed": "true",
+            "processed_at": "now()",
+            "error": filters.quote(error[:4000]) if error else "NULL",
         })
 
     def release_expired(self, now: datetime | None = None) -> int:

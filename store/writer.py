@@ -26,7 +26,7 @@ from concurrent.futures import Future
 
 import pyarrow as pa
 
-from store import codec
+from store import codec, filters
 
 log = logging.getLogger("store.writer")
 
@@ -58,9 +58,13 @@ def retry_conflicts(commit):
 
 
 class _Request:
+    """A queued write.  ``rows`` holds the rows of an append or upsert, or the
+    ids of an update-by-ids; ``key`` is what requests must share to be merged
+    into one commit (the upsert key, or the update's column and values)."""
+
     __slots__ = ("kind", "rows", "key", "future")
 
-    def __init__(self, kind: str, rows: list[dict], key: str | None):
+    def __init__(self, kind: str, rows: list, key):
         self.kind, self.rows, self.key, self.future = kind, rows, key, Future()
 
 
@@ -125,13 +129,8 @@ class _TableCommitter:
             rows = list({row[group[0].key]: row for row in rows}.values())  # last write per key wins
         started = time.perf_counter()
         try:
-            batch = pa.Table.from_pylist([codec.encode(self.name, r) for r in rows], schema=self.schema)
             with self.lock:
-                if kind == "append":
-                    retry_conflicts(lambda: self.table.add(batch))
-                else:
-                    retry_conflicts(lambda: self.table.merge_insert(group[0].key).when_matched_update_all()
-                                    .when_not_matched_insert_all().execute(batch))
+                self._write(kind, group[0].key, rows)
         except Exception as exc:
             log.error("commit of %d %s rows to %s failed: %s", len(rows), kind, self.name, exc)
             for request in group:
@@ -140,6 +139,20 @@ class _TableCommitter:
         self.stats.record(self.name, len(group), len(rows), time.perf_counter() - started)
         for request in group:
             request.future.set_result(None)
+
+
+    def _write(self, kind: str, key, rows: list) -> None:
+        if kind == "update_ids":
+            column, values_sql = key
+            where = filters.in_ids(column, list(dict.fromkeys(rows)))
+            retry_conflicts(lambda: self.table.update(where=where, values_sql=dict(values_sql)))
+            return
+        batch = pa.Table.from_pylist([codec.encode(self.name, r) for r in rows], schema=self.schema)
+        if kind == "append":
+            retry_conflicts(lambda: self.table.add(batch))
+        else:
+            retry_conflicts(lambda: self.table.merge_insert(key).when_matched_update_all()
+                            .when_not_matched_insert_all().execute(batch))
 
 
 def _consecutive_groups(requests: list[_Request]) -> list[list[_Request]]:
@@ -188,6 +201,12 @@ class Writer:
     def submit_upsert(self, table: str, key: str, rows: list[dict]) -> Future:
         """Queue insert-or-replace of whole rows by ``key`` (the table's declared primary key)."""
         return self._submit(table, "upsert", rows, key)
+
+    def submit_update_ids(self, table: str, column: str, ids: list[str], values_sql: dict) -> Future:
+        """Queue ``UPDATE table SET values_sql WHERE column IN ids``; consecutive
+        requests with the same values become one commit.  The values are SQL
+        expressions built by the store (e.g. ``now()``, quoted literals)."""
+        return self._submit(table, "update_ids", list(ids), (column, tuple(sorted(values_sql.items()))))
 
     def append(self, table: str, rows: list[dict]) -> None:
         self.submit_append(table, rows).result()

@@ -180,3 +180,20 @@ def test_maintenance_keeps_fragments_and_versions_bounded_under_writes(store):
     assert maintainer.runs >= 5 and maintainer.failures == 0
     assert [s["iteration"] for s in store.steps.search(session_id="s1", limit=1000)] == list(range(300))
     assert store.states.get("s1")["iteration"] == 275
+
+
+def test_finishes_with_the_same_outcome_share_commits_and_keep_their_errors(store):
+    ids = [store.actions.enqueue("pause", agent_id="a", session_id=f"s{i}")["id"] for i in range(40)]
+    commits = store.writer.stats.commits
+    futures = [store.actions.submit_finish(i, ok=n % 10 != 0, error=None if n % 10 else f"it's broken #{n}")
+               for n, i in enumerate(ids)]
+    for f in futures:
+        f.result(timeout=30)
+    assert store.writer.stats.commits - commits < 40
+    for n, action_id in enumerate(ids):
+        got = store.actions.get(action_id)
+        assert got["processed"] is True and got["processed_at"]
+        if n % 10:
+            assert got["status"] == "done" and got["error"] is None
+        else:
+            assert got["status"] == "failed" and got["error"] == f"it's broken #{n}"
