@@ -41,6 +41,7 @@ class Service:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.agents: subprocess.Popen | None = None
         self.app: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []  # extra agents.py processes (start_worker)
         self.http = requests.Session()
         self._starts = 0
 
@@ -63,6 +64,12 @@ class Service:
         # Live events go to this service's app.py (a test's own --events-url, later, wins).
         self.agents = self._spawn("agents.py", "--events-url", self.url, *self.agents_args, *extra)
 
+    def start_worker(self, *extra) -> subprocess.Popen:
+        """One more agents.py on the same data directory; stop() ends it too."""
+        proc = self._spawn("agents.py", "--events-url", self.url, *self.agents_args, *extra)
+        self.workers.append(proc)
+        return proc
+
     def _healthy(self) -> bool:
         try:
             return self.http.get(self.url + "/api/health", timeout=1).status_code == 200
@@ -79,10 +86,10 @@ class Service:
         return self.agents.wait(timeout=20)
 
     def stop(self) -> None:
-        for proc in (self.agents, self.app):
+        for proc in (*self.workers, self.agents, self.app):
             if proc and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in (self.agents, self.app):
+        for proc in (*self.workers, self.agents, self.app):
             if proc:
                 try:
                     proc.wait(timeout=20)
