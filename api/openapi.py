@@ -86,7 +86,7 @@ def build() -> dict:
     paths = {
         "/api/agents": {
             "post": {**_op("create an agent session (idempotent by session_id)", 202, ok_model=schemas.Accepted,
-                           body=schemas.CreateAgentRequest, errors=(400, 409)),
+                           body=schemas.CreateAgentRequest, errors=(400, 404, 409)),
                      },
             "get": _op("agents with their latest session", 200, ok_model=schemas.AgentList,
                        params=_query(schemas.Page)),
@@ -112,6 +112,8 @@ def build() -> dict:
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}
+    paths["/api/conversations"]["post"]["responses"]["200"] = {"description": "the conversation exists already",
+                                                              **_json(schemas.Conversation)}
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentsvc", "version": "0.1.0",

@@ -5,7 +5,7 @@ responses are described by them in the OpenAPI document.  Every string has a
 length cap and every id a strict pattern (the same one ``store/`` enforces).
 """
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
@@ -65,6 +65,21 @@ class StepQuery(Page):
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
     status: Literal["ok", "done", "error", "interrupted"] | None = None
+
+    @field_validator("since")
+    @classmethod
+    def _since_in_range(cls, value: datetime | None) -> datetime | None:
+        """Years 1000-9999 in UTC: the store writes timestamps as %Y, which is not
+        zero-padded below 1000, and converting an edge date to UTC can overflow."""
+        if value is None:
+            return value
+        try:
+            year = (value.astimezone(timezone.utc) if value.tzinfo else value).year
+        except OverflowError:
+            year = 0
+        if not 1000 <= year <= 9999:
+            raise ValueError("since must be between the years 1000 and 9999 (UTC)")
+        return value
 
 
 class CreateConversationRequest(Strict):

@@ -1,0 +1,170 @@
+"""Hostile input against the real app.py.
+
+1. Hostile ids (quotes, ``' OR '1'='1``, unicode, control characters, 10k-character
+   strings) through every route and query parameter that takes an id: always a
+   4xx in the API's error shape, and not one row of any table changes.
+2. Oversized bodies on every POST route: 413.
+3. Schemathesis generates requests for every operation of the app's own OpenAPI
+   document (GET /api/openapi.json): no 5xx, and every response conforms to the
+   document (status code, content type, body schema).
+
+The Socket.IO ingest namespace refusing clients without the token (none, or a
+wrong one) is proved in tests/test_live.py (test_ingest_refuses_a_missing_or_wrong_token
+in-process, test_ingest_over_the_wire_needs_the_token over a real socket);
+test_ingest_over_the_wire_refuses_no_token below adds the missing-token case
+over the wire.
+"""
+import os
+from urllib.parse import quote
+
+import pytest
+import schemathesis
+import socketio
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
+                                               status_code_conformance)
+
+from runtime.events import INGEST_NAMESPACE
+from tests.chaos_client import snapshot_row_counts
+
+HOSTILE = ["x' OR '1'='1", "' OR '1'='1' --", "a\"b", "a'; DROP TABLE actions; --", "id) OR (1=1",
+           "é", "日本語", "🙂", "a\u0000b", "a\nb", " ", "%", "*", "x" * 10_000, "'" * 10_000]
+
+MAX_BODY = 1 << 20  # app.MAX_BODY_BYTES
+
+
+@pytest.fixture(scope="module")
+def target(shared_service):
+    """A finished agent session and a conversation with one participant: real ids
+    for the routes, and nothing left running that would change the tables."""
+    svc = shared_service
+    made = svc.create("countdown", config={"n": 1, "interval_s": 0})
+    svc.wait_status(made["session_id"], "done")
+    conv = svc.post("/api/conversations", json={"title": "fuzz"}).json()
+    conversation_id = conv.get("conversation_id") or conv["conversation"]["conversation_id"]
+    r = svc.post(f"/api/conversations/{conversation_id}/participants", json={"kind": "user", "user_id": "u1"})
+    assert r.status_code == 201, r.text
+    return {**made, "conversation_id": conversation_id}
+
+
+def hostile_requests(svc, t: dict, bad: str) -> list:
+    """One request per place an id or a filter value goes in, carrying ``bad``."""
+    aid, sid, cid = t["agent_id"], t["session_id"], t["conversation_id"]
+    in_path = quote(bad, safe="")
+    get, post = svc.get, svc.post
+    return [
+        # ids in the path
+        get(f"/api/agents/{in_path}"), get(f"/api/agents/{in_path}/sessions"),
+        *[post(f"/api/agents/{in_path}/{verb}", json={}) for verb in ("pause", "resume", "destroy")],
+        post(f"/api/agents/{in_path}/interrupt", json={"guidance": "hi"}),
+        get(f"/api/sessions/{in_path}"), get(f"/api/actions/{in_path}"),
+        get(f"/api/conversations/{in_path}"),
+        get(f"/api/conversations/{in_path}/participants"), get(f"/api/conversations/{in_path}/messages"),
+        post(f"/api/conversations/{in_path}/participants", json={"kind": "user", "user_id": "u2"}),
+        post(f"/api/conversations/{in_path}/messages", json={"text": "hi"}),
+        # ids and filters in the query string
+        get("/api/agent-steps", session_id=bad), get("/api/agent-steps", agent_id=bad),
+        get("/api/agent-steps", status=bad), get("/api/agent-steps", since=bad),
+        get("/api/agent-steps", min_iteration=bad), get("/api/agent-steps", session_id=sid, limit=bad),
+        get(f"/api/conversations/{cid}/messages", after=bad),
+        get("/api/agents", offset=bad), get("/api/conversations", limit=bad),
+        # ids in bodies
+        post("/api/agents", json={"moniker": "joke", "agent_id": bad}),
+        post("/api/agents", json={"moniker": "joke", "session_id": bad}),
+        post("/api/agents", json={"moniker": "joke", "conversation_id": bad}),
+        post("/api/agents", json={"moniker": bad}),
+        *[post(f"/api/agents/{aid}/{verb}", json={"session_id": bad}) for verb in ("pause", "resume", "destroy")],
+        post(f"/api/agents/{aid}/interrupt", json={"guidance": "hi", "session_id": bad}),
+        post("/api/conversations", json={"conversation_id": bad}),
+        post("/api/conversations", json={"created_by": bad}),
+        post(f"/api/conversations/{cid}/participants", json={"kind": "user", "user_id": bad}),
+        post(f"/api/conversations/{cid}/participants", json={"kind": "agent", "session_id": bad}),
+        post(f"/api/conversations/{cid}/participants", json={"kind": "agent", "session_id": sid, "agent_id": bad}),
+        post(f"/api/conversations/{cid}/messages", json={"text": "hi", "user_id": bad}),
+    ]
+
+
+def test_hostile_ids_everywhere_get_4xx_and_change_nothing(shared_service, target):
+    """Every id-taking route and query parameter refuses hostile values with a
+    4xx in the error shape, and no table gains, loses or changes a row count."""
+    svc = shared_service
+    before = snapshot_row_counts(svc)
+    for bad in HOSTILE:
+        for r in hostile_requests(svc, target, bad):
+            where = f"{r.request.method} {r.request.url[:150]} ({bad[:20]!r})"
+            assert 400 <= r.status_code < 500, f"{where} -> {r.status_code} {r.text[:200]}"
+            assert set(r.json()["error"]) == {"code", "message"}, where
+    assert snapshot_row_counts(svc) == before
+    # The real ids still work: the hostile ones were refused, not the routes broken.
+    assert svc.get(f"/api/sessions/{target['session_id']}").json()["status"] == "done"
+
+
+POST_ROUTES = ["/api/agents", "/api/agents/{aid}/pause", "/api/agents/{aid}/resume", "/api/agents/{aid}/destroy",
+               "/api/agents/{aid}/interrupt", "/api/conversations", "/api/conversations/{cid}/participants",
+               "/api/conversations/{cid}/messages"]
+
+
+@pytest.mark.parametrize("route", POST_ROUTES)
+def test_oversized_bodies_get_413(shared_service, target, route):
+    """A body over the 1 MiB cap is refused whole, before any parsing, and enqueues nothing."""
+    svc = shared_service
+    path = route.format(aid=target["agent_id"], cid=target["conversation_id"])
+    before = snapshot_row_counts(svc)
+    huge = '{"guidance": "' + "x" * MAX_BODY + '"}'
+    r = svc.post(path, data=huge, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413, (path, r.status_code, r.text[:200])
+    assert set(r.json()["error"]) == {"code", "message"}
+    assert snapshot_row_counts(svc) == before
+
+
+def test_ingest_over_the_wire_refuses_no_token(shared_service):
+    """A Socket.IO client with no auth at all cannot join the ingest namespace."""
+    client = socketio.Client(reconnection=False)
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        client.connect(shared_service.url, namespaces=[INGEST_NAMESPACE], transports=["websocket"], wait_timeout=5)
+    assert not client.connected
+
+
+# ---- schemathesis ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def api_schema(shared_service):
+    return schemathesis.openapi.from_url(shared_service.url + "/api/openapi.json")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance]
+EXAMPLES = int(os.environ.get("AGENTSVC_FUZZ_EXAMPLES", "30"))
+
+
+@schema.parametrize()
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+def test_api_conforms_to_its_openapi_document(case, shared_service):
+    """Generated requests for every documented operation: no 5xx, and each
+    response's status, content type and body are the ones the document declares."""
+    case.call_and_validate(base_url=shared_service.url, checks=CHECKS, timeout=30)
+
+
+@pytest.mark.parametrize("since", ["0152-09-28T20:17:15", "0999-12-31T23:59:59Z", "0001-01-01T00:00:00+05:00",
+                                   "9999-12-31T23:59:59-05:00"])
+def test_step_query_since_out_of_range_is_a_400(shared_service, since):
+    """Found by schemathesis: a `since` before the year 1000 reached LanceDB as an
+    unparsable timestamp (500), and one at the edge of the calendar overflowed."""
+    r = shared_service.get("/api/agent-steps", since=since)
+    assert r.status_code == 400, (since, r.status_code, r.text[:200])
+    assert shared_service.get("/api/agent-steps", since="1000-01-01T00:00:00Z").status_code == 200
+
+
+def test_documented_statuses_of_repeated_creates(shared_service):
+    """Found by schemathesis: the 200 of a repeated conversation create (and the 404
+    of an agent create naming an unknown conversation) were not in the document."""
+    paths = shared_service.get("/api/openapi.json").json()["paths"]
+    body = {"conversation_id": "fuzz-repeat"}
+    codes = [shared_service.post("/api/conversations", json=body).status_code for _ in range(2)]
+    assert codes == [201, 200]
+    assert {"200", "201"} <= set(paths["/api/conversations"]["post"]["responses"])
+    r = shared_service.post("/api/agents", json={"moniker": "joke", "conversation_id": "no-such-conversation"})
+    assert r.status_code == 404
+    assert "404" in paths["/api/agents"]["post"]["responses"]
