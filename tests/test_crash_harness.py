@@ -48,8 +48,10 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
     assert not stream.refused, f"app.py refused controls it should have accepted: {stream.refused[:5]}"
 
     # Every accepted action ends done or failed, as the model of its session says.
+    # 45 s: less than the 60 s claim lease, so an action stranded by a kill fails
+    # here instead of being finished late (and out of order) when its lease runs out.
     settle = time.monotonic()
-    actions = wait_actions_finished(svc, [s.action_id for s in sent], timeout=60)
+    actions = wait_actions_finished(svc, [s.action_id for s in sent], timeout=45)
     print(f"crash harness: all {len(sent)} actions finished {time.monotonic() - settle:.1f}s after the last restart")
     sessions = [a["session_id"] for a in agents]
     models = model(sessions, sent)
