@@ -72,7 +72,7 @@ class ControlStream(threading.Thread):
     WEIGHTS = {"pause": 3, "resume": 3, "interrupt": 3}
 
     def __init__(self, svc: Service, agents: list[dict], seed: int, destroy_at=(),
-                 gap_s: tuple[float, float] = (0.02, 0.25)):
+                 gap_s: tuple[float, float] = (0.01, 0.15)):
         super().__init__(name="control-stream", daemon=True)
         self.url = svc.url
         self.http = requests.Session()
@@ -155,6 +155,18 @@ def wait_new_steps(svc: Service, session_ids: list[str], n: int = 2, timeout: fl
     base = {sid: len(svc.steps(sid)) for sid in session_ids}
     for sid in session_ids:
         svc.wait_steps(sid, base[sid] + n, timeout=timeout)
+
+
+def table_contents(svc: Service, skip=("workers",)) -> dict[str, list[str]]:
+    """Every row of every table (but ``skip``: heartbeats change on their own),
+    as sorted reprs, read straight from LanceDB: equal means nothing changed."""
+    from store import Store
+    store = Store(svc.data_dir + "/lancedb")
+    try:
+        return {name: sorted(map(repr, table.to_arrow().to_pylist()))
+                for name, table in store.tables.items() if name not in skip}
+    finally:
+        store.close()
 
 
 def snapshot_row_counts(svc: Service) -> dict[str, int]:

@@ -33,7 +33,7 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
     for made in agents:
         svc.wait_steps(made["session_id"], 1, timeout=60)
 
-    destroys = rng.sample(range(5, 10 * kills), 2 if kills < 10 else 3)  # a destroy or two, mid-run
+    destroys = rng.sample(range(3, 4 * kills), 2 if kills < 10 else 3)  # a destroy or two, mid-run
     stream = ControlStream(svc, agents, seed=seed + 1, destroy_at=destroys)
     stream.start()
     try:
