@@ -3,6 +3,7 @@ control actions over HTTP, a model of what those actions must do to each
 session, and checks on what was persisted afterwards."""
 import random
 import threading
+from datetime import datetime
 from dataclasses import dataclass, field
 
 import requests
@@ -148,6 +149,24 @@ def assert_actions_match_model(actions: dict[str, dict], models: dict[str, Sessi
                                            f"({a.get('error')}), expected {outcome}: {a}"
             if a["status"] == "failed":
                 assert a.get("error"), f"failed action {action_id} has no error: {a}"
+
+
+def assert_applied_in_order(actions: dict[str, dict], sent: list[Sent]) -> None:
+    """The actions of each session finished in the order they were accepted (a
+    lane applies one at a time, so ``processed_at`` never goes back)."""
+    last: dict[str, tuple[str, str]] = {}
+    for s in sent:
+        finished = actions[s.action_id]["processed_at"]
+        if s.session_id in last:
+            prev_id, prev_at = last[s.session_id]
+            assert _ts(finished) >= _ts(prev_at), (
+                f"session {s.session_id}: {s.verb} {s.action_id} finished at {finished}, before "
+                f"{prev_id} (accepted earlier) finished at {prev_at}: {actions[prev_id]}")
+        last[s.session_id] = (s.action_id, finished)
+
+
+def _ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def wait_new_steps(svc: Service, session_ids: list[str], n: int = 2, timeout: float = 60.0) -> None:
