@@ -14,6 +14,7 @@ from prometheus_client import start_http_server
 
 import settings
 from monikers import default_registry
+from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
@@ -105,7 +106,7 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     settings.configure_logging(args.log_level)
-    asyncio.run(serve(args))
+    run_bounded(serve(args))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from runtime.config import RetryPolicy
 
 log = logging.getLogger("runtime.stepcall")
 
+CANCEL_GRACE_S = 2.0  # how long a cancelled step may take to wind down
+
 
 @dataclass
 class Outcome:
@@ -112,4 +114,8 @@ async def _with_heartbeats(coro, timeout_s: float, heartbeat_s: float,
     finally:
         if not task.done():
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            # Bounded: a moniker that swallows cancellation must not hold the
+            # session (or shutdown) hostage; it is abandoned, and logged.
+            await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+            if not task.done():
+                log.error("a step of moniker task %s ignored cancellation; abandoning it", task.get_name())

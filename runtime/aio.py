@@ -1,0 +1,39 @@
+"""Running the service's event loop so that shutdown always finishes.
+
+``asyncio.run`` waits, at the end, for every task it cancelled; a moniker that
+swallows cancellation would then hang the process forever.  ``run_bounded``
+gives leftover tasks ``grace_s`` to end and then abandons them (with a log
+line naming them), so Ctrl-C and SIGTERM always stop agents.py.
+"""
+import asyncio
+import logging
+
+log = logging.getLogger("runtime.aio")
+
+
+def run_bounded(main, grace_s: float = 5.0):
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            _cancel_leftovers(loop, grace_s)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop, grace_s: float) -> None:
+    leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    if not leftovers:
+        return
+    for task in leftovers:
+        task.cancel()
+    done, stubborn = loop.run_until_complete(asyncio.wait(leftovers, timeout=grace_s))
+    if stubborn:
+        log.error("abandoning %d tasks that ignored cancellation: %s", len(stubborn),
+                  ", ".join(sorted(t.get_name() for t in stubborn)))
+        for task in stubborn:  # keep the loop from logging them as destroyed-while-pending
+            task._log_destroy_pending = False
