@@ -138,7 +138,9 @@ class Handlers:
         if not isinstance(guidance, str) or not guidance.strip() or len(guidance) > MAX_GUIDANCE:
             raise ActionError(f"guidance must be a non-empty string of at most {MAX_GUIDANCE} characters")
         source = payload.get("source") if isinstance(payload.get("source"), dict) else None
-        agent = await self._live(action, "interrupt")
+        agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        if agent is None or agent.status != "error":  # a failed session keeps guidance for its resume
+            agent = await self._live(action, "interrupt")
         if agent.add_guidance(action["id"], guidance, source):
             await agent.save()  # durable before the action is marked done
 

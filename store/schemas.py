@@ -140,6 +140,8 @@ INDEXES = {
     "agent_state": [("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"), ("owner", "btree")],
     "agent_steps": [("session_id", "btree"), ("iteration", "btree"), ("agent_id", "btree"),
                     ("created_at", "btree")],
+    "conversation_messages": [("conversation_id", "btree"), ("created_at", "btree")],
+    "conversation_participants": [("conversation_id", "btree"), ("kind", "bitmap")],
 }
 
 JSON_COLUMNS = {

@@ -214,3 +214,20 @@ def test_observers_see_durable_events_and_a_failing_one_breaks_nothing(store):
     with_service(store, scenario)
     assert ("created", "s") in seen
     assert [e[1] for e in seen if e[0] == "step"] == [0, 1, 2]
+
+
+def test_guidance_sent_to_a_failed_session_waits_for_its_resume(store):
+    store.actions.enqueue("create", agent_id="a", session_id="f", payload={
+        "moniker": "chaos", "config": {"interval_s": 0, "fail_at": 2, "mode": "raise"}})
+
+    async def scenario(service):
+        await until(lambda: (s := store.states.get("f")) and s["status"] == "error", what="error")
+        told = store.actions.enqueue("interrupt", agent_id="a", session_id="f", payload={"guidance": "try again"})
+        await until(lambda: finished(store, told["id"]), what="interrupt")
+        assert store.actions.get(told["id"])["status"] == "done"
+        store.actions.enqueue("resume", agent_id="a", session_id="f")
+        await until(lambda: store.steps.count("f") == 3, what="retried step")
+
+    with_service(store, scenario)
+    retried = store.steps.search(session_id="f")[-1]
+    assert [g["text"] for g in retried["guidance"]] == ["try again"]
