@@ -13,7 +13,7 @@ import socket
 from flask import Flask, jsonify
 
 import settings
-from api import conversations, dashboard, errors, live, openapi
+from api import auth, conversations, dashboard, errors, live, openapi
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from monikers import default_registry
@@ -25,14 +25,17 @@ log = logging.getLogger("app")
 MAX_BODY_BYTES = 1 << 20
 
 
-def create_app(store: Store, monikers=None, events_token: str | None = None) -> Flask:
+def create_app(store: Store, monikers=None, events_token: str | None = None,
+               api_token: str | None = None) -> Flask:
     """The Flask app; its Flask-SocketIO server is ``app.extensions["socketio"]``.
-    Without ``events_token`` the ingest namespace accepts no one."""
+    Without ``events_token`` the ingest namespace accepts no one; with
+    ``api_token`` every POST under /api needs it as a bearer token."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
     metrics = Metrics(store)
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics)
+    auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
     app.register_blueprint(dashboard.bp)
@@ -55,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"address to bind [AGENTSVC_HOST, {settings.DEFAULT_HOST}]")
     parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT),
                         help=f"port to bind, 0 for any free one [AGENTSVC_PORT, {settings.DEFAULT_PORT}]")
+    parser.add_argument("--api-token", default=settings.os.environ.get("AGENTSVC_API_TOKEN") or None,
+                        help="require 'Authorization: Bearer TOKEN' on every POST under /api "
+                             "[AGENTSVC_API_TOKEN, none]")
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
@@ -63,7 +69,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     settings.configure_logging(args.log_level)
     store = Store(settings.db_uri(args), storage_options=settings.storage_options(args))
-    app = create_app(store, events_token=events_token(args.data_dir))
+    app = create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token)
     port = args.port or free_port(args.host)
     # werkzeug's serve_forever returns on KeyboardInterrupt; SIGTERM is made one,
     # so both signals end in the same clean shutdown below.

@@ -114,10 +114,16 @@ def build() -> dict:
                                                        **_json(schemas.Accepted)}
     paths["/api/conversations"]["post"]["responses"]["200"] = {"description": "the conversation exists already",
                                                               **_json(schemas.Conversation)}
+    for operations in paths.values():  # writes may need the optional API token
+        if "post" in operations:
+            operations["post"]["responses"].update(_errors(401))
+            operations["post"]["security"] = [{}, {"bearer": []}]
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentsvc", "version": "0.1.0",
                  "description": "Long-lived, steerable agents driven by a LanceDB action queue."},
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {"schemas": components,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                      "description": "only when started with --api-token"}}},
     }

@@ -31,17 +31,29 @@ const page = {
 
 // ---- HTTP -------------------------------------------------------------------
 
-async function api(method, path, body) {
+const TOKEN_KEY = "agentsvc.apiToken";
+
+async function api(method, path, body, retried) {
   const options = { method, headers: {} };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
   }
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) options.headers["Authorization"] = "Bearer " + token;
   let response;
   try {
     response = await fetch(path, options);
   } catch (err) {
     throw new Error("the service cannot be reached (" + err.message + ")");
+  }
+  if (response.status === 401 && !retried) {
+    // The service was started with an API token: ask once, remember it here.
+    const given = window.prompt("This service needs its API token to make changes:");
+    if (given) {
+      localStorage.setItem(TOKEN_KEY, given.trim());
+      return api(method, path, body, true);
+    }
   }
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
