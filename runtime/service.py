@@ -53,6 +53,11 @@ class AgentService:
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
 
     async def run(self, stopping: asyncio.Event) -> None:
+        # Whatever this worker id still holds was claimed by its previous life
+        # (the id is unique among live processes): hand it back before anything
+        # else, so it applies in order with the actions accepted after it.
+        if released := await self.persist.release_claims_of([self.worker_id]):
+            log.warning("requeued %d actions this worker held when it last stopped", released)
         await self.persist.heartbeat(self.worker_id)
         await self.adopt()
         log.info("worker %s polling for actions", self.worker_id)

@@ -231,3 +231,23 @@ def test_guidance_sent_to_a_failed_session_waits_for_its_resume(store):
     with_service(store, scenario)
     retried = store.steps.search(session_id="f")[-1]
     assert [g["text"] for g in retried["guidance"]] == ["try again"]
+
+
+def test_a_restarted_worker_hands_back_its_own_stranded_claims_at_once(store):
+    """Its previous life died holding actions; they must apply now, in order,
+    not when their lease runs out."""
+    store.actions.enqueue("create", agent_id="a", session_id="s", payload={"moniker": "echo",
+                          "config": {"interval_s": 0.01}})
+    with_service(store, lambda service: until(lambda: store.steps.count("s") >= 1, what="a step"),
+                 worker_id="host-0")
+    stranded = store.actions.enqueue("pause", agent_id="a", session_id="s")
+    assert store.actions.claim([stranded["id"]], "host-0", lease_s=600) == [stranded["id"]]
+    later = store.actions.enqueue("resume", agent_id="a", session_id="s")
+
+    async def scenario(service):
+        await until(lambda: finished(store, later["id"]), what="the later action", timeout=10)
+
+    with_service(store, scenario, worker_id="host-0")
+    first, second = store.actions.get(stranded["id"]), store.actions.get(later["id"])
+    assert first["status"] == "done" and first["processed_at"] <= second["processed_at"]
+    assert store.states.get("s")["status"] == "running"  # pause, then resume: in that order
