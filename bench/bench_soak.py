@@ -7,7 +7,9 @@ Starts agents.py and app.py (with whatever background maintenance agents.py
 runs by default) on a temporary directory, starts ``--agents`` joke agents
 stepping every ``--interval`` s, and a thread that pauses/resumes a few other
 agents every ``--control-every`` s.  Every ``--sample-s`` it records, per table,
-rows, fragments, versions and indices; the data directory's size on disk; p50/p99
+rows, fragments, versions and indices; the data directory's size on disk; the
+RSS of agents.py and app.py; steps per busy session (a listing sorts all of a
+session's rows, so it grows with them); p50/p99
 of ``GET /api/agent-steps`` for random sessions and of ``store.actions.pending()``
 (this process opens the store as agents.py does); the control actions' latency
 (created_at -> processed_at) during the window; and steps/s.
@@ -22,6 +24,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import psutil
 
 from bench.common import dir_bytes, emit, machine, progress, summary, table_health, timed_ms, ts
 from store import Store
@@ -73,6 +77,9 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
     steps = tables.get("agent_steps", {}).get("rows", steps_before)
     now = time.monotonic()
     return {"t_s": round(now - started, 1), "disk_mb": round(dir_bytes(data_dir) / 1e6, 2),
+            "rss_mb": {name: round(psutil.Process(p.pid).memory_info().rss / 1e6, 1)
+                       for name, p in (("agents.py", svc.agents), ("app.py", svc.app))},
+            "steps_per_session": round(steps / len(sessions)),
             "steps_per_s": round((steps - steps_before) / max(now - since, 1e-9), 1),
             "list_steps": summary(listing), "pending_poll": summary(poll),
             "control": summary(control.since(since)), "tables": tables}
@@ -91,6 +98,7 @@ def verdict(series: list[dict], first_minute_s: float = 60.0) -> dict:
                          "last_p99_ms": round(statistics.fmean(end), 1), "ratio": round(ratio, 2)}
     out["within_1_5x"] = all(v["ratio"] <= LIMIT_RATIO for v in out.values() if isinstance(v, dict))
     out["disk_mb_first_last"] = [series[0]["disk_mb"], series[-1]["disk_mb"]]
+    out["agents_rss_mb_first_last"] = [series[0]["rss_mb"]["agents.py"], series[-1]["rss_mb"]["agents.py"]]
     return out
 
 
