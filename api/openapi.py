@@ -116,7 +116,7 @@ def build() -> dict:
                                                               **_json(schemas.Conversation)}
     for operations in paths.values():  # writes may need the optional API token
         if "post" in operations:
-            operations["post"]["responses"].update(_errors(401))
+            operations["post"]["responses"].update(_errors(401, 413))
             operations["post"]["security"] = [{}, {"bearer": []}]
     return {
         "openapi": "3.1.0",

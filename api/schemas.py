@@ -140,7 +140,7 @@ class Open(BaseModel):
 class Accepted(Open):
     agent_id: str
     session_id: str
-    action_id: str
+    action_id: str | None = Field(description="null only for a repeated create whose action row is gone")
     status: str
 
 

@@ -72,14 +72,19 @@ class InterruptMixin:
     brought it, which makes delivering the same action twice harmless.
     """
 
+    USED_KEPT = 500  # ids of used guidance remembered, to refuse a redelivery
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.pending_guidance: list[dict] = []
+        self.used_guidance: list[str] = []
 
     def add_guidance(self, action_id: str, text: str, source: dict | None = None) -> bool:
         """Queue guidance; ``source`` says where it came from (e.g. a conversation
-        message) and is kept with it on the step row that uses it."""
-        if any(g["action_id"] == action_id for g in self.pending_guidance):
+        message) and is kept with it on the step row that uses it.  The same
+        action delivered again (after a crash) is refused, whether its guidance
+        is still queued or a step has already used it."""
+        if action_id in self.used_guidance or any(g["action_id"] == action_id for g in self.pending_guidance):
             return False
         item = {"action_id": action_id, "text": text}
         if source:
@@ -94,3 +99,4 @@ class InterruptMixin:
     def consume_guidance(self, used: list[dict]) -> None:
         used_ids = {g["action_id"] for g in used}
         self.pending_guidance = [g for g in self.pending_guidance if g["action_id"] not in used_ids]
+        self.used_guidance = (self.used_guidance + [g["action_id"] for g in used])[-self.USED_KEPT:]

@@ -54,6 +54,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.state: dict = snapshot.get("state") if isinstance(snapshot.get("state"), dict) else {}
         self.result = snapshot.get("result")
         self.pending_guidance = list(snapshot.get("pending_guidance") or [])
+        self.used_guidance = list(snapshot.get("used_guidance") or [])
         self.conversation_id = snapshot.get("conversation_id")
         self.usage = snapshot.get("usage")
         self.last_error: str | None = snapshot.get("last_error")
@@ -108,6 +109,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             "status_reason": self.status_reason, "status_changed_at": self.status_changed_at,
             "iteration": self.iteration, "step_token": self.step_token, "next_step_token": self.next_step_token,
             "state": self.state, "result": self.result, "pending_guidance": self.pending_guidance,
+            "used_guidance": self.used_guidance,
             "conversation_id": self.conversation_id, "usage": self.usage, "last_error": self.last_error,
             "created_at": self.created_at, "owner": self.owner, "step_started_at": self.step_started_at,
             "heartbeat_at": self.heartbeat_at, **self.extra,
@@ -255,6 +257,7 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
         fixed.update(step_started_at=None)
         return fixed
     used = {g.get("action_id") for g in (latest_step.get("guidance") or []) if isinstance(g, dict)}
+    fixed["used_guidance"] = [*(snapshot.get("used_guidance") or []), *sorted(used)][-SessionAgent.USED_KEPT:]
     fixed.update(
         step_token=latest_step.get("step_token"), next_step_token=latest_step.get("next_step_token"),
         state=latest_step.get("state") or {}, step_started_at=None,

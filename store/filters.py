@@ -59,7 +59,8 @@ def ts_cmp(column: str, op: str, when: datetime) -> str:
         raise ValueError(f"bad operator {op!r}")
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    text = when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    when = when.astimezone(timezone.utc)
+    text = f"{when.year:04d}" + when.strftime("-%m-%dT%H:%M:%S.%f")  # %Y is not zero-padded below 1000
     return f"{column} {op} CAST({quote(text)} AS TIMESTAMP)"
 
 

@@ -40,6 +40,7 @@ AGENT_STATE = _schema(
     ("state", pa.string(), True),
     ("result", pa.string(), True),
     ("pending_guidance", pa.string(), True),
+    ("used_guidance", pa.string(), True),  # ids of guidance actions already used (bounded)
     ("conversation_id", pa.string(), True),
     ("parent_agent_id", pa.string(), True),
     ("parent_session_id", pa.string(), True),
@@ -146,7 +147,7 @@ INDEXES = {
 
 JSON_COLUMNS = {
     "actions": {"payload"},
-    "agent_state": {"config", "state", "result", "pending_guidance", "usage"},
+    "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage"},
     "agent_steps": {"data", "state", "guidance", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},

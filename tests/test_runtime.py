@@ -251,3 +251,26 @@ def test_a_restarted_worker_hands_back_its_own_stranded_claims_at_once(store):
     first, second = store.actions.get(stranded["id"]), store.actions.get(later["id"])
     assert first["status"] == "done" and first["processed_at"] <= second["processed_at"]
     assert store.states.get("s")["status"] == "running"  # pause, then resume: in that order
+
+
+def test_an_interrupt_applied_again_after_a_crash_reaches_no_second_step(store):
+    """A crash after a step used the guidance but before the action was marked
+    done makes the action apply again; its guidance must not be used twice."""
+    store.actions.enqueue("create", agent_id="a", session_id="g", payload={"moniker": "echo",
+                          "config": {"interval_s": 0.02}})
+    told = store.actions.enqueue("interrupt", agent_id="a", session_id="g", payload={"guidance": "only once"})
+
+    def used_by():
+        return [s["iteration"] for s in store.steps.search(session_id="g", limit=1000)
+                if any(g["action_id"] == told["id"] for g in (s["guidance"] or []))]
+
+    async def scenario(service):
+        await until(lambda: used_by() and finished(store, told["id"]), what="guidance used")
+        store.writer.update("actions", f"id = '{told['id']}'", {"status": "pending", "processed": False})
+        await until(lambda: finished(store, told["id"]), what="applied again")
+        before = store.steps.count("g")
+        await until(lambda: store.steps.count("g") >= before + 5, what="more steps")
+
+    with_service(store, scenario)
+    assert len(used_by()) == 1
+    assert told["id"] in store.states.get("g")["used_guidance"]

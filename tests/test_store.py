@@ -197,3 +197,9 @@ def test_finishes_with_the_same_outcome_share_commits_and_keep_their_errors(stor
             assert got["status"] == "done" and got["error"] is None
         else:
             assert got["status"] == "failed" and got["error"] == f"it's broken #{n}"
+
+
+def test_timestamps_before_year_1000_make_valid_filters(store):
+    store.steps.append(step(0))
+    assert len(store.steps.search(session_id="s1", since=datetime(152, 9, 28, tzinfo=timezone.utc))) == 1
+    assert filters.ts_cmp("created_at", ">=", datetime(5, 1, 1)).count("0005-01-01") == 1
