@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
 # The browser test drives Debian's chromium (playwright cannot download browsers here).
 if [ ! -x /usr/bin/chromium ]; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)

@@ -1,4 +1,6 @@
-"""Running the real service in subprocesses, and waiting on what it persists."""
+"""Running the real service (in subprocesses, or in this process) and waiting
+on what it persists."""
+import asyncio
 import os
 import signal
 import socket
@@ -58,7 +60,7 @@ class Service:
 
     def start_app(self) -> None:
         self.app = self._spawn("app.py", "--port", str(self.port))
-        wait_for(self._healthy, timeout=30, what="app.py to answer /api/health")
+        wait_for(self._healthy, timeout=60, what="app.py to answer /api/health")
 
     def start_agents(self, *extra) -> None:
         # Live events go to this service's app.py (a test's own --events-url, later, wins).
@@ -147,3 +149,39 @@ class Service:
     def wait_status(self, session_id: str, *statuses: str, timeout: float = 20.0) -> dict:
         return wait_for(lambda: (s := self.session(session_id)).get("status") in statuses and s,
                         timeout=timeout, what=f"session {session_id} to be {statuses}")
+
+
+# ---- in this process ------------------------------------------------------
+
+async def until(predicate, timeout: float = 15.0, what: str = "condition"):
+    """Like :func:`wait_for`, for coroutines: the predicate runs in a thread."""
+    deadline = time.monotonic() + timeout
+    while not (value := await asyncio.to_thread(predicate)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+    return value
+
+
+def finished(store, action_id: str) -> dict | None:
+    action = store.actions.get(action_id)
+    return action if action["status"] in ("done", "failed") else None
+
+
+def run_in_process(store, scenario, monikers=None, **options):
+    """Run ``scenario(service)`` while an AgentService polls ``store`` in this
+    process; returns what the scenario returns."""
+    from monikers import default_registry
+    from runtime.aio import run_bounded
+    from runtime.service import AgentService
+
+    async def main():
+        service = AgentService(store, monikers or default_registry(), **options)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(service.run(stopping))
+        try:
+            return await scenario(service)
+        finally:
+            stopping.set()
+            await task
+    return run_bounded(main(), grace_s=1.0)

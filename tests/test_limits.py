@@ -4,11 +4,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from monikers import FrameOut, Moniker, MonikerRegistry, default_registry
-from runtime.aio import run_bounded
-from runtime.service import AgentService
+from monikers import FrameOut, Moniker, default_registry
 from store import Store
-from tests.test_runtime import finished, until
+from tests.harness import finished, run_in_process, until
 
 
 @pytest.fixture
@@ -44,16 +42,7 @@ def registry():
 
 
 def run(store, scenario, **options):
-    async def main():
-        service = AgentService(store, registry(), watch_s=0.01, **options)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(service.run(stopping))
-        try:
-            return await scenario(service)
-        finally:
-            stopping.set()
-            await task
-    return run_bounded(main(), grace_s=1.0)
+    return run_in_process(store, scenario, monikers=registry(), watch_s=0.01, **options)
 
 
 def create(store, session_id, moniker, **config):

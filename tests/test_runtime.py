@@ -5,11 +5,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from monikers import default_registry
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
-from runtime.service import AgentService
 from runtime.session import SessionAgent
 from store import Store
+from tests.harness import finished, run_in_process, until
 
 
 @pytest.fixture
@@ -17,32 +16,8 @@ def store(tmp_path):
     return Store(str(tmp_path / "db"))
 
 
-async def until(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := await asyncio.to_thread(predicate)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
-
-
 def with_service(store, scenario, **options):
-    """Run ``scenario(service)`` while an AgentService polls ``store``."""
-    async def main():
-        service = AgentService(store, default_registry(), **options)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(service.run(stopping))
-        try:
-            return await scenario(service)
-        finally:
-            stopping.set()
-            await task
-    return asyncio.run(main())
-
-
-def finished(store, action_id):
-    a = store.actions.get(action_id)
-    return a if a["status"] in ("done", "failed") else None
+    return run_in_process(store, scenario, **options)
 
 
 def test_mixins_chain_their_init():
