@@ -1,4 +1,7 @@
-"""Running the service's event loop so that shutdown always finishes.
+"""Event-loop plumbing: periodic chores, and a loop whose shutdown always finishes.
+
+``every`` runs a chore (heartbeat, maintenance, health checks) until the
+service stops; a failing round is logged and the next one still runs.
 
 ``asyncio.run`` waits, at the end, for every task it cancelled; a moniker that
 swallows cancellation would then hang the process forever.  ``run_bounded``
@@ -9,6 +12,19 @@ import asyncio
 import logging
 
 log = logging.getLogger("runtime.aio")
+
+
+async def every(stopping: asyncio.Event, seconds: float, chore, what: str) -> None:
+    """``await chore()`` every ``seconds`` until ``stopping`` is set."""
+    while not stopping.is_set():
+        try:
+            await chore()
+        except Exception:
+            log.exception("%s failed; trying again in %.1fs", what, seconds)
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
 
 
 def run_bounded(main, grace_s: float = 5.0):

@@ -13,6 +13,8 @@ import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
 
+from runtime.aio import every
+
 log = logging.getLogger("runtime.monitor")
 
 DAY = 86_400.0
@@ -30,15 +32,7 @@ class HealthMonitor:
         self.stop_grace_s = stop_grace_s
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not stopping.is_set():
-            try:
-                await self.check()
-            except Exception:
-                log.exception("health check failed")
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=self.every_s)
-            except TimeoutError:
-                pass
+        await every(stopping, self.every_s, self.check, "health check")
 
     async def check(self) -> None:
         now = datetime.now(timezone.utc)

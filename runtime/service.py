@@ -21,6 +21,7 @@ import logging
 from ulid import ULID
 
 from monikers.registry import MonikerRegistry, UnknownMoniker
+from runtime.aio import every
 from runtime.dispatcher import Dispatcher
 from runtime.handlers import Handlers
 from runtime.monitor import HealthMonitor
@@ -132,30 +133,20 @@ class AgentService:
         """Heartbeat every ``heartbeat_s``; look for orphaned sessions every ``adopt_every_s``."""
         loop = asyncio.get_running_loop()
         last_adopt = loop.time()
-        while not stopping.is_set():
-            try:
-                await self.persist.heartbeat(self.worker_id)
-                if loop.time() - last_adopt >= self.adopt_every_s:
-                    last_adopt = loop.time()
-                    await self.adopt()
-            except Exception:
-                log.exception("heartbeat/adoption round failed")
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=self.heartbeat_s)
-            except TimeoutError:
-                pass
+
+        async def beat():
+            nonlocal last_adopt
+            await self.persist.heartbeat(self.worker_id)
+            if loop.time() - last_adopt >= self.adopt_every_s:
+                last_adopt = loop.time()
+                await self.adopt()
+
+        await every(stopping, self.heartbeat_s, beat, "heartbeat/adoption round")
 
     async def _maintain(self, stopping: asyncio.Event) -> None:
         """Compact and clean up tables in a worker thread, off the event loop."""
-        while not stopping.is_set():
-            try:
-                await self.persist.run_maintenance(self.maintainer)
-            except Exception:
-                log.exception("maintenance round failed")
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=self.maintain_every_s)
-            except TimeoutError:
-                pass
+        await every(stopping, self.maintain_every_s, lambda: self.persist.run_maintenance(self.maintainer),
+                    "maintenance round")
 
     async def shutdown(self, drain_s: float = 5.0) -> None:
         await self.dispatcher.drain(drain_s)
