@@ -22,7 +22,7 @@ JOKES = [
     "My {s} asked for a raise. I said: only in the next iteration.",
     "A {s} walks into a bar. The bartender says: we don't serve your kind here. The {s} replies: that's fine, I'm just here for the punchline.",
     "Why was the {s} so calm? It had excellent exception handling.",
-    "How many {s}s does it take to change a light bulb? Just one, but it takes three steps.",
+    "How many {s} does it take to change a light bulb? Just one, but it takes three steps.",
     "The {s} stopped telling jokes about UDP. Nobody got them.",
 ]
 
