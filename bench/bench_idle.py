@@ -6,19 +6,20 @@ idle agent with 10,000 of them.
 1. Starts agents.py and app.py on a temporary directory, lets them settle, and
    samples psutil ``cpu_percent`` of each process over ``--cpu-seconds``
    (100 = one core).  The target is agents.py under 2 % of one core.
-2. Memory per idle agent: stops agents.py, writes ``--agents`` snapshots with
-   status ``paused`` (moniker ``echo``) through the store's group-committed
-   upsert in batches of 1,000, and starts agents.py again: rehydration turns
-   each into a live, paused session (a SessionAgent whose runner task waits on
-   its pause event), which is exactly an idle agent.  Memory per idle agent =
-   (RSS once they are all back - RSS of the idle agents.py before) / n.  If
-   they are not all back within ``--rehydrate-timeout`` (resuming is one commit
-   per session), it measures those that are and says how many.  The CPU of agents.py holding them is sampled again.
+2. Memory per idle agent, two ways (``--via``):
 
-   Why not create them with create actions and pause them?  Tried first: the
-   dispatcher applied ~5-11 creates/s on this machine (each create and each
-   finish is its own commit, see BENCHMARKS.md), so 10,000 would take 15-30
-   minutes; rehydration of paused snapshots takes ~10 ms each.
+   - ``create`` (default): ``--agents`` create actions enqueued through the
+     store from many threads (group-committed), moniker ``echo`` with
+     ``interval_s: 86400``: each takes one step and then waits out its
+     interval on an event, which is the state of a paused agent, without
+     10,000 extra pause actions.  Fast since finishes are group-committed.
+   - ``rehydrate``: stops agents.py, writes the snapshots with status
+     ``paused`` through the store's upsert, and starts agents.py again, whose
+     start-up resumes each as a paused SessionAgent.  Resuming is one commit
+     per session, so it is slow; it measures the start-up path.
+
+   Memory per idle agent = (RSS once they are up - RSS of the idle agents.py
+   before) / how many are up within ``--rehydrate-timeout``.
 3. The runtime's own share: the same number of paused SessionAgents built in
    this process with a do-nothing store (tracemalloc and RSS per agent).
 """
@@ -34,7 +35,7 @@ import psutil
 
 from ulid import ULID
 
-from bench.common import emit, machine, progress
+from bench.common import emit, enqueue_creates, machine, progress
 from store import Store
 from tests.harness import Service
 
@@ -143,7 +144,29 @@ def runtime_footprint(n: int) -> dict:
     return asyncio.run(build())
 
 
-def run(cpu_s: float, n: int, settle_s: float, timeout_s: float) -> dict:
+def idle_created(svc: Service, root: str, n: int, settle_s: float, cpu_s: float, timeout_s: float) -> dict:
+    """n sessions created through the action queue (echo, interval_s 86400): each
+    takes one step and then waits out its interval, like a paused agent."""
+    rss_before = rss_mb(svc.agents)
+    store = Store(f"{root}/data/lancedb")
+    progress(f"creating {n} idle agents through the action queue")
+    t0 = time.monotonic()
+    enqueue_creates(store, n, "echo", {"interval_s": 86_400})
+    enqueue_s = time.monotonic() - t0
+    deadline = time.monotonic() + timeout_s
+    while (stepped := store.steps.count()) < n and time.monotonic() < deadline:
+        time.sleep(2.0)
+    created_s = time.monotonic() - t0
+    store.close()
+    time.sleep(settle_s)
+    rss_after = rss_mb(svc.agents)
+    return {"agents": n, "stepped": stepped, "enqueue_s": round(enqueue_s, 1), "all_stepped_s": round(created_s, 1),
+            "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
+            "kb_per_agent": round((rss_after - rss_before) * 1000 / max(stepped, 1), 1),
+            "cpu_percent_holding_them": cpu_percent({"agents.py": svc.agents}, min(cpu_s, 20))["agents.py"]}
+
+
+def run(cpu_s: float, n: int, settle_s: float, timeout_s: float, via: str = "create") -> dict:
     result = {"benchmark": "idle", "machine": machine(), "cpu_seconds": cpu_s}
     with tempfile.TemporaryDirectory() as root:
         svc = Service(f"{root}/data", root).start()
@@ -151,7 +174,8 @@ def run(cpu_s: float, n: int, settle_s: float, timeout_s: float) -> dict:
             time.sleep(settle_s)
             cpu = cpu_percent({"agents.py": svc.agents, "app.py": svc.app}, cpu_s)
             result["idle_cpu_percent"] = cpu
-            result["idle_agents"] = idle_agents(svc, root, n, settle_s, cpu_s, timeout_s)
+            measure = idle_created if via == "create" else idle_agents
+            result["idle_agents"] = {"via": via, **measure(svc, root, n, settle_s, cpu_s, timeout_s)}
             result["runtime_only"] = runtime_footprint(n)
         finally:
             svc.stop()
@@ -165,14 +189,15 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     parser.add_argument("--cpu-seconds", type=float, default=60.0)
     parser.add_argument("--agents", type=int, default=10_000)
+    parser.add_argument("--via", choices=("create", "rehydrate"), default="create",
+                        help="make the idle agents with create actions, or as paused snapshots resumed at start")
     parser.add_argument("--rehydrate-timeout", type=float, default=300.0,
-                        help="stop waiting for the paused sessions to come back after this long, and "
-                             "measure those that did")
+                        help="stop waiting for the idle agents after this long, and measure those that are up")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds to let the processes settle")
     args = parser.parse_args(argv)
     if args.quick:
         args.cpu_seconds, args.agents, args.settle = 2.0, 20, 1.0
-    emit(run(args.cpu_seconds, args.agents, args.settle, args.rehydrate_timeout))
+    emit(run(args.cpu_seconds, args.agents, args.settle, args.rehydrate_timeout, args.via))
     return 0
 
 
