@@ -67,12 +67,12 @@ def test_create_watch_pause_and_talk_to_an_agent(page, shared_service):
     page.get_by_test_id("create-submit").click()
 
     # The session view: steps appear live (no reload, no polling in the page).
-    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=20_000)
-    expect(page.locator("[data-testid=step]").nth(3)).to_be_attached(timeout=20_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=30_000)
+    expect(page.locator("[data-testid=step]").nth(3)).to_be_attached(timeout=30_000)
     session_id = page.evaluate("location.hash").split("/")[-1]
 
     page.get_by_test_id("btn-pause").click()
-    expect(page.get_by_test_id("session-status")).to_have_text("paused", timeout=10_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("paused", timeout=30_000)
     time.sleep(0.5)  # a step in flight when the pause arrived may still land
     paused_at = step_count(page)
     time.sleep(1.5)
@@ -87,21 +87,24 @@ def test_create_watch_pause_and_talk_to_an_agent(page, shared_service):
     page.go_back()
     expect(page.get_by_test_id("session-status")).to_have_text("paused")
     page.get_by_test_id("btn-resume").click()
-    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=10_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=30_000)
     steered = page.locator(f"[data-testid=step][data-iteration='{paused_at}']")
-    expect(steered).to_contain_text("hello from the browser", timeout=15_000)
+    expect(steered).to_contain_text("hello from the browser", timeout=30_000)
     expect(steered.locator(".guidance")).to_contain_text("message from user")
 
     # And the conversation shows the agent's reply live.
     page.goto(f"{shared_service.url}/#/conversation/{conversation_id}")
     expect(page.locator("[data-testid=message].agent", has_text="hello from the browser")).to_be_visible(
-        timeout=10_000)
+        timeout=30_000)
     shared_service.control(shared_service.session(session_id)["agent_id"], "destroy")
 
 
 def test_errors_are_shown(page, shared_service):
     expect = playwright_api.expect
+    # Wait for the form to be ready (its monikers loaded), as a person would.
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live", timeout=30_000)
+    expect(page.locator("#create-moniker option")).not_to_have_count(0, timeout=30_000)
     page.get_by_test_id("create-interval").fill("-1")  # the API refuses a negative interval
     page.get_by_test_id("create-interval").evaluate("e => e.removeAttribute('min')")
     page.get_by_test_id("create-submit").click()
-    expect(page.get_by_test_id("create-error")).to_contain_text("interval_s")
+    expect(page.get_by_test_id("create-error")).to_contain_text("interval_s", timeout=30_000)
