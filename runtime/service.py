@@ -32,6 +32,8 @@ from runtime.session import SessionAgent
 
 log = logging.getLogger("runtime.service")
 
+ADOPT_CHUNK = 200  # sessions resumed at once
+
 
 class AgentService:
     def __init__(self, store, monikers: MonikerRegistry, *, worker_id: str | None = None,
@@ -82,22 +84,28 @@ class AgentService:
         dead = await self.persist.claimants() - alive
         if dead and (released := await self.persist.release_claims_of(dead)):
             log.warning("requeued %d actions claimed by dead workers %s", released, sorted(dead))
+        candidates = [s for s in await self.persist.resumable_snapshots()
+                      if not self.sessions.get(s["session_id"])
+                      and not (s.get("owner") in alive and s.get("owner") != self.worker_id)]
         adopted = 0
-        for snapshot in await self.persist.resumable_snapshots():
-            session_id, owner = snapshot["session_id"], snapshot.get("owner")
-            if self.sessions.get(session_id) or (owner in alive and owner != self.worker_id):
-                continue
-            try:
-                if owner != self.worker_id and not await self.persist.adopt_session(session_id, self.worker_id,
-                                                                                   owner):
-                    continue  # another worker won this one
-                if await self._resume(snapshot):
-                    adopted += 1
-            except Exception:
-                log.exception("session %s could not be adopted", session_id)
+        # Concurrently, in chunks: each resume waits for a commit, and waiting
+        # together lets group commit put a whole chunk into one.
+        for i in range(0, len(candidates), ADOPT_CHUNK):
+            results = await asyncio.gather(*(self._adopt_one(s) for s in candidates[i:i + ADOPT_CHUNK]))
+            adopted += sum(results)
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
         return adopted
+
+    async def _adopt_one(self, snapshot: dict) -> bool:
+        session_id, owner = snapshot["session_id"], snapshot.get("owner")
+        try:
+            if owner != self.worker_id and not await self.persist.adopt_session(session_id, self.worker_id, owner):
+                return False  # another worker won this one
+            return await self._resume(snapshot)
+        except Exception:
+            log.exception("session %s could not be adopted", session_id)
+            return False
 
     async def _resume(self, snapshot: dict) -> bool:
         session_id = snapshot["session_id"]
