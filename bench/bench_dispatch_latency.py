@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gap", type=float, default=0.2, help="longest random pause between actions, s")
     args = parser.parse_args(argv)
     if args.quick:
-        args.n, args.busy, args.gap = 4, 3, 0.05
+        args.n, args.busy, args.gap = 3, 2, 0.02
     emit(run(args.n, args.busy, args.interval, args.gap))
     return 0
 

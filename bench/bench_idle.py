@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     parser.add_argument("--settle", type=float, default=10.0, help="seconds to let the processes settle")
     args = parser.parse_args(argv)
     if args.quick:
-        args.cpu_seconds, args.agents, args.settle = 2.0, 20, 1.0
+        args.cpu_seconds, args.agents, args.settle = 1.0, 10, 0.5
     emit(run(args.cpu_seconds, args.agents, args.settle, args.rehydrate_timeout, args.via))
     return 0
 

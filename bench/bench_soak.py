@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sample-s", type=float, default=30.0)
     args = parser.parse_args(argv)
     if args.quick:
-        args.minutes, args.agents, args.steered, args.sample_s, args.control_every = 0.1, 3, 2, 2.5, 0.5
+        args.minutes, args.agents, args.steered, args.sample_s, args.control_every = 0.08, 2, 1, 2.0, 0.5
     result = {"benchmark": "soak", "machine": machine(), "minutes": args.minutes, "agents": args.agents,
               "interval_s": args.interval, "control_every_s": args.control_every, "sample_s": args.sample_s}
     with tempfile.TemporaryDirectory() as root:
