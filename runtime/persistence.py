@@ -31,8 +31,8 @@ class Persistence:
     async def load_snapshot(self, session_id: str) -> dict | None:
         return await asyncio.to_thread(self.store.states.get, session_id)
 
-    async def resumable_snapshots(self) -> list[dict]:
-        return await asyncio.to_thread(self.store.states.resumable)
+    async def resumable_snapshots(self, skip_owners=()) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.resumable, skip_owners)
 
     async def append_step(self, row: dict) -> dict:
         stored, committed = self.store.steps.submit(row)

@@ -84,8 +84,9 @@ class AgentService:
         dead = await self.persist.claimants() - alive
         if dead and (released := await self.persist.release_claims_of(dead)):
             log.warning("requeued %d actions claimed by dead workers %s", released, sorted(dead))
-        candidates = [s for s in await self.persist.resumable_snapshots()
-                      if not self.sessions.get(s["session_id"])
+        # Only orphans are read: sessions of other live workers stay in the store.
+        orphans = await self.persist.resumable_snapshots(skip_owners=alive - {self.worker_id})
+        candidates = [s for s in orphans if not self.sessions.get(s["session_id"])
                       and not (s.get("owner") in alive and s.get("owner") != self.worker_id)]
         adopted = 0
         # Concurrently, in chunks: each resume waits for a commit, and waiting

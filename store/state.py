@@ -76,6 +76,11 @@ class StateTable:
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
 
-    def resumable(self) -> list[dict]:
+    def resumable(self, skip_owners=()) -> list[dict]:
+        """Sessions that should be running, paused or stopping, except those of
+        ``skip_owners`` (live workers: an adoption round reads only orphans)."""
+        skip = [filters.check_id(o, "owner") for o in skip_owners if o]
         where = filters.in_words("status", RESUMABLE, STATUSES)
+        if skip:
+            where = filters.all_of(where, f"(owner IS NULL OR NOT ({filters.in_ids('owner', skip)}))")
         return query.rows(self.table, self.name, where, order=[("created_at", True)])

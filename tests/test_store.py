@@ -203,3 +203,11 @@ def test_timestamps_before_year_1000_make_valid_filters(store):
     store.steps.append(step(0))
     assert len(store.steps.search(session_id="s1", since=datetime(152, 9, 28, tzinfo=timezone.utc))) == 1
     assert filters.ts_cmp("created_at", ">=", datetime(5, 1, 1)).count("0005-01-01") == 1
+
+
+def test_resumable_can_skip_the_sessions_of_live_workers(store):
+    for sid, owner in (("s1", "w-alive"), ("s2", "w-dead"), ("s3", None)):
+        store.states.save(snapshot(session_id=sid, owner=owner))
+    store.states.save(snapshot(session_id="s4", owner="w-dead", status="done"))
+    assert sorted(s["session_id"] for s in store.states.resumable()) == ["s1", "s2", "s3"]
+    assert sorted(s["session_id"] for s in store.states.resumable(skip_owners={"w-alive"})) == ["s2", "s3"]
