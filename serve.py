@@ -61,8 +61,8 @@ def main(argv=None) -> int:
         "app.py": subprocess.Popen([sys.executable, os.path.join(HERE, "app.py"), *common,
                                     "--host", args.host, "--port", str(args.port)], env=env),
     }
-    print(f"agentsvc: API at http://{args.host}:{args.port}/api  (OpenAPI: /api/openapi.json; "
-          f"data: {args.db_uri or args.data_dir}; Ctrl-C stops)", flush=True)
+    print(f"agentsvc: dashboard at http://{args.host}:{args.port}/  (API under /api, OpenAPI at "
+          f"/api/openapi.json; data: {args.db_uri or args.data_dir}; Ctrl-C stops)", flush=True)
     stopping = False
 
     def stop(*_):

@@ -5,7 +5,6 @@ Every benchmark prints exactly one JSON object on stdout so its figures can be
 diffed and checked by tests/test_bench_smoke.py; progress goes to stderr.
 """
 import asyncio
-import inspect
 import json
 import os
 import platform
@@ -163,22 +162,12 @@ async def wait_until(predicate, timeout: float, interval: float = 0.1, what: str
 
 
 def run_in_process(store, scenario, registry=None, **options):
-    """Run ``await scenario(service)`` while an AgentService polls ``store``
-    (as tests/test_runtime.py's with_service does)."""
-    from runtime.service import AgentService
+    """Run ``await scenario(service)`` while an AgentService polls ``store``,
+    with maintenance as agents.py runs it (tests.harness.run_in_process)."""
+    from tests.harness import run_in_process as run_service
 
-    async def main():
-        if "maintainer" in inspect.signature(AgentService).parameters and "maintainer" not in options:
-            options["maintainer"] = new_maintainer(store)  # as agents.py runs it
-        service = AgentService(store, registry or registry_with_noop(), **options)
-        stopping = asyncio.Event()
-        task = asyncio.create_task(service.run(stopping))
-        try:
-            return await scenario(service)
-        finally:
-            stopping.set()
-            await task
-    return asyncio.run(main())
+    options.setdefault("maintainer", new_maintainer(store))
+    return run_service(store, scenario, monikers=registry or registry_with_noop(), **options)
 
 
 # ---- the agents.py log ----------------------------------------------------------
