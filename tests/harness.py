@@ -146,6 +146,25 @@ class Service:
         return wait_for(lambda: (s := self.steps(session_id)) and len(s) >= n and s, timeout=timeout,
                         what=f"{n} steps of session {session_id}")
 
+    def settled_step_count(self, session_id: str, quiet_s: float = 1.0, timeout: float = 20.0) -> int:
+        """The step count once it has stopped changing for ``quiet_s``.
+
+        A pause or destroy takes effect at the step boundary, so a step already
+        in flight may still land after the action is done; how long that takes
+        depends on how loaded the machine is. A session that keeps stepping
+        never settles, and this raises.
+        """
+        count, since = len(self.steps(session_id)), time.monotonic()
+        deadline = since + timeout
+        while time.monotonic() - since < quiet_s:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"steps of session {session_id} kept coming for {timeout}s")
+            time.sleep(0.1)
+            now = len(self.steps(session_id))
+            if now != count:
+                count, since = now, time.monotonic()
+        return count
+
     def wait_status(self, session_id: str, *statuses: str, timeout: float = 20.0) -> dict:
         return wait_for(lambda: (s := self.session(session_id)).get("status") in statuses and s,
                         timeout=timeout, what=f"session {session_id} to be {statuses}")

@@ -114,8 +114,7 @@ def test_messages_posted_while_paused_arrive_on_resume(shared_service):
     sid, aid = made["session_id"], made["agent_id"]
     svc.wait_steps(sid, 2)
     assert svc.control(aid, "pause")["status"] == "done"
-    time.sleep(0.3)
-    paused_at = len(svc.steps(sid))
+    paused_at = svc.settled_step_count(sid)
     for text in ("while paused 1", "while paused 2"):
         for delivery in post(svc, cid, text)["deliveries"]:
             assert svc.action(delivery["action_id"])["status"] == "done"

@@ -73,8 +73,8 @@ def test_create_watch_pause_and_talk_to_an_agent(page, shared_service):
 
     page.get_by_test_id("btn-pause").click()
     expect(page.get_by_test_id("session-status")).to_have_text("paused", timeout=30_000)
-    time.sleep(0.5)  # a step in flight when the pause arrived may still land
-    paused_at = step_count(page)
+    paused_at = shared_service.settled_step_count(session_id)  # a step in flight may still land
+    expect(page.locator("[data-testid=step]")).to_have_count(paused_at, timeout=30_000)
     time.sleep(1.5)
     assert step_count(page) == paused_at, "steps kept appearing while paused"
     assert len(shared_service.steps(session_id)) == paused_at

@@ -39,8 +39,7 @@ def test_pause_interrupt_resume_destroy(shared_service):
 
     assert shared_service.control(aid, "pause")["status"] == "done"
     assert shared_service.session(sid)["status"] == "paused"
-    time.sleep(0.3)  # a step already in flight when the pause arrived may still land
-    paused_at = len(shared_service.steps(sid))
+    paused_at = shared_service.settled_step_count(sid)
     time.sleep(1.5)
     assert len(shared_service.steps(sid)) == paused_at, "steps kept coming while paused"
 
@@ -62,7 +61,7 @@ def test_pause_interrupt_resume_destroy(shared_service):
     assert shared_service.control(aid, "destroy")["status"] == "done"
     snap = shared_service.session(sid)
     assert snap["status"] == "stopped" and snap["status_reason"] == "destroyed"
-    stopped_at = len(shared_service.steps(sid))
+    stopped_at = shared_service.settled_step_count(sid)
     time.sleep(0.8)
     assert len(shared_service.steps(sid)) == stopped_at
     # A stopped session cannot be resumed; the action says why.
