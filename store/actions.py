@@ -84,19 +84,26 @@ class ActionQueue:
         """Claim pending actions for ``worker_id``; returns the ids this worker now holds.
 
         The claim is one conditional update (``status = 'pending'`` in the
-        filter), which Lance commits atomically: of several racing workers
-        exactly one sees its id on each row when it reads back.
+        filter), which Lance commits atomically, retrying on a conflict with
+        the filter evaluated again: of several racing workers exactly one
+        updates each row. Only a partial claim needs a read-back to learn
+        which rows it got.
         """
+        action_ids = list(dict.fromkeys(action_ids))
         if not action_ids:
             return []
         lease_until = codec.utcnow() + timedelta(seconds=lease_s)
         where = filters.all_of(filters.in_ids("id", action_ids), PENDING)
-        self.writer.update_sql(self.name, where, {
+        updated = self.writer.update_sql(self.name, where, {
             "status": "'processing'",
             "claimed_by": filters.quote(filters.check_id(worker_id, "worker_id")),
             "lease_until": f"CAST({filters.quote(lease_until.strftime('%Y-%m-%dT%H:%M:%S.%f'))} AS TIMESTAMP)",
             "attempts": "attempts + 1",
         })
+        if updated == len(action_ids):
+            return action_ids  # the commit changed every row: all are ours, no read-back
+        if updated == 0:
+            return []
         held = query.rows(self.table, self.name, filters.all_of(
             filters.in_ids("id", action_ids), PROCESSING, filters.eq_id("claimed_by", worker_id)),
             columns=["id"], limit=len(action_ids))

@@ -130,6 +130,8 @@ def test_racing_processes_never_claim_the_same_action(tmp_path):
         for j in range(i + 1, 3):
             assert not (claims[i] & claims[j]), f"claimed twice: {claims[i] & claims[j]}"
     assert set().union(*claims) == set(ids)
+    for n, claim in enumerate(claims):  # what each worker was told it holds is what the table says
+        assert {store.actions.get(i)["claimed_by"] for i in claim} <= {f"w{n}"}
     for action in store.actions.pending(limit=100):
         pytest.fail(f"left pending: {action['id']}")
 
