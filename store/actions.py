@@ -125,7 +125,7 @@ class ActionQueue:
     def release_expired(self, now: datetime | None = None) -> int:
         """Put actions whose lease ran out back to pending (their worker died)."""
         where = filters.all_of(PROCESSING, filters.ts_cmp("lease_until", "<", now or codec.utcnow()))
-        if self.table.count_rows(where) == 0:
+        if query.count(self.table, where) == 0:
             return 0  # an update that matches nothing still commits a version
         return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
 
@@ -135,7 +135,7 @@ class ActionQueue:
         if not worker_ids:
             return 0
         where = filters.all_of(PROCESSING, filters.in_ids("claimed_by", worker_ids))
-        if self.table.count_rows(where) == 0:
+        if query.count(self.table, where) == 0:
             return 0
         return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
 
@@ -146,7 +146,7 @@ class ActionQueue:
 
     def count(self, status: str | None = None) -> int:
         where = filters.eq_word("status", status, STATUSES) if status else None
-        return self.table.count_rows(where) if where else self.table.count_rows()
+        return query.count(self.table, where)
 
     def oldest_pending(self) -> dict | None:
         return query.first(self.table, self.name, PENDING, order=[("created_at", True)])

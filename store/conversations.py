@@ -155,4 +155,4 @@ class Conversations:
         return query.rows(self.tables[self.messages], self.messages, where, order=ORDER, limit=limit)
 
     def count_messages(self, conversation_id: str) -> int:
-        return self.tables[self.messages].count_rows(filters.eq_id("conversation_id", conversation_id))
+        return query.count(self.tables[self.messages], filters.eq_id("conversation_id", conversation_id))

@@ -1,23 +1,58 @@
 """Small helpers for reading rows out of a table."""
+import logging
+import time
+
 from lancedb.query import ColumnOrdering
 
 from store import codec
 
+log = logging.getLogger(__name__)
+
+# A reader can lose a race with cleanup: it resolved the table's files at one
+# version, and maintenance removed some of them (after compaction) before the
+# read finished. The newest version never references removed files, so reading
+# again is enough; a few tries cover even a busy machine.
+VANISHED_FILE_RETRIES = 3
+
+
+def _vanished_file(exc: Exception) -> bool:
+    return isinstance(exc, (RuntimeError, OSError)) and "Not found" in str(exc)
+
+
+def retrying(table, read):
+    """Run ``read()`` and run it again on the newest version if a file vanished."""
+    for attempt in range(VANISHED_FILE_RETRIES + 1):
+        try:
+            return read()
+        except (RuntimeError, OSError) as exc:
+            if not _vanished_file(exc) or attempt == VANISHED_FILE_RETRIES:
+                raise
+            log.info("read of %s lost a race with cleanup (attempt %d); reading the newest version",
+                     getattr(table, "name", "?"), attempt + 1)
+            time.sleep(0.02 * (attempt + 1))
+            table.checkout_latest()
+
+
+def count(table, where: str | None = None) -> int:
+    return retrying(table, lambda: table.count_rows(where) if where else table.count_rows())
+
 
 def rows(table, name: str, where: str | None, order=(), limit: int | None = None,
          offset: int = 0, columns=None) -> list[dict]:
-    q = table.search()
-    if where:
-        q = q.where(where)
-    if order:
-        q = q.order_by([ColumnOrdering(column_name=c, ascending=asc) for c, asc in order])
-    if columns:
-        q = q.select(list(columns))
-    if offset:
-        q = q.offset(offset)
-    # A query without a limit gets LanceDB's default of 10 rows; "all" must be explicit.
-    q = q.limit(limit if limit is not None else max(table.count_rows(where) if where else table.count_rows(), 1))
-    return [codec.decode(name, r) for r in q.to_list()]
+    def read():
+        q = table.search()
+        if where:
+            q = q.where(where)
+        if order:
+            q = q.order_by([ColumnOrdering(column_name=c, ascending=asc) for c, asc in order])
+        if columns:
+            q = q.select(list(columns))
+        if offset:
+            q = q.offset(offset)
+        # A query without a limit gets LanceDB's default of 10 rows; "all" must be explicit.
+        q = q.limit(limit if limit is not None else max(count(table, where), 1))
+        return q.to_list()
+    return [codec.decode(name, r) for r in retrying(table, read)]
 
 
 def first(table, name: str, where: str | None, order=()) -> dict | None:

@@ -63,5 +63,5 @@ class StepLog:
 
     def count(self, session_id: str | None = None) -> int:
         if session_id:
-            return self.table.count_rows(filters.eq_id("session_id", session_id))
-        return self.table.count_rows()
+            return query.count(self.table, filters.eq_id("session_id", session_id))
+        return query.count(self.table)

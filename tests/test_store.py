@@ -213,3 +213,42 @@ def test_resumable_can_skip_the_sessions_of_live_workers(store):
     store.states.save(snapshot(session_id="s4", owner="w-dead", status="done"))
     assert sorted(s["session_id"] for s in store.states.resumable()) == ["s1", "s2", "s3"]
     assert sorted(s["session_id"] for s in store.states.resumable(skip_owners={"w-alive"})) == ["s2", "s3"]
+
+
+class _LosesRacesWithCleanup:
+    """A table whose first ``failures`` reads fail the way LanceDB does when
+    cleanup removed a file the read had resolved; everything else is real."""
+
+    def __init__(self, table, failures, message="lance error: LanceError(IO): Not found: /x/data/1.lance"):
+        self.table, self.failures, self.message, self.checkouts = table, failures, message, 0
+
+    def _maybe_fail(self):
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError(self.message)
+
+    def count_rows(self, *args):
+        self._maybe_fail()
+        return self.table.count_rows(*args)
+
+    def search(self):
+        self._maybe_fail()
+        return self.table.search()
+
+    def checkout_latest(self):
+        self.checkouts += 1
+        self.table.checkout_latest()
+
+
+def test_reads_that_lose_a_race_with_cleanup_read_again(store):
+    from store import query
+    store.steps.append(step(0, session_id="s1"))
+    real = store.tables["agent_steps"]
+    flaky = _LosesRacesWithCleanup(real, failures=2)
+    assert [r["iteration"] for r in query.rows(flaky, "agent_steps", filters.eq_id("session_id", "s1"))] == [0]
+    assert flaky.checkouts == 2
+    assert query.count(_LosesRacesWithCleanup(real, failures=1)) == 1
+    with pytest.raises(RuntimeError, match="Not found"):  # a file that stays gone is an error, not a hang
+        query.count(_LosesRacesWithCleanup(real, failures=query.VANISHED_FILE_RETRIES + 1))
+    with pytest.raises(RuntimeError, match="boom"):  # other errors are not retried
+        query.count(_LosesRacesWithCleanup(real, failures=1, message="boom"))
