@@ -76,8 +76,7 @@ const socket = io({ transports: ["websocket", "polling"] });
 socket.on("connect", () => {
   setLive(true);
   page.rooms = [];
-  subscribeForView();
-  catchUp();
+  subscribeForView().then(catchUp);
 });
 socket.on("disconnect", () => setLive(false));
 socket.on("connect_error", () => setLive(false));
@@ -95,12 +94,21 @@ function roomsForView() {
   return [];
 }
 
-function subscribeForView() {
+// Resolves once the server has joined the rooms.  Catching up only then closes
+// a gap: an event relayed after the HTTP read but before the join would
+// otherwise reach neither path (and seq cannot show a gap before the first
+// event seen).
+async function subscribeForView() {
   const wanted = roomsForView();
   const stale = page.rooms.filter((r) => !wanted.includes(r));
   if (stale.length && socket.connected) socket.emit("unsubscribe", { rooms: stale });
-  if (wanted.length && socket.connected) socket.emit("subscribe", { rooms: wanted });
   page.rooms = wanted;
+  if (!wanted.length || !socket.connected) return;  // "connect" subscribes and catches up
+  try {
+    await socket.timeout(5000).emitWithAck("subscribe", { rooms: wanted });
+  } catch (err) {
+    scheduleCatchUp();  // no answer in time: read again shortly, in case events slipped by
+  }
 }
 
 function sequenced(event) {
@@ -477,8 +485,7 @@ function route() {
     loadCreateForm().catch((err) => toast("Could not load the form: " + err.message, true));
   }
   if (view === "conversations") loadConversations().catch((err) => toast("Could not load: " + err.message, true));
-  subscribeForView();
-  catchUp();
+  subscribeForView().then(catchUp);
 }
 
 window.addEventListener("hashchange", route);
