@@ -159,10 +159,14 @@ class AgentService:
 
     async def shutdown(self, drain_s: float = 5.0) -> None:
         await self.dispatcher.drain(drain_s)
-        runners = [a.runner for a in self.sessions.running()]
+        agents = self.sessions.running()
+        runners = [a.runner for a in agents]
         for runner in runners:
             runner.cancel()
         await asyncio.gather(*runners, return_exceptions=True)
+        # Snapshots the runners left in flight: a clean stop leaves them current
+        # (after a crash, reconcile repairs them from the steps instead).
+        await asyncio.gather(*(a.flush_saves() for a in agents), return_exceptions=True)
         try:
             await self.persist.heartbeat(self.worker_id, status="stopped")
         except Exception:

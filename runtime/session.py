@@ -67,6 +67,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id")}
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
+        self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
         if self.status == "paused":
             self.request_pause()
 
@@ -123,6 +124,25 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.persist.save_snapshot(snapshot)
             await self.observers.notify("snapshot_saved", snapshot)
 
+    async def save_behind(self) -> None:
+        """Start saving the snapshot without waiting for its commit (the runner, after a step).
+
+        The step row is durable already, so a crash before this snapshot lands
+        leaves a snapshot one step behind its newest step, which ``reconcile``
+        repairs on restart.  Waiting for it here would make every step wait for
+        two commits in a row.  At most one such save is in flight: the next one
+        waits for it, so a slow store cannot pile up snapshots, and its errors
+        reach the runner.
+        """
+        await self.flush_saves()
+        self._saving = asyncio.ensure_future(self.save())
+
+    async def flush_saves(self) -> None:
+        """Wait for the save started by :meth:`save_behind`, if any."""
+        saving, self._saving = self._saving, None
+        if saving is not None:
+            await saving
+
     async def set_status(self, status: str, reason: str | None = None) -> None:
         self._set_status(status, reason)
         await self.save()
@@ -147,24 +167,32 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         log.info("session %s runner started at iteration %d agent=%s moniker=%s",
                  self.session_id, self.iteration + 1, self.agent_id, self.moniker.name)
         try:
-            while not self.finished:
-                await self.wait_while_paused()
-                if self.stop_requested:
-                    return
-                if await self._must_wait():
-                    continue
-                if not await self._step_once() or self.finished:
-                    return
-                await self.sleep(self.config.interval_s)
+            await self._steps()
+            await self.flush_saves()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # storage failed under us: record it if we still can
             log.exception("session %s runner crashed agent=%s", self.session_id, self.agent_id)
             self.last_error = f"runner: {type(exc).__name__}: {exc}"
             try:
+                await self.flush_saves()
+            except Exception:
+                pass  # the same failure, most likely; it was logged above
+            try:
                 await self.set_status("error", "runner")
             except Exception:
                 log.exception("session %s could not record its error", self.session_id)
+
+    async def _steps(self) -> None:
+        while not self.finished:
+            await self.wait_while_paused()
+            if self.stop_requested:
+                return
+            if await self._must_wait():
+                continue
+            if not await self._step_once() or self.finished:
+                return
+            await self.sleep(self.config.interval_s)
 
     async def _must_wait(self) -> bool:
         """Finish on a limit, or pause on a budget; True when no step may run now."""
@@ -213,9 +241,11 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.consume_guidance(guidance)
         await self.observers.notify("step_persisted", self.snapshot(), stored)
         self._finish_if_over(out.done, out.text)
-        await self.save()
         if self.finished:
+            await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
+        else:
+            await self.save_behind()
         return True
 
     def _finish_if_over(self, done: bool, text: str | None) -> None:

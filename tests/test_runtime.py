@@ -249,3 +249,43 @@ def test_an_interrupt_applied_again_after_a_crash_reaches_no_second_step(store):
     with_service(store, scenario)
     assert len(used_by()) == 1
     assert told["id"] in store.states.get("g")["used_guidance"]
+
+
+class GatedSnapshots:
+    """Step rows commit at once; each snapshot commit waits until the test lets it through."""
+
+    def __init__(self):
+        self.steps, self.snapshots, self.gate = [], [], asyncio.Semaphore(0)
+
+    async def append_step(self, row):
+        self.steps.append(row["iteration"])
+        return row
+
+    async def save_snapshot(self, row):
+        await self.gate.acquire()
+        self.snapshots.append(row["iteration"])
+
+
+def test_a_step_waits_for_one_commit_and_at_most_one_snapshot_is_in_flight():
+    from monikers import default_registry
+
+    async def scenario():
+        persist = GatedSnapshots()
+        agent = SessionAgent(moniker=default_registry().get("echo"), persist=persist, snapshot={
+            "agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
+            "config": {"interval_s": 0}, "created_at": datetime.now(timezone.utc)})
+        agent.start()
+        for released in range(4):
+            # The step after a snapshot's commit runs while that snapshot is in
+            # flight; the one after that waits for it.
+            await asyncio.sleep(0.2)
+            assert persist.steps == list(range(released + 2))
+            assert persist.snapshots == list(range(released))
+            persist.gate.release()
+        agent.request_stop()
+        for _ in range(10):
+            persist.gate.release()
+        await asyncio.wait_for(agent.runner, 5)
+        assert persist.snapshots[-1] == persist.steps[-1]  # the runner left nothing in flight
+
+    asyncio.run(scenario())
