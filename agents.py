@@ -30,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     settings.add_storage_args(parser)
     parser.add_argument("--watch-interval", type=float, default=settings.env_float("AGENTSVC_WATCH_S", 0.02),
-                        help="how often to check the queue for changes, seconds [AGENTSVC_WATCH_S, 0.02]")
+                        help="how often to check the queue for changes while busy, or always where it cannot be "
+                             "watched (object storage, not Linux), seconds [AGENTSVC_WATCH_S, 0.02]")
     parser.add_argument("--full-poll", type=float, default=settings.env_float("AGENTSVC_FULL_POLL_S", 5.0),
                         help="query the queue at least this often even without a change signal, seconds "
                              "[AGENTSVC_FULL_POLL_S, 5]")

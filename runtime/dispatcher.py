@@ -7,12 +7,15 @@ concurrently.  An action is claimed (status ``processing``, with a lease) before
 it enters a lane and is finished as ``done`` or ``failed`` when its handler
 returns, whatever happens inside; it is never dispatched twice by this process.
 
-Polling is driven by a change signal: every ``watch_s`` the dispatcher reads the
-queue's change token (a directory mtime, ~30 us, on a local database) and runs
-the pending query only when it moved (some process appended, claimed or
-finished an action), right after it found work, or every ``full_poll_s`` as a
-safety net.  A control action is picked up within tens of milliseconds, and
-an idle service costs little CPU.
+Polling is driven by a change signal.  On a local database on Linux the
+dispatcher sleeps on an inotify watch of the queue's manifests
+(store/watch.py) and wakes as soon as any process commits to the queue; it
+still looks at the change token every ``idle_watch_s`` in case a notification
+was lost.  Elsewhere it reads the change token (a directory mtime, or the table
+version on object storage) every ``watch_s``.  The pending query runs only when
+something changed (some process appended, claimed or finished an action), right
+after it found work, or every ``full_poll_s`` as a safety net.  A control
+action is picked up within tens of milliseconds, and an idle service sleeps.
 
 With several workers on one database, each applies only the actions of the
 sessions it owns (plus creates, and answers for finished or unknown sessions);
@@ -33,7 +36,7 @@ log = logging.getLogger("runtime.dispatcher")
 class Dispatcher:
     def __init__(self, persist, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
                  observers: Observers | None = None, owns: Callable[[str], object] = lambda session_id: None,
-                 watch_s: float = 0.02, full_poll_s: float = 5.0,
+                 watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0,
                  batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5):
         self.persist = persist
         self.handle = handle
@@ -42,6 +45,8 @@ class Dispatcher:
         self.observers = observers or Observers()
         self.worker_id = worker_id
         self.watch_s = watch_s
+        self.idle_watch_s = idle_watch_s
+        self._commit_seen = False  # set by the commit watch, consumed by the poll loop
         self.full_poll_s = full_poll_s
         self.batch = batch
         self.lease_s = lease_s
@@ -52,8 +57,29 @@ class Dispatcher:
         self.applied = 0
 
     async def run(self, stopping: asyncio.Event) -> None:
+        wake = asyncio.Event()
+        watch = self.persist.watch_queue()
+        if watch is not None:
+            asyncio.get_running_loop().add_reader(watch.fileno(), self._notified, watch, wake)
+        stopper = asyncio.create_task(stopping.wait())
+        stopper.add_done_callback(lambda _: wake.set())
+        try:
+            await self._poll_loop(stopping, wake, watched=watch is not None)
+        finally:
+            stopper.cancel()
+            if watch is not None:
+                asyncio.get_running_loop().remove_reader(watch.fileno())
+                watch.close()
+
+    def _notified(self, watch, wake: asyncio.Event) -> None:
+        watch.drain()
+        self._commit_seen = True
+        wake.set()
+
+    async def _poll_loop(self, stopping: asyncio.Event, wake: asyncio.Event, watched: bool) -> None:
         seen_version, last_full, last_release, found = None, 0.0, 0.0, 0
         while not stopping.is_set():
+            wake.clear()  # before looking: a commit from now on wakes the wait below
             now = time.monotonic()
             try:
                 if now - last_release > self.release_every_s:
@@ -62,14 +88,17 @@ class Dispatcher:
                     if released:
                         log.warning("released %d actions whose lease expired", released)
                 version = self.persist.queue_change_token()
-                if found or version != seen_version or now - last_full > self.full_poll_s:
+                notified, self._commit_seen = self._commit_seen, False
+                if found or notified or version != seen_version or now - last_full > self.full_poll_s:
                     seen_version, last_full = version, now  # read before querying: no change slips by
                     found = await self.poll_once()
             except Exception:
                 log.exception("poll failed; retrying")
                 found = 0
+            # Busy, or nothing to wake us: look again soon.  Watched and idle: sleep.
+            timeout = self.idle_watch_s if watched and not found else self.watch_s
             try:
-                await asyncio.wait_for(stopping.wait(), timeout=self.watch_s)
+                await asyncio.wait_for(wake.wait(), timeout=timeout)
             except TimeoutError:
                 pass
 

@@ -60,6 +60,10 @@ class Persistence:
         the pending query (~5-20 ms), so the poller can look often."""
         return self.store.actions.change_token()
 
+    def watch_queue(self):
+        """A file descriptor that wakes on any commit to the queue, or None (then poll)."""
+        return self.store.actions.watch()
+
     async def run_maintenance(self, maintainer) -> list[dict]:
         return await asyncio.to_thread(maintainer.run_due)
 

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from ulid import ULID
 
 from store import codec, filters, query
+from store.watch import watch_commits
 
 TYPES = {"create", "pause", "resume", "interrupt", "destroy"}
 STATUSES = {"pending", "processing", "done", "failed"}
@@ -39,6 +40,10 @@ class ActionQueue:
             except OSError:
                 pass
         return self.table.version
+
+    def watch(self):
+        """A :class:`store.watch.CommitWatch` on the queue, or None where only polling works."""
+        return watch_commits(self._versions_dir)
 
     def enqueue(self, type: str, *, agent_id: str, session_id: str, payload: dict | None = None,
                 conversation_id: str | None = None, priority: int = 0) -> dict:

@@ -289,3 +289,14 @@ def test_a_step_waits_for_one_commit_and_at_most_one_snapshot_is_in_flight():
         assert persist.snapshots[-1] == persist.steps[-1]  # the runner left nothing in flight
 
     asyncio.run(scenario())
+
+
+def test_an_idle_dispatcher_wakes_on_a_commit_not_on_its_timer(store):
+    """With every timer a minute away, only the commit watch can wake it."""
+    async def scenario(service):
+        await asyncio.sleep(0.5)  # let the poller go idle
+        made = store.actions.enqueue("create", agent_id="a", session_id="w", payload={"moniker": "countdown",
+                                     "config": {"interval_s": 0, "n": 1}})
+        return await until(lambda: finished(store, made["id"]), timeout=20, what="create")
+
+    assert with_service(store, scenario, watch_s=60.0, idle_watch_s=60.0, full_poll_s=60.0)["status"] == "done"

@@ -252,3 +252,19 @@ def test_reads_that_lose_a_race_with_cleanup_read_again(store):
         query.count(_LosesRacesWithCleanup(real, failures=query.VANISHED_FILE_RETRIES + 1))
     with pytest.raises(RuntimeError, match="boom"):  # other errors are not retried
         query.count(_LosesRacesWithCleanup(real, failures=1, message="boom"))
+
+
+def test_the_commit_watch_fires_on_a_commit_from_another_connection(tmp_path):
+    import select
+    uri = str(tmp_path / "db")
+    watching = Store(uri)
+    watch = watching.actions.watch()
+    assert watch is not None, "a local queue on Linux can be watched"
+    try:
+        assert select.select([watch], [], [], 0.2)[0] == []  # quiet until someone commits
+        Store(uri).actions.enqueue("pause", agent_id="a1", session_id="s1")
+        assert select.select([watch], [], [], 10)[0] == [watch]
+        assert watch.drain() >= 1
+        assert select.select([watch], [], [], 0.2)[0] == []  # drained
+    finally:
+        watch.close()
