@@ -1,8 +1,8 @@
 // The agentsvc dashboard: plain JS, no build step.
 //
 // Live model: on every (re)connect the page subscribes to the rooms of the
-// current view, then catches up over HTTP from its cursor (the last step
-// iteration, the last message id), and merges live events as they come.
+// current view, then catches up over HTTP from its cursor (the end of the
+// unbroken run of steps, the last message read over HTTP), and merges live events.
 // Everything is keyed by row id, so an event seen both live and over HTTP is
 // shown once.  Each event carries {stream, seq, epoch}: a gap in seq or a new
 // epoch (app.py restarted) triggers another catch-up.
@@ -24,6 +24,7 @@ const page = {
   session: null,          // snapshot of the open session
   steps: new Map(),       // step id -> step (open session)
   messages: new Map(),    // message id -> message (open conversation)
+  messageCursor: null,    // the last message read over HTTP (live ones do not move it)
   streams: new Map(),     // stream -> {epoch, seq}
   conversations: [],
   catchUpTimer: null,
@@ -268,20 +269,24 @@ async function loadSession() {
   if (id !== page.sessionId) return;
   mergeSnapshot(snapshot);
   if (!page.session || (snapshot.updated_at || "") >= (page.session.updated_at || "")) renderSession(snapshot);
-  // Catch up from the cursor: every step after the newest one shown.
-  let after = lastIteration();
+  // Catch up from the cursor: every step after the last one of an unbroken
+  // run from iteration 0.  Not after the newest shown: a step that arrived live
+  // may stand beyond steps this page never received (it was on another view,
+  // or disconnected), and those would never be read.
   for (;;) {
+    const after = contiguousIteration();
     const page_ = await api("GET", `/api/agent-steps?session_id=${id}&min_iteration=${after + 1}&limit=500`);
     if (id !== page.sessionId) return;
     page_.steps.forEach(addStep);
     if (page_.steps.length < 500) break;
-    after = lastIteration();
   }
 }
 
-function lastIteration() {
+function contiguousIteration() {
+  const have = new Set();
+  page.steps.forEach((s) => have.add(s.iteration));
   let last = -1;
-  page.steps.forEach((s) => { if (s.iteration > last) last = s.iteration; });
+  while (have.has(last + 1)) last += 1;
   return last;
 }
 
@@ -392,11 +397,15 @@ async function loadConversation() {
   if (id !== page.conversationId) return;
   $("c-title").textContent = conversation.title || "untitled conversation";
   renderParticipants(participants.participants);
-  for (;;) {  // catch up from the cursor: every message after the newest one shown
-    const after = lastMessageId();
+  // Catch up from the cursor: the last message read over HTTP.  Messages that
+  // arrive live do not move it, since they may stand beyond messages this page
+  // never received (it was on another view, or disconnected).
+  for (;;) {
+    const after = page.messageCursor;
     const data = await api("GET", `/api/conversations/${id}/messages?limit=500` + (after ? "&after=" + after : ""));
     if (id !== page.conversationId) return;
     data.messages.forEach(addMessage);
+    if (data.messages.length) page.messageCursor = data.messages[data.messages.length - 1].message_id;
     if (data.messages.length < 500) break;
   }
 }
@@ -417,12 +426,6 @@ function renderParticipants(rows) {
 }
 
 const messageKey = (m) => m.created_at + " " + m.message_id;
-
-function lastMessageId() {
-  let last = null;
-  page.messages.forEach((m) => { if (!last || messageKey(m) > messageKey(last)) last = m; });
-  return last ? last.message_id : null;
-}
 
 function addMessage(m) {
   if (page.messages.has(m.message_id)) return;
@@ -476,6 +479,7 @@ function route() {
   if (view === "conversation" && id !== page.conversationId) {
     page.conversationId = id;
     page.messages.clear();
+    page.messageCursor = null;
     $("messages").replaceChildren();
     $("messages-empty").hidden = false;
   }
