@@ -50,7 +50,7 @@ def rows(table, name: str, where: str | None, order=(), limit: int | None = None
         if offset:
             q = q.offset(offset)
         # A query without a limit gets LanceDB's default of 10 rows; "all" must be explicit.
-        q = q.limit(limit if limit is not None else max(count(table, where), 1))
+        q = q.limit(limit if limit is not None else max(table.count_rows(where) if where else table.count_rows(), 1))
         return q.to_list()
     return [codec.decode(name, r) for r in retrying(table, read)]
 
