@@ -75,12 +75,18 @@ StepFn = Callable[[FrameIn, StepContext], Awaitable[FrameOut | Json]]
 
 @dataclass(frozen=True)
 class Moniker:
-    """A named step function.  ``initial_step`` is the token of a session's first step."""
+    """A named step function.  ``initial_step`` is the token of a session's first step.
+
+    ``config_model`` is the pydantic model of the moniker's own session-config
+    keys (``countdown``'s ``n``...), beside the runner's keys in
+    ``runtime.config.SessionConfig``; None for a moniker that declares none.
+    """
 
     name: str
     step: StepFn
     description: str = ""
     initial_step: str = "0"
+    config_model: type[BaseModel] | None = None
 
     def describe(self) -> Json:
         return {"name": self.name, "description": self.description, "initial_step": self.initial_step}
