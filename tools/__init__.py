@@ -1,0 +1,1 @@
+"""Tools that agents call: the registry, built-in tools, and the MCP bridge."""
