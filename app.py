@@ -13,7 +13,7 @@ import socket
 from flask import Flask, jsonify
 
 import settings
-from api import auth, conversations, dashboard, errors, live, openapi
+from api import auth, conversations, dashboard, errors, live, openapi, stream
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from monikers import default_registry
@@ -39,7 +39,8 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
     app.register_blueprint(dashboard.bp)
-    live.install(app, events_token)
+    _, hub = live.install(app, events_token)
+    stream.install(app, hub)
     errors.install(app)
     metrics.install(app)
     spec = openapi.build()
