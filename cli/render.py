@@ -1,11 +1,14 @@
 """How the CLI shows things: rich tables for people, JSON for scripts."""
 import json
+import os
 import sys
 
 from rich.console import Console
 from rich.table import Table
 
-out = Console(highlight=False, soft_wrap=False)
+# Piped into another program: wide lines rather than ids folded at 80 columns.
+out = Console(highlight=False, soft_wrap=False,
+              width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200))
 err = Console(stderr=True, highlight=False)
 
 
@@ -22,7 +25,10 @@ def short(text, width: int = 60) -> str:
 def table(title: str | None, columns: list[str], rows: list[list]) -> None:
     t = Table(title=title, show_edge=False, header_style="bold")
     for column in columns:
-        t.add_column(column, overflow="fold" if column in ("agent", "session", "id") else "ellipsis")
+        if column in ("agent", "session", "action", "id"):
+            t.add_column(column, no_wrap=True, min_width=26)
+        else:
+            t.add_column(column, overflow="ellipsis")
     for row in rows:
         t.add_row(*["" if v is None else str(v) for v in row])
     out.print(t)

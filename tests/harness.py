@@ -72,6 +72,15 @@ class Service:
         self.workers.append(proc)
         return proc
 
+    def stop_app(self) -> int:
+        self.app.send_signal(signal.SIGTERM)
+        return self.app.wait(timeout=20)
+
+    def cli(self, *args, env=None, timeout: float = 60, **popen) -> subprocess.CompletedProcess:
+        """Run the ``agentsvc`` command line against this service; its output as text."""
+        return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout, env={**self.env, "AGENTSVC_URL": self.url, **(env or {})}, **popen)
+
     def _healthy(self) -> bool:
         try:
             return self.http.get(self.url + "/api/health", timeout=1).status_code == 200
