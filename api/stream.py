@@ -36,8 +36,11 @@ streams when an event for one of their rooms passed through this process
 each stream reads every ``poll_s`` (events relayed to another app.py instance
 arrive that way).  Each open stream holds a server thread (threading mode), so
 their number is capped (503 beyond ``max_streams``), a comment is sent every
-``keepalive_s`` to notice clients that went away, and a stream with nothing to
-send for ``idle_s`` is closed (the client reconnects with its cursor).
+``keepalive_s`` (a server only learns that a client went away when it writes),
+and a stream with nothing to send for ``idle_s`` is closed (the client
+reconnects with its cursor).  Environment: ``AGENTSVC_MAX_STREAMS`` (32),
+``AGENTSVC_STREAM_POLL_S`` (1), ``AGENTSVC_STREAM_IDLE_S`` (300),
+``AGENTSVC_STREAM_KEEPALIVE_S`` (15).
 """
 import json
 import logging
@@ -315,12 +318,13 @@ def _events(hub: StreamHub, opened: tuple[int, threading.Event], follower: Follo
 
 
 def install(app, live_hub=None, *, max_streams: int | None = None, poll_s: float | None = None,
-            idle_s: float | None = None, keepalive_s: float = 15.0) -> StreamHub:
+            idle_s: float | None = None, keepalive_s: float | None = None) -> StreamHub:
     """Register the route; ``live_hub`` (api.live.LiveHub) wakes streams on its events."""
     env = os.environ.get
     hub = StreamHub(max_streams=max_streams or int(env("AGENTSVC_MAX_STREAMS") or 32),
                     poll_s=poll_s or float(env("AGENTSVC_STREAM_POLL_S") or 1.0),
-                    idle_s=idle_s or float(env("AGENTSVC_STREAM_IDLE_S") or 300.0), keepalive_s=keepalive_s)
+                    idle_s=idle_s or float(env("AGENTSVC_STREAM_IDLE_S") or 300.0),
+                    keepalive_s=keepalive_s or float(env("AGENTSVC_STREAM_KEEPALIVE_S") or 15.0))
     app.extensions["agentsvc_streams"] = hub
     if live_hub is not None:
         live_hub.listeners.append(hub.notify)
