@@ -75,9 +75,11 @@ def valid_event(event: object) -> bool:
             and isinstance(event.get("stream"), str) and isinstance(event.get("data"), dict))
 
 
-def install(app, token: str | None) -> tuple[SocketIO, LiveHub]:
-    """Attach Flask-SocketIO (threading mode: real WebSockets via simple-websocket)."""
-    socketio = SocketIO(app, async_mode="threading")
+def install(app, token: str | None, message_queue: str | None = None) -> tuple[SocketIO, LiveHub]:
+    """Attach Flask-SocketIO (threading mode: real WebSockets via simple-websocket).
+    With ``message_queue`` (redis://…) every instance's emits reach the clients
+    of all instances sharing the queue."""
+    socketio = SocketIO(app, async_mode="threading", message_queue=message_queue)
     hub = LiveHub(socketio)
     app.extensions["agentsvc_live"] = hub
     _browser_handlers(socketio, hub)
