@@ -61,7 +61,10 @@ def running_workers(svc) -> dict[str, dict]:
 
 def test_two_workers_on_object_storage_and_a_kill(service):
     svc = service
-    svc.agents_args = ["--dead-after", "3", "--watch-interval", "0.1", "--maintain-every-versions", "50"]
+    # Commits to object storage take tens of ms (seconds on a loaded machine):
+    # a worker is declared dead only after 10 s of silence, so a slow heartbeat
+    # is not mistaken for a death (tests/test_workers.py uses 3 s on local disk).
+    svc.agents_args = ["--dead-after", "10", "--watch-interval", "0.1"]
     svc.start()
     first = wait_for(lambda: running_workers(svc), timeout=60, what="the first worker")
     svc.start_worker()
