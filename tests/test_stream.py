@@ -145,15 +145,14 @@ def test_tail_follows_across_restarts_of_both_processes(service):
 
     store = Store(svc.data_dir + "/lancedb")
     try:
-        for _ in range(1):
-            seen = len(received())
-            wait_for(lambda: len(received()) > seen + 2, timeout=60, what="the tail to receive steps")
-            svc.stop_app()
-            svc.kill_agents()
-            svc.start_agents()  # steps while app.py is down: only LanceDB has them
-            before = store.steps.count(sid)
-            wait_for(lambda: store.steps.count(sid) >= before + 5, timeout=60, what="steps while app.py is down")
-            svc.start_app()
+        seen = len(received())
+        wait_for(lambda: len(received()) > seen + 2, timeout=60, what="the tail to receive steps")
+        svc.stop_app()
+        svc.kill_agents()
+        svc.start_agents()  # steps while app.py is down: only LanceDB has them
+        before = store.steps.count(sid)
+        wait_for(lambda: store.steps.count(sid) >= before + 5, timeout=60, what="steps while app.py is down")
+        svc.start_app()
         seen = len(received())
         wait_for(lambda: len(received()) > seen + 5, timeout=60, what="the tail to catch up and go on")
         svc.control(made["agent_id"], "destroy")
