@@ -20,7 +20,7 @@ from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
 from runtime.service import AgentService
-from store import Store
+from store import Store, lance_log
 from store.maintenance import Maintainer
 
 log = logging.getLogger("agents")
@@ -106,6 +106,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
     run_bounded(serve(args))
 
