@@ -72,7 +72,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
-    store = Store(settings.db_uri(args), storage_options=settings.storage_options(args))
+    store = Store(settings.db_uri(args), **settings.store_kwargs(args))
     app = create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token)
     port = args.port or free_port(args.host)
     # werkzeug's serve_forever returns on KeyboardInterrupt; SIGTERM is made one,
