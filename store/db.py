@@ -39,7 +39,9 @@ class Store:
     def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0,
                  cache_mb: int = DEFAULT_CACHE_MB, min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S):
         self.uri = uri
-        self.session = lancedb.Session(index_cache_size_bytes=cache_mb * MIB, metadata_cache_size_bytes=cache_mb * MIB)
+        # 0 keeps LanceDB's own sizes (for comparison; they grow with the versions read).
+        self.session = (lancedb.Session(index_cache_size_bytes=cache_mb * MIB, metadata_cache_size_bytes=cache_mb * MIB)
+                        if cache_mb else lancedb.Session())
         self.db = lancedb.connect(
             uri,
             read_consistency_interval=timedelta(seconds=read_consistency_s),
