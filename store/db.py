@@ -19,7 +19,6 @@ import lancedb
 
 from store.actions import ActionQueue
 from store.conversations import Conversations
-from store import query
 from store.maintenance import ensure_indexes, table_shape
 from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
@@ -100,8 +99,7 @@ class Store:
 
     def table_shapes(self) -> dict[str, dict]:
         """Fragments, versions, rows and bytes of every table (a few ms each; cache it)."""
-        return {name: query.retrying(table, lambda table=table: table_shape(table))
-                for name, table in self.tables.items()}
+        return {name: table_shape(table) for name, table in self.tables.items()}
 
     def cache_bytes(self) -> int:
         """What LanceDB's caches of this store hold now."""

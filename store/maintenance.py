@@ -41,6 +41,7 @@ from datetime import datetime, timedelta, timezone
 
 from lancedb.index import Bitmap, BTree
 
+from store import query
 from store.schemas import INDEXES
 from store.writer import is_conflict
 
@@ -70,10 +71,13 @@ def ensure_indexes(tables: dict) -> None:
 
 
 def table_shape(table) -> dict:
-    """Fragments, versions, rows and bytes of a table, as it is now."""
-    stats = table.stats()
-    return {"fragments": stats["fragment_stats"]["num_fragments"], "versions": len(table.list_versions()),
-            "rows": stats["num_rows"], "bytes": stats["total_bytes"]}
+    """Fragments, versions, rows and bytes of a table, as it is now (read again
+    should cleanup remove a manifest while it is listed)."""
+    def read():
+        stats = table.stats()
+        return {"fragments": stats["fragment_stats"]["num_fragments"], "versions": len(table.list_versions()),
+                "rows": stats["num_rows"], "bytes": stats["total_bytes"]}
+    return query.retrying(table, read)
 
 
 class TableHealth:
