@@ -117,10 +117,10 @@ class Service:
     # ---- HTTP helpers ---------------------------------------------------
 
     def get(self, path: str, **params):
-        return self.http.get(self.url + path, params=params, timeout=10)
+        return self.http.get(self.url + path, params=params, timeout=30)
 
     def post(self, path: str, json=None, data=None, headers=None):
-        return self.http.post(self.url + path, json=json, data=data, headers=headers, timeout=10)
+        return self.http.post(self.url + path, json=json, data=data, headers=headers, timeout=30)
 
     def create(self, moniker: str = "joke", task: str = "", **fields) -> dict:
         r = self.post("/api/agents", json={"moniker": moniker, "task": task, **fields})

@@ -74,7 +74,7 @@ def test_two_workers_on_object_storage_and_a_kill(service):
     agents: list[dict] = []
     while len(agents) < 4 or len({owner(svc, a["session_id"]) for a in agents}) < 2:
         assert len(agents) < 16, "every session went to the same worker"
-        agents.append(svc.create("echo", config={"interval_s": 0.5}))
+        agents.append(svc.create("echo", config={"interval_s": 1.0}))
         svc.wait_status(agents[-1]["session_id"], "running", timeout=60)
         time.sleep(0.1)
     owners = {a["session_id"]: owner(svc, a["session_id"]) for a in agents}
