@@ -164,3 +164,15 @@ def test_tail_follows_across_restarts_of_both_processes(service):
     stored = [s["iteration"] for s in svc.steps(sid)]
     assert stored == list(range(len(stored)))
     assert received() == stored, "the client missed or repeated steps"
+
+
+def test_cursor_round_trip_and_rejects():
+    from api.stream import format_cursor, parse_cursor
+    cursor = {("step", "S1"): 12, ("action", "S1"): "01J0ACTION", ("state", "S1"): 1795405578693730,
+              ("msg", "conv.1:x"): "01J0MESSAGE"}
+    assert parse_cursor(format_cursor(cursor)) == cursor
+    assert parse_cursor("") == {} and parse_cursor(None) == {}
+    for bad in ("step:S1=x", "nosuch:S1=1", "step:S1", "step:bad id=1", "msg:C1=bad'id", "step:S1=-5",
+                ";".join(f"step:s{i}=1" for i in range(501))):
+        with pytest.raises(ValueError):
+            parse_cursor(bad)
