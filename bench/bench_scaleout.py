@@ -121,6 +121,7 @@ def main(argv=None) -> int:
             for label, env, agents_args in plans:
                 progress(f"{label} {agents_args}")
                 result["runs"].append(storage_run(label, args.n, args.agents, args.seconds, env, agents_args))
+                progress(json.dumps(result["runs"][-1]))
         finally:
             moto.stop()
     progress("redis")

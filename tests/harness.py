@@ -83,8 +83,8 @@ class Service:
 
     def _healthy(self) -> bool:
         try:
-            return self.http.get(self.url + "/api/health", timeout=1).status_code == 200
-        except requests.ConnectionError:
+            return self.http.get(self.url + "/api/health", timeout=5).status_code == 200
+        except requests.RequestException:  # refused while starting, or slow (a loaded machine, object storage)
             return False
 
     def kill_agents(self) -> None:
