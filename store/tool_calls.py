@@ -17,6 +17,17 @@ WAITING = ("waiting_approval", "waiting_result")
 ENDED = ("success", "failed", "denied", "unknown")
 
 
+TIMES = ("created_at", "updated_at", "started_at", "finished_at")
+
+
+def _times(row: dict) -> dict:
+    """Rows read back carry ISO-8601 strings; written again, they must be timestamps."""
+    for key in TIMES:
+        if isinstance(row.get(key), str):
+            row[key] = datetime.fromisoformat(row[key].replace("Z", "+00:00"))
+    return row
+
+
 class ToolCallTable:
     name = "tool_calls"
     key = "id"
@@ -28,7 +39,7 @@ class ToolCallTable:
     def submit(self, rows: list[dict]) -> Future:
         """Queue insert-or-replace of whole rows; the future resolves once durable."""
         now = codec.utcnow()
-        return self.writer.submit_upsert(self.name, self.key, [dict(r, updated_at=now) for r in rows])
+        return self.writer.submit_upsert(self.name, self.key, [_times(dict(r, updated_at=now)) for r in rows])
 
     def save(self, rows: list[dict]) -> None:
         self.submit(rows).result()

@@ -17,6 +17,7 @@ Deterministic tools for tests (in the spirit of the ``chaos``/``sleepy`` moniker
   kill -9.  The directory is the operator's (environment of agents.py); a call
   only names a key matching ``[A-Za-z0-9_-]{1,64}``.  Without the variable set
   the tools fail with a message saying so.
+- ``repeat``: ``text`` repeated ``times`` times (a result over the cap, on purpose).
 - ``fail``: fails on purpose with ``message``.
 """
 import asyncio
@@ -135,11 +136,22 @@ async def fail_run(args: FailArgs, ctx: ToolContext):
     raise RuntimeError(args.message)
 
 
+class RepeatArgs(Strict):
+    text: str = Field(max_length=1000)
+    times: int = Field(1, ge=0, le=100_000)
+
+
+async def repeat_run(args: RepeatArgs, ctx: ToolContext) -> str:
+    return args.text * args.times
+
+
 ADD = Tool("add", "Add numbers: {numbers: [..]} -> {sum}.", add_run, AddArgs, timeout_s=5, idempotent=True)
 SLEEP_COUNT = Tool("sleep_count", "Test tool: count one execution durably, then sleep `seconds`. Not idempotent.",
                    sleep_count_run, SleepCountArgs, timeout_s=660)
 SLEEP_COUNT_IDEMPOTENT = Tool("sleep_count_idempotent", "Like sleep_count, but idempotent: run again after a crash.",
                               sleep_count_run, SleepCountArgs, timeout_s=660, idempotent=True)
+REPEAT = Tool("repeat", "Test tool: `text` repeated `times` times (a large result on purpose).", repeat_run,
+              RepeatArgs, timeout_s=5, idempotent=True)
 FAIL = Tool("fail", "Test tool: fails on purpose with `message`.", fail_run, FailArgs, timeout_s=5)
 
-BUILTINS = (WAIT, HUMAN, ADD, SLEEP_COUNT, SLEEP_COUNT_IDEMPOTENT, FAIL)
+BUILTINS = (WAIT, HUMAN, ADD, SLEEP_COUNT, SLEEP_COUNT_IDEMPOTENT, REPEAT, FAIL)
