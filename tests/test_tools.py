@@ -7,31 +7,11 @@ from datetime import datetime
 import pytest
 import socketio
 
-from tests.harness import Service, wait_for
-from tools.builtin import COUNT_DIR_ENV, read_count
+from tests.harness import wait_for
+from tools.builtin import read_count
 
-
-def _service(tmp_path_factory, name: str) -> Service:
-    root = tmp_path_factory.mktemp(name)
-    (root / "logs").mkdir()
-    (root / "counts").mkdir()
-    svc = Service(str(root / "data"), str(root / "logs"), env={COUNT_DIR_ENV: str(root / "counts")})
-    svc.count_dir = str(root / "counts")
-    return svc
-
-
-@pytest.fixture(scope="module")
-def shared_service(tmp_path_factory):
-    svc = _service(tmp_path_factory, "tools").start()
-    yield svc
-    svc.stop()
-
-
-@pytest.fixture
-def service(tmp_path_factory):
-    svc = _service(tmp_path_factory, "tools1")
-    yield svc
-    svc.stop()
+# The fixtures ``shared_service`` and ``service`` (tests/conftest.py) give agents.py
+# a directory where the counting tools record each execution (``svc.count_dir``).
 
 
 def scripted(svc, frames, **config) -> dict:
@@ -237,7 +217,7 @@ def test_tools_and_filters_are_listed(shared_service):
 # ---- 5. kill -9 while tools run --------------------------------------------------
 
 def test_a_tool_running_when_its_worker_dies_is_unknown_unless_idempotent(service):
-    svc = service.start()
+    svc = service
     once = scripted(svc, [{"tool_calls": [{"id": "k", "name": "sleep_count", "args": {"seconds": 60, "key": "once"}}]},
                           {"text": "after"}, {"done": True}], tools=["sleep_count"])
     again = scripted(svc, [{"tool_calls": [{"name": "sleep_count_idempotent", "args": {"seconds": 2, "key": "again"}}]},
@@ -273,7 +253,7 @@ def test_a_tool_running_when_its_worker_dies_is_unknown_unless_idempotent(servic
 # ---- 6. approval across restarts of both processes ------------------------------
 
 def test_an_approval_survives_restarts_and_runs_the_tool_exactly_once(service):
-    svc = service.start()
+    svc = service
     made = scripted(svc, [
         {"tool_calls": [{"name": "sleep_count", "args": {"seconds": 0, "key": "approved"}}]},
         {"tool_calls": [{"id": "second", "name": "sleep_count", "args": {"seconds": 0, "key": "denied"}}]},
