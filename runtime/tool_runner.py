@@ -95,6 +95,7 @@ class ToolRunner:
         """Make rows durable, then tell the observers (live events, metrics)."""
         if not rows:
             return
+        rows = [dict(r, updated_at=now()) for r in rows]  # live events carry it: the newest row per id wins
         await self.persist.save_tool_calls(rows)
         for row in rows:
             await self.observers.notify("tool_call_updated", dict(row))

@@ -39,7 +39,9 @@ class ToolCallTable:
     def submit(self, rows: list[dict]) -> Future:
         """Queue insert-or-replace of whole rows; the future resolves once durable."""
         now = codec.utcnow()
-        return self.writer.submit_upsert(self.name, self.key, [_times(dict(r, updated_at=now)) for r in rows])
+        rows = [_times(dict(r, updated_at=r["updated_at"] if isinstance(r.get("updated_at"), datetime) else now))
+                for r in rows]  # the writer's own time of the change, when it gives one (live events carry it)
+        return self.writer.submit_upsert(self.name, self.key, rows)
 
     def save(self, rows: list[dict]) -> None:
         self.submit(rows).result()
