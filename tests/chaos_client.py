@@ -200,7 +200,7 @@ def snapshot_row_counts(svc: Service) -> dict[str, int]:
 
 # ---- tool calls in the crash harness ---------------------------------------------
 
-def tool_script(index: int, steps: int = 300) -> list[dict]:
+def tool_script(index: int, steps: int = 60) -> list[dict]:
     """Frames for a ``scripted`` session whose every step asks for one call that
     needs approval (a counted, non-idempotent tool) and one external result."""
     return [{"text": f"step {n}", "tool_calls": [
