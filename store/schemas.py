@@ -111,6 +111,7 @@ WORKERS = _schema(
     ("status", pa.string(), False),  # running | stopped
     ("started_at", TS, False),
     ("heartbeat_at", TS, False),
+    ("maintenance", pa.string(), True),  # per table: shape after the last run, runs, failures (JSON)
 )
 
 CONVERSATIONS = _schema(
@@ -183,4 +184,5 @@ JSON_COLUMNS = {
     "tool_calls": {"args", "result", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},
+    "workers": {"maintenance"},
 }
