@@ -231,6 +231,7 @@ class ToolStream(threading.Thread):
         self.gap_s = gap_s
         self.sent: list[ToolSent] = []
         self.conflicts = 0  # 409s: the call was no longer waiting when the request came
+        self.decided: set[str] = set()  # calls with an accepted decision
         self.refused: list[tuple[str, int, str]] = []
         self.stopping = threading.Event()
         self.error: BaseException | None = None
@@ -249,6 +250,8 @@ class ToolStream(threading.Thread):
     def answer(self, session_id: str) -> None:
         r = self.http.get(f"{self.url}/api/tool-calls", params={"session_id": session_id, "limit": 50}, timeout=30)
         for call in r.json()["tool_calls"]:
+            if call["id"] in self.decided:
+                continue  # its decision is queued (maybe behind a restart): answering again only adds conflicts
             if call["status"] == "waiting_approval":
                 verb = "deny" if self.rng.random() < 0.2 else "approve"
                 body = {"reason": "harness says no"} if verb == "deny" else {}
@@ -263,6 +266,7 @@ class ToolStream(threading.Thread):
         r = self.http.post(f"{self.url}/api/tool-calls/{tool_call_id}/{verb}", json=body, timeout=30)
         if r.status_code == 202:
             self.sent.append(ToolSent(session_id, tool_call_id, verb, r.json()["action_id"]))
+            self.decided.add(tool_call_id)
         elif r.status_code == 409:
             self.conflicts += 1
         else:
