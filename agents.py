@@ -23,6 +23,7 @@ from runtime.health import HealthServer
 from runtime.service import AgentService
 from store import Store, lance_log
 from store.maintenance import Maintainer
+from tools.registry import default_tool_registry
 
 log = logging.getLogger("agents")
 
@@ -87,9 +88,10 @@ async def serve(args: argparse.Namespace) -> None:
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
+    tools = default_tool_registry()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
-    service = AgentService(store, monikers, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
+    service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
                            maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
                            dead_after_s=args.dead_after, max_attempts=args.max_attempts,
                            session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
@@ -108,7 +110,8 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: stop(service, stopping))
-    log.info("agents.py started: db=%s monikers=%s", store.uri, ",".join(monikers.names()))
+    log.info("agents.py started: db=%s monikers=%s tools=%s", store.uri, ",".join(monikers.names()),
+             ",".join(tools.names()))
     try:
         await service.run(stopping)
     finally:

@@ -19,12 +19,14 @@ from flask import Flask, jsonify
 
 import settings
 from api import auth, conversations, dashboard, errors, live, openapi, stream
+from api import tools as tool_routes
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from runtime.events import events_token
 from store import Store, lance_log
+from tools.registry import default_tool_registry
 
 log = logging.getLogger("app")
 
@@ -32,7 +34,7 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def create_app(store: Store, monikers=None, events_token: str | None = None,
-               api_token: str | None = None, message_queue: str | None = None) -> Flask:
+               api_token: str | None = None, message_queue: str | None = None, tools=None) -> Flask:
     """The Flask app; its Flask-SocketIO server is ``app.extensions["socketio"]``.
     Without ``events_token`` the ingest namespace accepts no one; with
     ``api_token`` every POST under /api needs it as a bearer token; with
@@ -47,6 +49,8 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
+    app.extensions["agentsvc_tools"] = tools if tools is not None else default_tool_registry()
+    app.register_blueprint(tool_routes.bp)
     app.register_blueprint(dashboard.bp)
     _, hub = live.install(app, events_token, message_queue=message_queue)
     stream.install(app, hub)

@@ -31,6 +31,8 @@ from runtime.observers import Observers
 from runtime.persistence import Persistence
 from runtime.registry import SessionRegistry
 from runtime.session import SessionAgent
+from runtime.tool_runner import ToolRunner
+from tools.registry import ToolRegistry, default_tool_registry
 
 log = logging.getLogger("runtime.service")
 
@@ -38,7 +40,8 @@ ADOPT_CHUNK = 200  # sessions resumed at once
 
 
 class AgentService:
-    def __init__(self, store, monikers: MonikerRegistry, *, worker_id: str | None = None,
+    def __init__(self, store, monikers: MonikerRegistry, *, tools: ToolRegistry | None = None,
+                 worker_id: str | None = None,
                  destroy_grace_s: float = 5.0, maintainer=None, maintain_every_s: float = 2.0,
                  heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
                  session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
@@ -51,7 +54,10 @@ class AgentService:
         self.maintainer = maintainer  # store.maintenance.Maintainer, or None for no upkeep
         self.maintain_every_s = maintain_every_s
         self.heartbeat_s, self.dead_after_s, self.adopt_every_s = heartbeat_s, dead_after_s, adopt_every_s
-        self.session_options = {"owner": self.worker_id, "heartbeat_s": session_heartbeat_s}
+        self.tools = tools if tools is not None else default_tool_registry()
+        self.tool_runner = ToolRunner(self.tools, self.persist, self.observers)
+        self.session_options = {"owner": self.worker_id, "heartbeat_s": session_heartbeat_s,
+                                "tools": self.tool_runner}
         self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
                                  destroy_grace_s=destroy_grace_s, session_options=self.session_options)
         self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
