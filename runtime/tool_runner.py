@@ -283,8 +283,9 @@ class ToolPhase:
             while True:
                 self._start_pending()
                 if self.agent.stop_requested:
-                    await self._cancel_waits()
-                    if not self.tasks:
+                    if self._destroyed():
+                        await self._cancel_waits()
+                    if not self.tasks:  # shutdown: waits stay open, the restart picks them up
                         return None
                 await self.agent.reflect_waiting(self.waiting_reason())
                 if all(r["status"] in ENDED for r in self.rows.values()):
@@ -320,6 +321,11 @@ class ToolPhase:
                 if not task.cancelled() and task.exception() is not None:  # could not even record it
                     raise task.exception()
 
+    def _destroyed(self) -> bool:
+        """Destroy asks the runner to stop *and* sets status stopping; a worker
+        shutting down only asks it to stop, and the session lives on elsewhere."""
+        return self.agent.stop_requested and self.agent.status == "stopping"
+
     async def _cancel_waits(self) -> None:
         """Destroy: calls that wait (for approval, a result, a slot) will not get one."""
         cancelled = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
@@ -336,7 +342,7 @@ class ToolPhase:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
-        if not self.agent.stop_requested:
+        if not self._destroyed():
             return  # shutdown: rows stay running; the restart treats them as interrupted
         ended = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
                  for r in self.rows.values() if r["status"] not in ENDED]
