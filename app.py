@@ -14,11 +14,13 @@ from flask import Flask, jsonify
 
 import settings
 from api import auth, conversations, dashboard, errors, live, openapi
+from api import tools as tool_routes
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from monikers import default_registry
 from runtime.events import events_token
 from store import Store
+from tools.catalog import installed_registry
 
 log = logging.getLogger("app")
 
@@ -26,7 +28,7 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def create_app(store: Store, monikers=None, events_token: str | None = None,
-               api_token: str | None = None) -> Flask:
+               api_token: str | None = None, tools=None) -> Flask:
     """The Flask app; its Flask-SocketIO server is ``app.extensions["socketio"]``.
     Without ``events_token`` the ingest namespace accepts no one; with
     ``api_token`` every POST under /api needs it as a bearer token."""
@@ -35,9 +37,11 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.json.sort_keys = False
     metrics = Metrics(store)
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics)
+    app.extensions[tool_routes.EXTENSION] = tools if tools is not None else installed_registry()
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
+    app.register_blueprint(tool_routes.bp)
     app.register_blueprint(dashboard.bp)
     live.install(app, events_token)
     errors.install(app)

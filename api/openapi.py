@@ -2,7 +2,7 @@
 also validate the requests, so the two cannot drift apart."""
 from pydantic import BaseModel
 
-from api import schemas
+from api import schemas, tools
 
 REF = "#/components/schemas/{model}"
 
@@ -77,7 +77,7 @@ def build() -> dict:
     models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.InterruptRequest, schemas.Accepted,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
-              *CONVERSATION_MODELS]
+              *CONVERSATION_MODELS, *tools.MODELS]
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -107,6 +107,8 @@ def build() -> dict:
         "/api/actions/{action_id}": {"get": _op("an action's status and error", 200, ok_model=schemas.Action,
                                                 params=[_path("action_id")], errors=(400, 404))},
         "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
+        "/api/tools": {"get": _op("tools agents can call (built-ins, plugins, MCP servers' tools), "
+                                  "with the JSON schema of their args", 200, ok_model=tools.ToolList, errors=())},
         "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
         **_conversation_paths(),
     }

@@ -17,6 +17,7 @@ from store.maintenance import ensure_indexes
 from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
 from store.steps import StepLog
+from store.tool_catalog import ToolCatalogTable
 from store.workers import WorkerTable
 from store.writer import Writer
 
@@ -41,6 +42,7 @@ class Store:
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
         self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
+        self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
 
     def _open_or_create(self, name, schema):
         try:
