@@ -94,7 +94,9 @@ def test_a_dying_server_fails_its_call_and_is_reconnected_on_the_next(tmp_path, 
 
     async def scenario():
         registry = ToolRegistry()
-        bridge = McpBridge(McpConfig(servers={"demo": demo(log_path)}), registry)
+        published = []
+        bridge = McpBridge(McpConfig(servers={"demo": demo(log_path)}), registry,
+                           on_change=lambda: published.append(bridge.describe("demo.add")["status"]))
         await bridge.start()
         try:
             with pytest.raises(ToolFailed, match="'demo' closed the connection during the call"):
@@ -102,6 +104,7 @@ def test_a_dying_server_fails_its_call_and_is_reconnected_on_the_next(tmp_path, 
             assert bridge.describe("demo.crash")["status"] == "unavailable"
             assert await call(registry, "demo.add", {"a": 1, "b": 2}) == {"result": 3}
             assert bridge.describe("demo.add")["status"] == "connected"
+            assert published == ["connected", "unavailable", "connected"]  # the catalog follows the server
             # killed between two calls: the next call starts it again instead of failing
             first = (await call(registry, "demo.pid", {}))["result"]
             os.kill(first, 9)

@@ -142,9 +142,10 @@ class McpServer:
     Calls are made from the runner's tasks while the owner holds the session.
     """
 
-    def __init__(self, name: str, config: ServerConfig):
+    def __init__(self, name: str, config: ServerConfig, on_status: Callable[[], None] | None = None):
         self.name = name
         self.config = config
+        self.on_status = on_status or (lambda: None)  # told when status flips (the catalog shows it)
         self.status = "not_started"  # connected | unavailable
         self.error: str | None = None
         self._client = None
@@ -213,9 +214,11 @@ class McpServer:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
                 raise ToolFailed(f"MCP server {self.name!r} is unavailable: {self.error}") from None
-            if self.status != "connected":
-                log.info("mcp server %s connected", self.name)
+            changed = self.status != "connected"
             self.status, self.error = "connected", None
+            if changed:
+                log.info("mcp server %s connected", self.name)
+                self.on_status()
 
     async def list_tools(self) -> list:
         await self.connect()
@@ -258,9 +261,11 @@ class McpServer:
         return result_value(result)
 
     def _mark_down(self, error: str) -> None:
-        if self.status != "unavailable" or self.error != error:
-            log.error("mcp server %s unavailable: %s", self.name, error)
+        changed = self.status != "unavailable" or self.error != error
         self.status, self.error = "unavailable", error
+        if changed:
+            log.error("mcp server %s unavailable: %s", self.name, error)
+            self.on_status()
 
     async def _lost(self, error: str) -> None:
         self._mark_down(error)
@@ -305,9 +310,11 @@ class McpBridge:
 
     def __init__(self, config: McpConfig, registry: ToolRegistry,
                  on_change: Callable[[], None] | None = None):
-        self.servers = {name: McpServer(name, cfg) for name, cfg in config.servers.items()}
-        self.registry = registry
         self.on_change = on_change or (lambda: None)
+        self._started = False  # status flips are published once start() has published the first catalog
+        self.servers = {name: McpServer(name, cfg, on_status=self._status_changed)
+                        for name, cfg in config.servers.items()}
+        self.registry = registry
         self.tools: dict[str, McpToolInfo] = {}  # "<server>.<tool>" -> info
         self._retry: asyncio.Task | None = None
 
@@ -320,7 +327,12 @@ class McpBridge:
                 self._register_known(server, known or [])
         if any(s.status != "connected" for s in self.servers.values()):
             self._retry = asyncio.create_task(self._retry_down(), name="mcp-retry")
+        self._started = True
         self.on_change()
+
+    def _status_changed(self) -> None:
+        if self._started:
+            self.on_change()
 
     async def discover(self, server: McpServer) -> int:
         """List ``server``'s tools and (re)register them; raise ToolFailed when down."""
