@@ -105,6 +105,12 @@ def test_a_dying_server_fails_its_call_and_is_reconnected_on_the_next(tmp_path, 
             assert await call(registry, "demo.add", {"a": 1, "b": 2}) == {"result": 3}
             assert bridge.describe("demo.add")["status"] == "connected"
             assert published == ["connected", "unavailable", "connected"]  # the catalog follows the server
+            # calls in flight when it dies all fail, and the one connection is closed once
+            outcomes = await asyncio.gather(call(registry, "demo.sleep", {"seconds": 30}),
+                                            call(registry, "demo.sleep", {"seconds": 30}),
+                                            crash_soon(registry), return_exceptions=True)
+            assert all(isinstance(o, ToolFailed) for o in outcomes), outcomes
+            assert await call(registry, "demo.add", {"a": 2, "b": 2}) == {"result": 4}
             # killed between two calls: the next call starts it again instead of failing
             first = (await call(registry, "demo.pid", {}))["result"]
             os.kill(first, 9)
@@ -114,8 +120,13 @@ def test_a_dying_server_fails_its_call_and_is_reconnected_on_the_next(tmp_path, 
         finally:
             await bridge.close()
     run(scenario())
-    assert executions(log_path, "crash") == 1
+    assert executions(log_path, "crash") == 2
     assert "mcp server demo unavailable" in caplog.text
+
+
+async def crash_soon(registry):
+    await asyncio.sleep(0.2)  # let the two sleeps reach the server first (not needed for correctness)
+    return await call(registry, "demo.crash", {})
 
 
 async def wait_until_answers(registry):

@@ -170,6 +170,7 @@ class McpServer:
     async def _own(self, ready: asyncio.Future, release: asyncio.Event) -> None:
         from mcp import Client
 
+        client = None
         try:
             async with Client(self._target(), read_timeout_seconds=self.config.timeout_s) as client:
                 self._client = client
@@ -181,7 +182,8 @@ class McpServer:
             if not isinstance(exc, (Exception, asyncio.CancelledError)):
                 raise
         finally:
-            self._client = None
+            if client is not None and self._client is client:  # never clear a newer connection
+                self._client = None
 
     def _open(self) -> bool:
         """Whether the connection is up, as far as can be told without a request:
@@ -244,16 +246,16 @@ class McpServer:
             if exc.code == REQUEST_TIMEOUT:
                 raise ToolFailed(f"MCP tool {self.name}.{tool} timed out after {self.config.timeout_s:g}s") from None
             if exc.code == CONNECTION_CLOSED:
-                await self._lost(f"connection closed during a call to {tool}")
+                await self._lost(client, f"connection closed during a call to {tool}")
                 raise ToolFailed(f"MCP server {self.name!r} closed the connection during the call "
                                  "(outcome unknown; it is reconnected on the next call)") from None
             raise ToolFailed(f"MCP server {self.name!r} refused the call: {exc}") from None
         except (OSError, EOFError) as exc:  # the transport broke under us
-            await self._lost(_describe(exc))
+            await self._lost(client, _describe(exc))
             raise ToolFailed(f"MCP server {self.name!r} failed during the call: {_describe(exc)}") from None
         except Exception as exc:
             if type(exc).__module__.startswith("anyio"):  # ClosedResourceError, BrokenResourceError
-                await self._lost(_describe(exc))
+                await self._lost(client, _describe(exc))
                 raise ToolFailed(f"MCP server {self.name!r} connection broke: {_describe(exc)}") from None
             raise
         if result.is_error:
@@ -267,10 +269,13 @@ class McpServer:
             log.error("mcp server %s unavailable: %s", self.name, error)
             self.on_status()
 
-    async def _lost(self, error: str) -> None:
-        self._mark_down(error)
+    async def _lost(self, client, error: str) -> None:
+        """The connection ``client`` broke.  Of several calls failing with it,
+        only the first closes it; a newer connection is left alone."""
         async with self._lock:
-            await self._stop_owner()
+            if self._client is client or self._client is None:
+                self._mark_down(error)
+                await self._stop_owner()
 
     async def _stop_owner(self) -> None:
         owner, self._owner = self._owner, None
