@@ -62,9 +62,14 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that gave up (the timeout test)
+        pass
+
+
 @pytest.fixture(scope="module")
 def site():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.paths = []
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

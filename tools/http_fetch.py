@@ -22,7 +22,6 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.registry import Tool, ToolContext
@@ -111,7 +110,7 @@ def _is_text(content_type: str) -> bool:
     return content_type.startswith(TEXTUAL) or content_type.endswith(("+json", "+xml"))
 
 
-async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+async def _read_capped(response, max_bytes: int) -> bytes:
     declared = response.content_length
     if declared is not None and declared > max_bytes:
         raise FetchRefused(f"response body is {declared} bytes, over the {max_bytes}-byte cap")
@@ -125,6 +124,8 @@ async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> byte
 
 async def fetch(url: str, policy: FetchPolicy) -> dict:
     """GET ``url`` under ``policy``, following allowed redirects by hand."""
+    import aiohttp  # on first use: app.py lists this tool but never runs it
+
     timeout = aiohttp.ClientTimeout(total=policy.timeout_s)
     current = policy.check(url)
     try:
@@ -149,7 +150,7 @@ async def fetch(url: str, policy: FetchPolicy) -> dict:
         raise FetchRefused(f"request failed: {type(exc).__name__}: {exc}") from None
 
 
-def _result(url: str, response: aiohttp.ClientResponse, body: bytes, policy: FetchPolicy) -> dict:
+def _result(url: str, response, body: bytes, policy: FetchPolicy) -> dict:
     content_type = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
     result = {"url": url, "status": response.status, "content_type": content_type or None,
               "bytes": len(body), "truncated": False}

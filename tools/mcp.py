@@ -32,7 +32,6 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tools.registry import Tool, ToolContext, ToolRegistry
@@ -365,6 +364,8 @@ class McpBridge:
                                                    entry.get("args_schema") or {"type": "object"}))
 
     def _register(self, server: McpServer, info: McpToolInfo) -> None:
+        import jsonschema  # only a worker with MCP servers needs it
+
         try:
             validator_cls = jsonschema.validators.validator_for(info.input_schema)
             validator_cls.check_schema(info.input_schema)
