@@ -1,6 +1,7 @@
 """A small MCP server (stdio) written with the official SDK, for the tests.
 
-    python tests/mcp_demo_server.py
+    python tests/mcp_demo_server.py              # over stdio
+    python tests/mcp_demo_server.py --http PORT  # streamable HTTP on 127.0.0.1:PORT/mcp
 
 Every executed call appends a line "<tool> <pid>" to the file named by
 MCP_DEMO_LOG (if set), so tests can count executions across restarts.
@@ -64,4 +65,9 @@ def crash() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    import sys
+
+    if sys.argv[1:2] == ["--http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

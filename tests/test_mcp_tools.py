@@ -4,12 +4,14 @@ and their listing by app.py (GET /api/tools) when agents.py discovered them."""
 import asyncio
 import json
 import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.harness import Service, wait_for
+from tests.harness import Service, free_port, wait_for
 from tools.mcp import McpBridge, McpConfig, ServerConfig, ToolFailed, load_config
 from tools.registry import ToolContext, ToolRegistry
 
@@ -176,6 +178,56 @@ def test_a_server_that_cannot_start_keeps_its_known_tools_and_never_raises(tmp_p
             await bridge.close()
     run(scenario())
     assert "mcp server gone unavailable: cannot start" in caplog.text
+
+
+def start_http_server(port: int, log_path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, DEMO, "--http", str(port)], env={**os.environ, "MCP_DEMO_LOG": str(log_path)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def listening():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+    wait_for(listening, timeout=60, what="the MCP HTTP server to listen")
+    return proc
+
+
+def test_a_streamable_http_server_is_called_and_reconnected(tmp_path):
+    port, log_path = free_port(), tmp_path / "calls.log"
+    proc = start_http_server(port, log_path)
+    config = ServerConfig(url=f"http://127.0.0.1:{port}/mcp", headers={"X-Test": "1"})
+
+    async def scenario():
+        nonlocal proc
+        registry = ToolRegistry()
+        bridge = McpBridge(McpConfig(servers={"web": config}), registry)
+        await bridge.start()
+        try:
+            assert "web.add" in registry.names()
+            assert await call(registry, "web.add", {"a": 20, "b": 22}) == {"result": 42}
+            proc.kill()
+            proc.wait()
+            with pytest.raises(ToolFailed, match="'web'"):
+                await call(registry, "web.add", {"a": 1, "b": 1})
+            proc = await asyncio.to_thread(start_http_server, port, log_path)
+            for _ in range(20):  # the next call connects again (a call racing the old session may fail first)
+                try:
+                    assert await call(registry, "web.add", {"a": 1, "b": 1}) == {"result": 2}
+                    break
+                except ToolFailed:
+                    await asyncio.sleep(0.2)
+            else:
+                raise AssertionError("the HTTP server was never reconnected")
+        finally:
+            await bridge.close()
+    try:
+        run(scenario())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert executions(log_path, "add") == 2
 
 
 def test_config_files_json_and_toml(tmp_path):
