@@ -281,3 +281,24 @@ def test_app_lists_the_tools_agents_discovered(tmp_path):
         assert tools["http_fetch"]["args_schema"]["properties"]["url"]["type"] == "string"
     finally:
         svc.stop()
+
+
+def test_schema_checks(caplog):
+    from tools import schema
+
+    add = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+           "required": ["a", "b"], "additionalProperties": False}
+    assert schema.args_problem(add, {"a": 1, "b": 2}) is None
+    assert schema.args_problem(add, {"a": "x", "c": 1}) == (
+        "args: 'b' is a required property; args: Additional properties are not allowed ('c' was unexpected); "
+        "a: 'x' is not of type 'integer'")
+    with pytest.raises(schema.BadSchema):
+        schema.validator({"type": "no-such-type"})
+    # a tool whose schema is broken is skipped (logged), not registered half-checked
+    registry = ToolRegistry()
+    bridge = McpBridge(McpConfig(servers={"x": ServerConfig(command="/no/such/server")}), registry)
+    bridge._register_known(bridge.servers["x"], [
+        {"name": "x.bad", "mcp": {"server": "x", "tool": "bad"}, "args_schema": {"type": "no-such-type"}},
+        {"name": "x.good", "mcp": {"server": "x", "tool": "good"}, "args_schema": add}])
+    assert registry.names() == ["x.good"]
+    assert "mcp tool x.bad skipped: its inputSchema is not a valid JSON schema" in caplog.text

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tools import schema
 from tools.registry import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger("tools.mcp")
@@ -122,14 +123,6 @@ def result_value(result) -> Any:
             mime = getattr(block, "mime_type", None)
             parts.append(f"[{kind}{' ' + mime if mime else ''} content omitted]")
     return "\n".join(parts)
-
-
-def args_error(validator, args: dict) -> str | None:
-    """The first few schema violations of ``args``, phrased for the model."""
-    errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))[:5]
-    if not errors:
-        return None
-    return "; ".join(f"{'.'.join(map(str, e.absolute_path)) or 'args'}: {e.message}" for e in errors)
 
 
 class McpServer:
@@ -364,20 +357,16 @@ class McpBridge:
                                                    entry.get("args_schema") or {"type": "object"}))
 
     def _register(self, server: McpServer, info: McpToolInfo) -> None:
-        import jsonschema  # only a worker with MCP servers needs it
-
         try:
-            validator_cls = jsonschema.validators.validator_for(info.input_schema)
-            validator_cls.check_schema(info.input_schema)
-            validator = validator_cls(info.input_schema)
-        except jsonschema.SchemaError as exc:
+            schema.validator(info.input_schema)
+        except schema.BadSchema as exc:
             log.error("mcp tool %s.%s skipped: its inputSchema is not a valid JSON schema: %s",
-                      server.name, info.tool, exc.message)
+                      server.name, info.tool, exc)
             return
 
         async def run(args, ctx: ToolContext, _tool=info.tool):
             args = args.model_dump() if isinstance(args, BaseModel) else dict(args or {})
-            problem = args_error(validator, args)
+            problem = schema.args_problem(info.input_schema, args)  # also checked by the runner, if it can
             if problem:
                 raise ToolFailed(f"invalid args for {server.name}.{_tool}: {problem}")
             return await server.call(_tool, args)
