@@ -84,7 +84,7 @@ def test_an_mcp_tool_is_called_by_a_session(env):
     calls = calls_of(svc, created["session_id"])
     assert [c["status"] for c in calls] == ["success", "failed"]
     assert calls[0]["result"] == {"result": 42}
-    assert "invalid args for demo.add: a: 'two' is not of type 'integer'" in calls[1]["error"]
+    assert "a: 'two' is not of type 'integer'" in calls[1]["error"]
     steps = svc.steps(created["session_id"])
     results = steps[1]["inputs"]["tool_results"]
     assert [(r["name"], r["status"]) for r in results] == [("demo.add", "success"), ("demo.add", "failed")]
