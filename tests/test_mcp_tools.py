@@ -1,6 +1,7 @@
 """MCP servers' tools through the tool registry (tools/mcp.py), against a real
-MCP server written with the same SDK (tests/mcp_demo_server.py, over stdio),
-and their listing by app.py (GET /api/tools) when agents.py discovered them."""
+MCP server written with the same SDK (tests/mcp_demo_server.py, over stdio and
+streamable HTTP).  Their listing by app.py and their calls from sessions are in
+test_tool_edges_service.py."""
 import asyncio
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Service, free_port, wait_for
+from tests.harness import free_port, wait_for
 from tools.mcp import McpBridge, McpConfig, ServerConfig, ToolFailed, load_config
 from tools.registry import ToolContext, ToolRegistry
 
@@ -39,7 +40,7 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 120))
 
 
-def test_tools_are_listed_registered_and_called(tmp_path):
+def test_tools_are_listed_registered_called_and_checked(tmp_path):
     log_path = tmp_path / "calls.log"
 
     async def scenario():
@@ -64,20 +65,7 @@ def test_tools_are_listed_registered_and_called(tmp_path):
             assert both == [{"result": 2}, {"result": "x"}]
             assert bridge.describe("demo.add") == {"server": "demo", "tool": "add", "status": "connected",
                                                    "error": None}
-        finally:
-            await bridge.close()
-    run(scenario())
-    assert executions(log_path, "add") == 2
-
-
-def test_bad_args_are_refused_before_the_server_sees_them(tmp_path):
-    log_path = tmp_path / "calls.log"
-
-    async def scenario():
-        registry = ToolRegistry()
-        bridge = McpBridge(McpConfig(servers={"demo": demo(log_path)}), registry)
-        await bridge.start()
-        try:
+            # bad args are refused before the server sees them
             with pytest.raises(ToolFailed, match=r"invalid args for demo.add: a: 'x' is not of type 'integer'"):
                 await call(registry, "demo.add", {"a": "x", "b": 1})
             with pytest.raises(ToolFailed, match="'b' is a required property"):
@@ -87,7 +75,7 @@ def test_bad_args_are_refused_before_the_server_sees_them(tmp_path):
         finally:
             await bridge.close()
     run(scenario())
-    assert executions(log_path, "add") == 0
+    assert executions(log_path, "add") == 2  # the two good calls only
     assert executions(log_path, "fail") == 1
 
 
@@ -251,36 +239,6 @@ def test_config_files_json_and_toml(tmp_path):
             load_config(str(tmp_path / "bad.json"))
     with pytest.raises(SystemExit, match="cannot read"):
         load_config(str(tmp_path / "missing.json"))
-
-
-def test_app_lists_the_tools_agents_discovered(tmp_path):
-    """GET /api/tools across processes: agents.py connects to the MCP server and
-    records its catalog; app.py (which starts no MCP server) lists it."""
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"servers": {"demo": {"command": sys.executable, "args": [DEMO]}}}))
-    (tmp_path / "logs").mkdir()
-    svc = Service(str(tmp_path / "data"), str(tmp_path / "logs"),
-                  agents_args=["--mcp-config", str(config), "--http-fetch-allow", "example.org"])
-    svc.start_app()
-    try:
-        before = {t["name"]: t for t in svc.get("/api/tools").json()["tools"]}
-        assert "http_fetch" in before and before["http_fetch"]["workers"] == []  # app.py's own built-in
-        assert not any(name.startswith("demo.") for name in before)  # app.py started no MCP server
-        svc.start_agents()
-
-        def listed():
-            tools = {t["name"]: t for t in svc.get("/api/tools").json()["tools"]}
-            return tools if "demo.add" in tools else None
-        tools = wait_for(listed, timeout=60, what="demo.add in GET /api/tools")
-        add = tools["demo.add"]
-        assert add["source"] == "mcp" and add["mcp"]["status"] == "connected"
-        assert add["args_schema"]["required"] == ["a", "b"] and add["description"] == "Add two integers."
-        assert len(add["workers"]) == 1
-        # agents.py's description of http_fetch (its allowlist) wins over app.py's
-        assert "example.org" in tools["http_fetch"]["description"]
-        assert tools["http_fetch"]["args_schema"]["properties"]["url"]["type"] == "string"
-    finally:
-        svc.stop()
 
 
 def test_schema_checks(caplog):

@@ -1,11 +1,12 @@
 """Tools at the edges, end to end through the real service (agents.py and
-app.py as subprocesses): an MCP server's tool called by a session, and the
-``baml`` moniker calling a slow tool against the fake LLM (issue 10, item 2:
-no LLM request while the tool runs; afterwards exactly one, whose prompt holds
-the tool's result).
+app.py as subprocesses, one service for the module): app.py lists the tools
+agents.py discovered on an MCP server (GET /api/tools, across processes), an
+MCP server's tool is called by a session, and the ``baml`` moniker calls a
+slow tool against the fake LLM (issue 10, item 2: no LLM request while the
+tool runs; afterwards exactly one, whose prompt holds the tool's result).
 
-These need the runner's tool execution (``runtime/tool_runner.py``, StepFrame-v1
-core); without it the module is skipped.
+The session tests need the runner's tool execution (``runtime/tool_runner.py``,
+the StepFrame-v1 core); without it they are skipped.
 """
 import json
 import sys
@@ -15,10 +16,15 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("runtime.tool_runner", reason="needs the StepFrame-v1 tool runner")
+from tests.fake_openai import FakeOpenAI, Reply, Received
+from tests.harness import Service, wait_for
 
-from tests.fake_openai import FakeOpenAI, Reply, Received  # noqa: E402
-from tests.harness import Service, wait_for  # noqa: E402
+try:
+    import runtime.tool_runner  # noqa: F401
+    HAS_RUNNER = True
+except ImportError:
+    HAS_RUNNER = False
+needs_runner = pytest.mark.skipif(not HAS_RUNNER, reason="needs the StepFrame-v1 tool runner")
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = str(ROOT / "tests" / "mcp_demo_server.py")
@@ -49,15 +55,36 @@ def env(tmp_path_factory):
     config.write_text(json.dumps({"servers": {"demo": {
         "command": sys.executable, "args": [DEMO], "env": {"MCP_DEMO_LOG": str(mcp_log)}}}}))
     fake = FakeOpenAI(Script()).start()
-    svc = Service(str(root / "data"), str(root / "logs"), agents_args=["--mcp-config", str(config)],
+    svc = Service(str(root / "data"), str(root / "logs"),
+                  agents_args=["--mcp-config", str(config), "--http-fetch-allow", "example.org"],
                   env={"AGENTSVC_TOOL_COUNT_DIR": str(root / "counts"), "AGENTSVC_LLM_BASE_URL": fake.base_url,
                        "AGENTSVC_LLM_MODEL": "fake-model"})
-    svc.start()
-    wait_for(lambda: any(t["name"] == "demo.add" for t in svc.get("/api/tools").json()["tools"]),
-             timeout=60, what="the MCP tools in GET /api/tools")
-    yield {"svc": svc, "fake": fake, "counts": root / "counts", "mcp_log": mcp_log}
-    svc.stop()
-    fake.stop()
+    try:
+        svc.start_app()
+        before = {t["name"]: t for t in svc.get("/api/tools").json()["tools"]}  # agents.py not started yet
+        svc.start_agents()
+        wait_for(lambda: any(t["name"] == "demo.add" for t in svc.get("/api/tools").json()["tools"]),
+                 timeout=90, what="the MCP tools in GET /api/tools")
+        yield {"svc": svc, "fake": fake, "counts": root / "counts", "mcp_log": mcp_log, "before": before}
+    finally:
+        svc.stop()
+        fake.stop()
+
+
+def test_app_lists_the_tools_agents_discovered(env):
+    """GET /api/tools across processes: agents.py connected to the MCP server and
+    recorded its catalog; app.py, which starts no MCP server, lists it."""
+    svc, before = env["svc"], env["before"]
+    assert "http_fetch" in before and before["http_fetch"]["workers"] == []  # app.py's own built-in
+    assert not any(name.startswith("demo.") for name in before)  # app.py started no MCP server
+    tools = {t["name"]: t for t in svc.get("/api/tools").json()["tools"]}
+    add = tools["demo.add"]
+    assert add["source"] == "mcp" and add["mcp"]["status"] == "connected"
+    assert add["args_schema"]["required"] == ["a", "b"] and add["description"] == "Add two integers."
+    assert len(add["workers"]) == 1
+    # agents.py's description of http_fetch (its allowlist) wins over app.py's
+    assert "example.org" in tools["http_fetch"]["description"]
+    assert tools["http_fetch"]["args_schema"]["properties"]["url"]["type"] == "string"
 
 
 def calls_of(svc, session_id):
@@ -73,6 +100,7 @@ def ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+@needs_runner
 def test_an_mcp_tool_is_called_by_a_session(env):
     svc = env["svc"]
     created = svc.create("scripted", config={"tools": ["demo.add"], "interval_s": 0, "frames": [
@@ -93,6 +121,7 @@ def test_an_mcp_tool_is_called_by_a_session(env):
     assert sum(1 for line in env["mcp_log"].read_text().splitlines() if line.startswith("add ")) == 1
 
 
+@needs_runner
 def test_the_llm_is_not_called_while_its_tool_runs(env):
     svc, fake = env["svc"], env["fake"]
     before = len(fake.requests)
