@@ -190,7 +190,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                 return
             if await self._must_wait():
                 continue
-            if not await self._step_once() or self.finished:
+            if not await self._step_once() or self.finished or self.stop_requested:
                 return
             await self.sleep(self.config.interval_s)
 

@@ -32,7 +32,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        for name in ("service", "shared_service"):
+        for name in ("service", "shared_service", "cluster"):
             svc = item.funcargs.get(name)
             if svc is not None:
                 report.sections.append((f"{name} logs", svc.logs()))
