@@ -100,6 +100,11 @@ class ToolRunner:
         for row in rows:
             await self.observers.notify("tool_call_updated", dict(row))
 
+    def allowed(self, config) -> list[dict]:
+        """The descriptions of the tools a session may call and that are
+        installed, for StepContext.tools (a moniker shows them to its model)."""
+        return [self.registry.get(n).describe() for n in (config.tools or []) if n in self.registry]
+
     # ---- planning -------------------------------------------------------
 
     def plan(self, agent, iteration: int, calls: list[dict]) -> list[dict]:
@@ -144,7 +149,7 @@ class ToolRunner:
         if _size(args) > MAX_ARGS_BYTES:
             return f"args of {tool.name!r} are {_size(args)} bytes; the cap is {MAX_ARGS_BYTES}"
         if tool.args_model is None:
-            return None
+            return ToolRunner.schema_problem(tool, args)
         try:
             tool.args_model.model_validate(args)
         except ValidationError as exc:
@@ -152,6 +157,23 @@ class ToolRunner:
             schema = json.dumps(tool.schema(), separators=(",", ":"))[:2000]
             return f"invalid args for {tool.name!r}: {problems}. Expected JSON schema: {schema}"
         return None
+
+    @staticmethod
+    def schema_problem(tool, args) -> str | None:
+        """A tool with only a JSON schema (an MCP tool) is checked against it here
+        too, so a bad call ends ``failed`` without ever running."""
+        if not tool.args_schema:
+            return None
+        from tools import schema  # tools/ knows nothing of runtime/
+
+        try:
+            problem = schema.args_problem(tool.args_schema, args)
+        except schema.BadSchema:
+            return None  # the tool validates (or not) in its own run
+        if problem is None:
+            return None
+        expected = json.dumps(tool.args_schema, separators=(",", ":"))[:2000]
+        return f"invalid args for {tool.name!r}: {problem}. Expected JSON schema: {expected}"
 
     # ---- running one call -----------------------------------------------
 
