@@ -99,6 +99,10 @@ class Client:
         """pause / resume / destroy / interrupt one session: the 202 answer."""
         return self.post(f"/api/agents/{snapshot['agent_id']}/{verb}", {"session_id": snapshot["session_id"], **body})
 
+    def decide_tool_call(self, tool_call_id: str, verb: str, **body) -> dict:
+        """approve / deny / result of one tool call: the 202 answer (409 when it does not wait for that)."""
+        return self.post(f"/api/tool-calls/{tool_call_id}/{verb}", body)
+
     def action(self, action_id: str) -> dict:
         return self.get(f"/api/actions/{action_id}")
 

@@ -292,6 +292,58 @@ def destroy(api, as_json, ident, wait, timeout):
     apply(api, as_json, ident, "destroy", wait, timeout)
 
 
+def decide(api: Client, as_json: bool, tool_call_id: str, verb: str, wait: bool, timeout: float, **body) -> None:
+    """Approve, deny or post the result of a tool call, then report what became of it."""
+    accepted = api.decide_tool_call(tool_call_id, verb, **body)
+    action = api.wait_action(accepted["action_id"], timeout) if wait else api.action(accepted["action_id"])
+    if as_json:
+        render.as_json(action)
+    else:
+        line = f"{verb} {action['status']} (action {action['id']}, tool call {tool_call_id})"
+        if action.get("error"):
+            line += f": {action['error']}"
+        (render.err if action["status"] == "failed" else render.out).print(line, markup=False)
+    if action["status"] == "failed":
+        sys.exit(FAILED)
+
+
+@cli.command()
+@click.argument("tool_call_id", metavar="TOOL_CALL_ID")
+@control_options
+@remote
+def approve(api, as_json, tool_call_id, wait, timeout):
+    """Approve a tool call that waits for approval: the tool runs once."""
+    decide(api, as_json, tool_call_id, "approve", wait, timeout)
+
+
+@cli.command()
+@click.argument("tool_call_id", metavar="TOOL_CALL_ID")
+@click.option("--reason", help="what the model is told")
+@control_options
+@remote
+def deny(api, as_json, tool_call_id, reason, wait, timeout):
+    """Deny a tool call that waits for approval: it is not run, and the model is told."""
+    decide(api, as_json, tool_call_id, "deny", wait, timeout, **({"reason": reason} if reason else {}))
+
+
+@cli.command("result")
+@click.argument("tool_call_id", metavar="TOOL_CALL_ID")
+@click.argument("value", metavar="JSON")
+@click.option("--error", "is_error", is_flag=True, help="VALUE is an error message, not a result")
+@control_options
+@remote
+def post_result(api, as_json, tool_call_id, value, is_error, wait, timeout):
+    """Post the result of an external tool call (JSON; plain text is taken as a string)."""
+    if is_error:
+        body = {"error": value}
+    else:
+        try:
+            body = {"result": json.loads(value)}
+        except ValueError:
+            body = {"result": value}
+    decide(api, as_json, tool_call_id, "result", wait, timeout, **body)
+
+
 @cli.command()
 @click.argument("conversation")
 @click.argument("text")

@@ -158,3 +158,36 @@ def test_no_arguments_runs_the_service_and_the_token_is_sent(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_approve_deny_and_post_a_result_of_tool_calls(shared_service):
+    svc = shared_service
+    made = svc.create("scripted", config={"interval_s": 0, "tools": ["add", "human"], "approve": ["add"], "frames": [
+        {"tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]},
+        {"tool_calls": [{"name": "add", "args": {"numbers": [3, 4]}}]},
+        {"tool_calls": [{"name": "human", "args": {"question": "colour?"}}]},
+        {"text": "end", "done": True}]})
+    sid = made["session_id"]
+
+    def waiting(status: str):
+        def found():
+            rows = svc.get("/api/tool-calls", session_id=sid, status=status).json()["tool_calls"]
+            return rows[-1] if rows else None
+        return wait_for(found, timeout=60, what=f"a tool call {status}")
+
+    first = waiting("waiting_approval")
+    assert run_json(svc, "approve", first["id"])["status"] == "done"
+    second = wait_for(lambda: [c for c in svc.get("/api/tool-calls", session_id=sid, status="waiting_approval")
+                               .json()["tool_calls"] if c["id"] != first["id"]], timeout=60, what="the second call")[0]
+    denied = run(svc, "deny", second["id"], "--reason", "not today").stdout
+    assert denied.startswith("deny done")
+    external = waiting("waiting_result")
+    assert run_json(svc, "result", external["id"], '"blue"')["status"] == "done"
+    svc.wait_status(sid, "done", timeout=60)
+    rows = {r["id"]: r for r in svc.get("/api/tool-calls", session_id=sid).json()["tool_calls"]}
+    assert rows[first["id"]]["status"] == "success" and rows[first["id"]]["result"] == {"sum": 3}
+    assert rows[second["id"]]["status"] == "denied" and "not today" in (rows[second["id"]]["error"] or "")
+    assert rows[external["id"]]["status"] == "success" and rows[external["id"]]["result"] == "blue"
+    # A decision on a call that no longer waits is refused (the API's 409): exit 4, "rejected".
+    refused = run(svc, "result", external["id"], '"red"', code=4)
+    assert "conflict" in refused.stderr.lower() or "409" in refused.stderr
