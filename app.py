@@ -13,7 +13,7 @@ import socket
 from flask import Flask, jsonify
 
 import settings
-from api import auth, conversations, dashboard, errors, live, openapi
+from api import auth, conversations, dashboard, errors, fork, live, openapi, search
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from monikers import default_registry
@@ -38,6 +38,8 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
+    app.register_blueprint(search.bp)
+    app.register_blueprint(fork.bp)
     app.register_blueprint(dashboard.bp)
     live.install(app, events_token)
     errors.install(app)

@@ -3,6 +3,8 @@ also validate the requests, so the two cannot drift apart."""
 from pydantic import BaseModel
 
 from api import schemas
+from api import fork as fork_api
+from api import search as search_api
 
 REF = "#/components/schemas/{model}"
 
@@ -78,6 +80,9 @@ def build() -> dict:
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
               *CONVERSATION_MODELS]
+    record_models, record_paths = search_api.openapi_paths(_op, _query)
+    fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
+    models += record_models + fork_models
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -109,6 +114,8 @@ def build() -> dict:
         "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
         "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
         **_conversation_paths(),
+        **record_paths,
+        **fork_paths,
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}

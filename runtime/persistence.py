@@ -42,6 +42,12 @@ class Persistence:
     async def latest_step(self, session_id: str) -> dict | None:
         return await asyncio.to_thread(self.store.steps.latest, session_id=session_id)
 
+    async def step_at(self, session_id: str, iteration: int) -> dict | None:
+        """The step row of one iteration of a session (a fork's starting point)."""
+        found = await asyncio.to_thread(self.store.steps.search, session_id=session_id, min_iteration=iteration,
+                                        max_iteration=iteration, limit=1)
+        return found[0] if found else None
+
     # actions
     async def pending_actions(self, limit: int) -> list[dict]:
         return await self._queue(self.store.actions.pending, limit)

@@ -15,8 +15,10 @@ from store.actions import ActionQueue
 from store.conversations import Conversations
 from store.maintenance import ensure_indexes
 from store.schemas import PRIMARY_KEYS, TABLES
+from store.search import ensure_search_indexes
 from store.state import StateTable
 from store.steps import StepLog
+from store.summaries import SummaryTable
 from store.workers import WorkerTable
 from store.writer import Writer
 
@@ -35,12 +37,14 @@ class Store:
         )
         self.tables = {name: self._open_or_create(name, schema) for name, schema in TABLES.items()}
         ensure_indexes(self.tables)
+        ensure_search_indexes(self.tables)
         self.writer = Writer(self.tables)
         self.actions = ActionQueue(self.tables["actions"], self.writer, self._local_dir("actions", "_versions"))
         self.states = StateTable(self.tables["agent_state"], self.writer)
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
         self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
+        self.summaries = SummaryTable(self.tables["summaries"], self.writer)
 
     def _open_or_create(self, name, schema):
         try:
