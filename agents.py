@@ -19,6 +19,7 @@ from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
+from runtime.record_keeping import RecordKeeping
 from runtime.service import AgentService
 from store import Store
 from store.maintenance import Maintainer
@@ -55,6 +56,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--retention", type=float, default=settings.env_float("AGENTSVC_RETENTION_S", 30 * 86400),
                         help="remove finished sessions and their steps after this, seconds "
                              "[AGENTSVC_RETENTION_S, 30 days]")
+    parser.add_argument("--retention-keep-summaries", action="store_true",
+                        default=os.environ.get("AGENTSVC_RETENTION_KEEP_SUMMARIES") == "1",
+                        help="keep (and first write, where missing) the summaries of sessions that retention "
+                             "removes [AGENTSVC_RETENTION_KEEP_SUMMARIES=1]")
+    parser.add_argument("--archive-quiet", type=float, default=settings.env_float("AGENTSVC_ARCHIVE_QUIET_S", 1800),
+                        help="summarise a conversation once it has been quiet this long, seconds "
+                             "[AGENTSVC_ARCHIVE_QUIET_S, 1800]")
+    parser.add_argument("--archive-every", type=float, default=settings.env_float("AGENTSVC_ARCHIVE_EVERY_S", 30),
+                        help="how often the archive looks for quiet conversations and unsummarised sessions, "
+                             "seconds [AGENTSVC_ARCHIVE_EVERY_S, 30]")
     parser.add_argument("--session-heartbeat", type=float,
                         default=settings.env_float("AGENTSVC_SESSION_HEARTBEAT_S", 5.0),
                         help="a step running longer than this is marked in flight and heartbeats at this "
@@ -85,7 +96,10 @@ async def serve(args: argparse.Namespace) -> None:
                            maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
                            dead_after_s=args.dead_after, max_attempts=args.max_attempts,
                            session_heartbeat_s=args.session_heartbeat,
-                           monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention})
+                           monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
+                                            "keep_summaries": args.retention_keep_summaries})
+    record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
+                           every_s=args.archive_every, maintainer=maintainer)
     if args.metrics_port:
         metrics = RuntimeMetrics(service, store)
         service.observers.add(metrics)
@@ -96,9 +110,13 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     log.info("agents.py started: db=%s monikers=%s", store.uri, ",".join(monikers.names()))
+    record_task = asyncio.create_task(record.run(stopping), name="record-keeping")
     try:
         await service.run(stopping)
     finally:
+        record_task.cancel()
+        await asyncio.gather(record_task, return_exceptions=True)
+        await record.close()
         if relay is not None:
             await relay.close()
         store.close()

@@ -99,6 +99,8 @@ class Persistence:
     async def finished_sessions_before(self, when) -> list[dict]:
         return await asyncio.to_thread(self.store.states.finished_before, when)
 
-    async def delete_sessions(self, session_ids: list[str]) -> None:
+    async def delete_sessions(self, session_ids: list[str], keep_summaries: bool = False) -> None:
+        if not keep_summaries:
+            await asyncio.to_thread(self.store.summaries.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.steps.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.states.delete_sessions, session_ids)

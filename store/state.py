@@ -78,6 +78,12 @@ class StateTable:
                                filters.ts_cmp("status_changed_at", "<", when))
         return query.rows(self.table, self.name, where, columns=["session_id", "agent_id"], limit=limit)
 
+    def finished_since(self, when, limit: int = 500) -> list[dict]:
+        """Finished sessions whose status changed at or after ``when`` (the archive's catch-up)."""
+        where = filters.all_of(filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+                               filters.ts_cmp("status_changed_at", ">=", when))
+        return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
+
     def delete_sessions(self, session_ids: list[str]) -> None:
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
