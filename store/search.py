@@ -34,6 +34,7 @@ log = logging.getLogger("store.search")
 MAX_TERMS = 32
 MAX_TERM_CHARS = 40  # the FTS tokenizer's own max_token_length
 SNIPPET_CHARS = 200
+SUMMARY_SNIPPET_CHARS = 600  # a summary is read whole more often than not
 WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -222,7 +223,7 @@ def hit_of(source: Source, row: dict, terms: list[str], score: float | None = No
     """What a search result says: kind, ids, time, score and a snippet with the
     matched words' positions (the client highlights them; no markup is sent)."""
     text, column = _best_text(source, row, terms)
-    snippet, highlights = snippet_of(text, terms)
+    snippet, highlights = snippet_of(text, terms, SUMMARY_SNIPPET_CHARS if source.kind == "summary" else SNIPPET_CHARS)
     hit = {"kind": source.kind, "id": row.get(source.id_column), "created_at": row.get("created_at"),
            "score": round(float(score if score is not None else row.get("_score") or 0.0), 6),
            "agent_id": row.get("agent_id"), "session_id": row.get("session_id"),
