@@ -19,7 +19,8 @@ from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
-from runtime.record_keeping import RecordKeeping
+from runtime.embeddings import EmbeddingSettings
+from runtime.record_keeping import RecordKeeping, semantic_search
 from runtime.service import AgentService
 from store import Store
 from store.maintenance import Maintainer
@@ -86,7 +87,10 @@ async def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
         os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
     uri = settings.db_uri(args)
-    store = Store(uri, storage_options=settings.storage_options(args))
+    embedding = EmbeddingSettings.from_env()
+    store = Store(uri, storage_options=settings.storage_options(args),
+                  embedding=embedding.store_option() if embedding else None)
+    embedder = semantic_search(store, embedding)
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
@@ -99,7 +103,7 @@ async def serve(args: argparse.Namespace) -> None:
                            monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
                                             "keep_summaries": args.retention_keep_summaries})
     record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
-                           every_s=args.archive_every, maintainer=maintainer)
+                           every_s=args.archive_every, maintainer=maintainer, embedder=embedder)
     if args.metrics_port:
         metrics = RuntimeMetrics(service, store)
         service.observers.add(metrics)

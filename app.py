@@ -17,7 +17,9 @@ from api import auth, conversations, dashboard, errors, fork, live, openapi, sea
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from monikers import default_registry
+from runtime.embeddings import EmbeddingSettings
 from runtime.events import events_token
+from runtime.record_keeping import semantic_search
 from store import Store
 
 log = logging.getLogger("app")
@@ -70,7 +72,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     settings.configure_logging(args.log_level)
-    store = Store(settings.db_uri(args), storage_options=settings.storage_options(args))
+    embedding = EmbeddingSettings.from_env()
+    store = Store(settings.db_uri(args), storage_options=settings.storage_options(args),
+                  embedding=embedding.store_option() if embedding else None)
+    semantic_search(store, embedding)
     app = create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token)
     port = args.port or free_port(args.host)
     # werkzeug's serve_forever returns on KeyboardInterrupt; SIGTERM is made one,

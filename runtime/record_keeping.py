@@ -8,9 +8,23 @@ import logging
 
 from runtime.aio import every
 from runtime.archive import Archiver
+from runtime.embedder import Embedder
+from runtime.embeddings import EmbeddingClient
+from runtime.semantic import Semantic
 from store.search import refresh_search_indexes
 
 log = logging.getLogger("runtime.record")
+
+
+def semantic_search(store, settings) -> Embedder | None:
+    """With an embeddings endpoint configured: hybrid search on ``store`` (for
+    the API and the search_history tool), and the embedder agents.py runs."""
+    if settings is None:
+        return None
+    client = EmbeddingClient(settings)
+    store.semantic = Semantic(store, client)
+    log.info("semantic search on: model %s (%d dimensions) at %s", settings.model, settings.dim, settings.base_url)
+    return Embedder(store, client, max_backoff_s=settings.max_backoff_s)
 
 
 class RecordKeeping:

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import lancedb
 
+from store import vectors
 from store.actions import ActionQueue
 from store.conversations import Conversations
 from store.maintenance import ensure_indexes
@@ -28,14 +29,20 @@ log = logging.getLogger("store")
 class Store:
     """The database of one service: its tables and the helpers over them."""
 
-    def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0):
+    def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0,
+                 embedding: dict | None = None):
+        """``embedding``: ``{"dim", "model"}`` when semantic search is configured
+        (adds the ``embeddings_<dim>`` table, see store/vectors.py)."""
         self.uri = uri
         self.db = lancedb.connect(
             uri,
             read_consistency_interval=timedelta(seconds=read_consistency_s),
             storage_options=storage_options,
         )
-        self.tables = {name: self._open_or_create(name, schema) for name, schema in TABLES.items()}
+        schemas = dict(TABLES)
+        if embedding:
+            schemas[vectors.table_name(embedding["dim"])] = vectors.schema(embedding["dim"])
+        self.tables = {name: self._open_or_create(name, schema) for name, schema in schemas.items()}
         ensure_indexes(self.tables)
         ensure_search_indexes(self.tables)
         self.writer = Writer(self.tables)
@@ -45,6 +52,13 @@ class Store:
         self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
+        self.vectors = None
+        if embedding:
+            name = vectors.table_name(embedding["dim"])
+            self.vectors = vectors.VectorTable(self.tables[name], self.writer, embedding["dim"], embedding["model"],
+                                               index_after=embedding.get("index_after", 50_000))
+            self.vectors.ensure_indexes()
+        self.semantic = None  # set by the entry points when an embeddings endpoint is configured
 
     def _open_or_create(self, name, schema):
         try:

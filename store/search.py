@@ -276,3 +276,35 @@ def snippet_of(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> tuple
         pattern = re.compile(r"(?<!\w)(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.IGNORECASE)
         highlights = [[m.start() + offset, m.end() + offset] for m in pattern.finditer(text[start:end])]
     return snippet, highlights
+
+
+def rows_since(tables: dict, source: Source, since: datetime | None, limit: int) -> list[dict]:
+    """Rows of a source created at or after ``since``, oldest first (the embedder's feed)."""
+    where = filters.ts_cmp("created_at", ">=", since) if since is not None else None
+    return query.rows(tables[source.table], source.table, where, order=[("created_at", True)],
+                      columns=[*source.columns, *source.text_columns], limit=limit)
+
+
+def text_for_embedding(source: Source, row: dict) -> str:
+    """What a row says, as one text: its text columns joined."""
+    return "\n".join(t for t in (_as_text(row.get(c)) for c in source.text_columns) if t)
+
+
+def vector_where(q: SearchQuery) -> str | None | bool:
+    """The filter of a search on the vectors table (store/vectors.py), which
+    copies each source row's filter columns; False when nothing can match."""
+    kinds = sorted(q.kinds & KINDS)
+    if not kinds or q.session_ids == []:
+        return False
+    if q.status is not None and q.status not in STATUSES:
+        return False
+    return filters.all_of(
+        filters.in_words("kind", kinds, KINDS) if len(kinds) < len(KINDS) else None,
+        filters.eq_id("agent_id", q.agent_id) if q.agent_id else None,
+        filters.eq_id("session_id", q.session_id) if q.session_id else None,
+        filters.in_ids("session_id", q.session_ids) if q.session_ids else None,
+        filters.eq_id("conversation_id", q.conversation_id) if q.conversation_id else None,
+        filters.eq_word("status", q.status, STATUSES) if q.status else None,
+        filters.ts_cmp("created_at", ">=", q.since) if q.since is not None else None,
+        filters.ts_cmp("created_at", "<", q.until) if q.until is not None else None,
+    )
