@@ -51,6 +51,11 @@ class Source:
     def filterable(self) -> set[str]:
         return set(self.columns)
 
+    @property
+    def selected(self) -> list[str]:
+        """The columns a hit reads (shown and text columns, each once)."""
+        return list(dict.fromkeys([*self.columns, *self.text_columns]))
+
 
 STEP_STATUSES = frozenset({"ok", "done", "error", "interrupted"})
 TOOL_CALL_STATUSES = frozenset({"pending", "waiting_approval", "waiting_result", "running", "success", "failed",
@@ -202,7 +207,7 @@ def _fts_rows(table, source: Source, text: str, where: str | None, limit: int) -
         search = table.search(match, query_type="fts")
         if where:
             search = search.where(where, prefilter=True)
-        return search.select([*source.columns, *source.text_columns, "_score"]).limit(limit).to_list()
+        return search.select([*source.selected, "_score"]).limit(limit).to_list()
     return [codec.decode(source.table, r) for r in query.retrying(table, read)]
 
 
@@ -212,7 +217,7 @@ def rows_by_id(tables: dict, kind: str, ids: list[str]) -> list[dict]:
     if source.table not in tables or not ids:
         return []
     return query.rows(tables[source.table], source.table, filters.in_ids(source.id_column, ids),
-                      columns=[*source.columns, *source.text_columns], limit=len(ids))
+                      columns=source.selected, limit=len(ids))
 
 
 def source_of(kind: str) -> Source:
@@ -282,7 +287,7 @@ def rows_since(tables: dict, source: Source, since: datetime | None, limit: int)
     """Rows of a source created at or after ``since``, oldest first (the embedder's feed)."""
     where = filters.ts_cmp("created_at", ">=", since) if since is not None else None
     return query.rows(tables[source.table], source.table, where, order=[("created_at", True)],
-                      columns=[*source.columns, *source.text_columns], limit=limit)
+                      columns=source.selected, limit=limit)
 
 
 def text_for_embedding(source: Source, row: dict) -> str:

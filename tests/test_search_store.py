@@ -1,0 +1,70 @@
+"""The store side of search, in process: rows appended after the FTS index
+was built are found at once (scanned), refresh folds them into the index,
+a tool_calls table becomes searchable by existing, and snippets mark the
+matched words."""
+import pyarrow as pa
+
+from store import Store
+from store import search as store_search
+from store.maintenance import Maintainer
+
+
+def step(store, i, text, session="s1"):
+    store.steps.append({"agent_id": "a1", "session_id": session, "iteration": i, "status": "ok", "text": text,
+                        "step_token": str(i), "next_step_token": str(i + 1)})
+
+
+def query(*words, **filters):
+    return store_search.SearchQuery(terms=list(words), **filters)
+
+
+def test_new_rows_are_found_before_and_after_the_index_refresh(tmp_path):
+    store = Store(str(tmp_path / "db"))
+    try:
+        for i in range(30):
+            step(store, i, f"routine step number {i}")
+        step(store, 30, "the okapi appeared at dawn")
+        assert store_search.unindexed_rows(store.tables)["agent_steps"] == 31
+        hits = store_search.fts(store.tables, query("okapi"))
+        assert [(h["kind"], h["iteration"]) for h in hits] == [("step", 30)]
+
+        maintainer = Maintainer(store, every_versions=1, min_interval_s=0)
+        assert store_search.refresh_search_indexes(store, maintainer.optimize, min_unindexed=10) == ["agent_steps"]
+        assert store_search.unindexed_rows(store.tables)["agent_steps"] == 0
+        assert store_search.refresh_search_indexes(store, maintainer.optimize, min_unindexed=10) == []
+        step(store, 31, "a second okapi")
+        assert {h["iteration"] for h in store_search.fts(store.tables, query("okapi"))} == {30, 31}
+        assert store_search.fts(store.tables, query("okapi", session_ids=[])) == []
+        assert store_search.fts(store.tables, query("okapi", session_ids=["other"])) == []
+    finally:
+        store.close()
+
+
+def test_a_tool_calls_table_is_searchable_once_it_exists(tmp_path):
+    store = Store(str(tmp_path / "db"))
+    try:
+        calls = store.db.create_table("tool_calls", schema=pa.schema([
+            ("id", pa.string()), ("created_at", pa.timestamp("us", tz="UTC")), ("agent_id", pa.string()),
+            ("session_id", pa.string()), ("iteration", pa.int64()), ("name", pa.string()), ("args", pa.string()),
+            ("status", pa.string()), ("result", pa.string()), ("error", pa.string())]))
+        calls.add([{"id": "tc1", "created_at": None, "agent_id": "a1", "session_id": "s1", "iteration": 2,
+                    "name": "add", "args": '{"a": 1}', "status": "success", "result": '{"sum": "pangolin"}',
+                    "error": None}])
+        tables = {**store.tables, "tool_calls": calls}
+        store_search.ensure_search_indexes(tables)
+        hit = store_search.fts(tables, query("pangolin"))[0]
+        assert (hit["kind"], hit["id"], hit["field"], hit["name"], hit["status"]) == (
+            "tool_call", "tc1", "result", "add", "success")
+        assert store_search.fts(tables, query("pangolin", status="failed")) == []
+        assert store_search.fts(tables, query("pangolin", kinds=frozenset({"step"}))) == []
+    finally:
+        store.close()
+
+
+def test_terms_and_snippets():
+    assert store_search.terms_of("' OR 1=1; DROP \"x\" text:foo*") == ["or", "1", "drop", "x", "text", "foo"]
+    assert len(store_search.terms_of(" ".join(f"w{i}" for i in range(100)))) == store_search.MAX_TERMS
+    text = "x" * 500 + " the Okapis came " + "y" * 500
+    snippet, marks = store_search.snippet_of(text, ["okapi"])
+    assert snippet.startswith("…") and snippet.endswith("…") and len(snippet) <= store_search.SNIPPET_CHARS + 2
+    assert [snippet[a:b] for a, b in marks] == ["Okapis"]
