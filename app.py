@@ -16,11 +16,12 @@ import settings
 from api import auth, conversations, dashboard, errors, fork, live, openapi, search
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
+from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from runtime.embeddings import EmbeddingSettings
 from runtime.events import events_token
 from runtime.record_keeping import semantic_search
-from store import Store
+from store import Store, lance_log
 
 log = logging.getLogger("app")
 
@@ -36,7 +37,9 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
     metrics = Metrics(store)
-    app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics)
+    storage_health = StorageHealth(store)
+    metrics.registry.register(StorageCollector(storage_health))
+    app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
@@ -71,9 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
     embedding = EmbeddingSettings.from_env()
-    store = Store(settings.db_uri(args), storage_options=settings.storage_options(args),
+    store = Store(settings.db_uri(args), **settings.store_kwargs(args),
                   embedding=embedding.store_option() if embedding else None)
     semantic_search(store, embedding)
     app = create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token)

@@ -1,17 +1,16 @@
 """The background chores of the record (issue 13), wired into agents.py:
-the archive (summaries), embeddings for semantic search when an endpoint is
-configured, and folding new rows into the search indexes.  None of them runs
-on a step's path: they read what steps committed and write their own rows.
+the archive (summaries) and embeddings for semantic search when an endpoint
+is configured.  None of them runs on a step's path: they read what steps
+committed and write their own rows.  (Folding new rows into the FTS indexes
+is the maintainer's: store.search.SearchIndexWatch.)
 """
 import asyncio
 import logging
 
-from runtime.aio import every
 from runtime.archive import Archiver
 from runtime.embedder import Embedder
 from runtime.embeddings import EmbeddingClient
 from runtime.semantic import Semantic
-from store.search import refresh_search_indexes
 
 log = logging.getLogger("runtime.record")
 
@@ -29,12 +28,10 @@ def semantic_search(store, settings) -> Embedder | None:
 
 class RecordKeeping:
     def __init__(self, service, store, *, worker_id: str, quiet_s: float, every_s: float,
-                 maintainer=None, embedder=None, refresh_every_s: float = 30.0):
+                 embedder=None):
         self.store = store
         self.archiver = Archiver(store, worker_id=worker_id, quiet_s=quiet_s, every_s=every_s)
         self.embedder = embedder
-        self.maintainer = maintainer
-        self.refresh_every_s = refresh_every_s
         service.observers.add(self.archiver)
         # Retention asks the archive for missing summaries before removing sessions.
         service.monitor.archiver = self.archiver
@@ -43,14 +40,7 @@ class RecordKeeping:
         chores = [self.archiver.run(stopping)]
         if self.embedder is not None:
             chores.append(self.embedder.run(stopping))
-        if self.maintainer is not None:
-            chores.append(every(stopping, self.refresh_every_s, self.refresh_indexes, "search index refresh"))
         await asyncio.gather(*chores)
-
-    async def refresh_indexes(self) -> None:
-        refreshed = await asyncio.to_thread(refresh_search_indexes, self.store, self.maintainer.optimize)
-        if refreshed:
-            log.info("search indexes refreshed on %s", ", ".join(refreshed))
 
     async def close(self) -> None:
         await self.archiver.close()

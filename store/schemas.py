@@ -84,6 +84,7 @@ WORKERS = _schema(
     ("status", pa.string(), False),  # running | stopped
     ("started_at", TS, False),
     ("heartbeat_at", TS, False),
+    ("maintenance", pa.string(), True),  # per table: shape after the last run, runs, failures (JSON)
 )
 
 CONVERSATIONS = _schema(
@@ -174,4 +175,5 @@ JSON_COLUMNS = {
     "conversations": {"tags"},
     "conversation_messages": {"data"},
     "summaries": {"data"},
+    "workers": {"maintenance"},
 }

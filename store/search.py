@@ -21,6 +21,7 @@ Filters are built by :mod:`store.filters` from checked ids and closed word sets.
 """
 import logging
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -143,14 +144,32 @@ def refresh_search_indexes(store, optimize, min_unindexed: int = 20_000) -> list
     """Fold new rows into the FTS indexes of tables where at least
     ``min_unindexed`` rows are still scanned, by calling ``optimize(table_name)``
     (the maintainer's, which compacts, updates every index and cleans up, with
-    its retries).  Returns the tables it refreshed.  The background maintenance
-    calls this; new rows are searchable before it runs, only slower."""
+    its retries).  Returns the tables it refreshed.  New rows are searchable
+    before this runs, only slower."""
     refreshed = []
     for name, pending in unindexed_rows(store.tables).items():
         if pending >= min_unindexed:
             optimize(name)
             refreshed.append(name)
     return refreshed
+
+
+class SearchIndexWatch:
+    """What the background maintenance asks each round: which tables need an
+    optimize for their FTS indexes' sake (many rows scanned at query time),
+    besides those due by version count.  Looks at most every ``every_s``."""
+
+    def __init__(self, min_unindexed: int = 20_000, every_s: float = 30.0):
+        self.min_unindexed = min_unindexed
+        self.every_s = every_s
+        self._last = float("-inf")
+
+    def due(self, tables: dict) -> list[str]:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return []
+        self._last = now
+        return [name for name, pending in unindexed_rows(tables).items() if pending >= self.min_unindexed]
 
 
 # ---- queries ---------------------------------------------------------------
