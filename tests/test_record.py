@@ -12,6 +12,13 @@ import pytest
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.harness import Service, wait_for
 
+
+def warm_up(service: Service) -> None:
+    """Wait until agents.py runs sessions: on a loaded machine it can take longer
+    to start than an action's default wait."""
+    made = service.create("countdown", "warm up", config={"interval_s": 0, "n": 1})
+    service.wait_status(made["session_id"], "done", timeout=120)
+
 ARCHIVE_ARGS = ["--archive-quiet", "2", "--archive-every", "0.5"]
 
 
@@ -41,6 +48,7 @@ def svc(tmp_path_factory):
     root = tmp_path_factory.mktemp("record")
     (root / "logs").mkdir()
     service = Service(str(root / "data"), str(root / "logs"), agents_args=ARCHIVE_ARGS).start()
+    warm_up(service)
     yield service
     service.stop()
 
@@ -121,6 +129,11 @@ def test_hostile_queries_get_a_4xx_or_an_empty_answer_and_change_nothing(svc):
     made = svc.create("countdown", "hostile", config={"interval_s": 0, "n": 2})
     svc.wait_status(made["session_id"], "done")
     wait_for(lambda: svc.get("/api/summaries", session_id=made["session_id"]).json()["summaries"])
+    conversations = svc.get("/api/conversations", limit=1000).json()["conversations"]
+    for c in conversations:  # the archive writes while we compare otherwise: let quiet ones get theirs
+        if svc.get(f"/api/conversations/{c['conversation_id']}/messages").json()["messages"]:
+            wait_for(lambda: svc.get("/api/summaries", conversation_id=c["conversation_id"]).json()["summaries"],
+                     timeout=30, what="the quiet conversations' summaries")
     before = snapshot_of_everything(svc)
     empty_ok = ['"', "'", "\"unbalanced", "text:liftoff OR 1=1", "' OR '1'='1", "'; DROP TABLE agent_steps; --",
                 "*", "(", ")", "AND OR NOT", "~!@#$%^&*()_+", "\\", "\x00", "%", "NEAR(a b)", "title:x^5",
@@ -176,6 +189,7 @@ def test_retention_keeps_summaries_when_told_to(tmp_path):
                   agents_args=[*ARCHIVE_ARGS, "--retention", "1", "--retention-keep-summaries"]).start()
     try:
         made = svc.create("countdown", "count the flamingos", config={"interval_s": 0, "n": 2})
+        svc.wait_status(made["session_id"], "done", timeout=120)  # agents.py may start slowly
         wait_for(lambda: svc.get("/api/summaries", session_id=made["session_id"]).json()["summaries"])
         wait_for(lambda: not svc.steps(made["session_id"]), timeout=30, what="retention to remove the steps")
         assert svc.session(made["session_id"])["status"] == "pending"  # only its create action is left

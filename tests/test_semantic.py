@@ -8,6 +8,13 @@ from tests.fake_openai import FakeOpenAI
 from tests.harness import Service, wait_for
 
 
+def warm_up(service: Service) -> None:
+    """Wait until agents.py runs sessions: on a loaded machine it can take longer
+    to start than an action's default wait."""
+    made = service.create("countdown", "warm up", config={"interval_s": 0, "n": 1})
+    service.wait_status(made["session_id"], "done", timeout=120)
+
+
 @pytest.fixture(scope="module")
 def fake():
     with FakeOpenAI() as server:
@@ -22,6 +29,7 @@ def svc(tmp_path_factory, fake):
            "AGENTSVC_EMBED_DIM": str(fake.embedding_dim), "AGENTSVC_EMBED_BATCH": "16",
            "AGENTSVC_EMBED_MAX_BACKOFF_S": "1"}
     service = Service(str(root / "data"), str(root / "logs"), env=env).start()
+    warm_up(service)
     yield service
     service.stop()
 

@@ -107,7 +107,7 @@ function sessionExtras() {
   return box;
 }
 
-async function showSessionRecord(sessionId, params) {
+async function showSessionRecord(sessionId, params, tries = 20) {
   const box = sessionExtras();
   if (record.lastSession !== sessionId) box.replaceChildren();
   record.lastSession = sessionId;
@@ -115,6 +115,10 @@ async function showSessionRecord(sessionId, params) {
     api("GET", "/api/sessions/" + sessionId).catch(() => null),
     api("GET", "/api/summaries?session_id=" + sessionId).catch(() => ({ summaries: [] }))]);
   if (record.lastSession !== sessionId) return;
+  if (snapshot && snapshot.status === "pending" && tries > 0) {  // its create (or fork) is still queued
+    setTimeout(() => showSessionRecord(sessionId, params, tries - 1).catch(() => {}), 500);
+    return;
+  }
   box.replaceChildren(el("h2", null, "Record"));
   if (snapshot && snapshot.forked_from) {
     const from = snapshot.forked_from;
