@@ -10,9 +10,8 @@ import logging
 from datetime import datetime, timezone
 
 from flask import Blueprint, current_app, jsonify, request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
-from api.errors import ApiError
 from api.schemas import Id, Open, Strict
 from store import search as store_search
 

@@ -105,10 +105,8 @@ class Archiver:
         for snapshot in mine:
             if snapshot["session_id"] not in have:
                 await self.snapshot_saved(snapshot)
-        if finished:
-            last = finished[-1].get("status_changed_at")
-            if last and len(finished) < 500:
-                self._sessions_since = _parse(last) - timedelta(seconds=1)
+        if finished and finished[-1].get("status_changed_at"):  # oldest first: move past what was read
+            self._sessions_since = max(self._sessions_since, _parse(finished[-1]["status_changed_at"]))
 
     async def _quiet_conversations(self) -> None:
         quiet_before = datetime.now(timezone.utc) - timedelta(seconds=self.quiet_s)

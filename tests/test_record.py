@@ -5,7 +5,6 @@ finished sessions get summaries (by the session's LLM through the fake
 server, extractive otherwise); quiet conversations get one; retention keeps
 summaries when told to."""
 import json
-import os
 
 import pytest
 
