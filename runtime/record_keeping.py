@@ -11,6 +11,7 @@ from runtime.archive import Archiver
 from runtime.embedder import Embedder
 from runtime.embeddings import EmbeddingClient
 from runtime.semantic import Semantic
+from tools import search_history
 
 log = logging.getLogger("runtime.record")
 
@@ -35,6 +36,12 @@ class RecordKeeping:
         service.observers.add(self.archiver)
         # Retention asks the archive for missing summaries before removing sessions.
         service.monitor.archiver = self.archiver
+        # The search_history tool, in the service's tool registry once it has one
+        # (StepFrame-v1 tool calls, issue 10); a session may call it only when its
+        # config lists it in ``tools``.
+        registry = getattr(service, "tools", None)
+        if registry is not None and hasattr(registry, "register"):
+            registry.register(search_history.build(store))
 
     async def run(self, stopping: asyncio.Event) -> None:
         chores = [self.archiver.run(stopping)]
