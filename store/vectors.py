@@ -106,8 +106,9 @@ class VectorTable:
         where = filters.all_of(self._mine(), where)
 
         def read():
+            # refine_factor: the index's candidates are re-ranked by their exact distance.
             return (self.table.search(vector, vector_column_name="vector").distance_type("cosine")
-                    .where(where, prefilter=True).select(["kind", "source_id", "created_at", "_distance"])
+                    .refine_factor(5).where(where, prefilter=True).select(["kind", "source_id", "created_at", "_distance"])
                     .limit(limit).to_list())
         return [codec.decode(self.name, r) for r in query.retrying(self.table, read)]
 
@@ -118,8 +119,9 @@ class VectorTable:
         rows = self.table.count_rows()
         if rows < self.index_after:
             return False
-        partitions = max(1, int(rows ** 0.5))
-        sub_vectors = max(1, self.dim // 16 if self.dim % 16 == 0 else 1)
+        # ~sqrt(n) partitions, but with enough rows to train each (Lance wants ~256).
+        partitions = max(1, min(int(rows ** 0.5), rows // 256))
+        sub_vectors = next((self.dim // d for d in (8, 4, 2, 1) if self.dim % d == 0), 1)
         self.table.create_index("vector", config=IvfPq(distance_type="cosine", num_partitions=partitions,
                                                        num_sub_vectors=sub_vectors))
         log.info("built IVF-PQ index on %s (%d rows, %d partitions)", self.name, rows, partitions)

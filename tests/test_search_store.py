@@ -68,3 +68,33 @@ def test_terms_and_snippets():
     snippet, marks = store_search.snippet_of(text, ["okapi"])
     assert snippet.startswith("…") and snippet.endswith("…") and len(snippet) <= store_search.SNIPPET_CHARS + 2
     assert [snippet[a:b] for a, b in marks] == ["Okapis"]
+
+
+def test_vectors_get_an_index_once_large_enough_and_filters_apply(tmp_path):
+    import random
+    from datetime import datetime, timezone
+
+    dim = 16
+    store = Store(str(tmp_path / "db"), embedding={"dim": dim, "model": "m1", "index_after": 600})
+    try:
+        rng = random.Random(7)
+        now = datetime.now(timezone.utc)
+        rows = [{"kind": "step", "source_id": f"r{i}", "created_at": now, "agent_id": "a1" if i % 2 else "a2",
+                 "session_id": "s1", "conversation_id": None, "status": "ok",
+                 "vector": [rng.random() for _ in range(dim)]} for i in range(599)]
+        store.vectors.submit(rows).result()
+        store.vectors.submit(rows[:10]).result()  # embedding again replaces, never duplicates
+        assert store.vectors.count() == 599
+        assert store.vectors.ensure_vector_index() is False  # not large enough yet
+        store.vectors.submit([{**rows[0], "source_id": "r599"}]).result()
+        assert store.vectors.ensure_vector_index() is True
+        assert store.vectors.ensure_vector_index() is False  # built once
+        target = rows[5]["vector"]
+        where = store_search.vector_where(query("x", agent_id="a1"))
+        near = store.vectors.nearest(target, where, 5)
+        assert near and near[0]["source_id"] == "r5"
+        assert store.vectors.nearest(target, store_search.vector_where(query("x", agent_id="a2")), 5)[0][
+            "source_id"] != "r5"
+        assert store.vectors.embedded("step", ["r1", "r5", "nope"]) == {"r1", "r5"}
+    finally:
+        store.close()
