@@ -151,7 +151,9 @@ def targets(series: list[dict], latencies_ok: bool) -> dict:
 
 
 def soak(args, root: str) -> dict:
-    svc = Service(f"{root}/data", root).start()
+    log_dir = args.log_dir or root
+    os.makedirs(log_dir, exist_ok=True)
+    svc = Service(f"{root}/data", log_dir).start()
     store = None
     try:
         busy = [svc.create("joke", f"subject {i}", config={"interval_s": args.interval}) for i in range(args.agents)]
@@ -165,7 +167,14 @@ def soak(args, root: str) -> dict:
         steps_before, series = store.steps.count(), []
         while time.monotonic() - started < args.minutes * 60:
             time.sleep(max(0.0, since + args.sample_s - time.monotonic()))
-            series.append(sample(svc, store, f"{root}/data", sessions, control, since, started, steps_before))
+            if svc.app.poll() is not None or svc.agents.poll() is not None:
+                progress(f"a process exited: app.py {svc.app.poll()}, agents.py {svc.agents.poll()}; see {log_dir}")
+                break
+            try:
+                series.append(sample(svc, store, f"{root}/data", sessions, control, since, started, steps_before))
+            except Exception as exc:  # a slow answer on a loaded machine: note it, keep soaking
+                progress(f"sample failed: {type(exc).__name__}: {exc}")
+                continue
             since, steps_before = time.monotonic(), series[-1]["tables"]["agent_steps"].get("rows", steps_before)
             s = series[-1]
             steps_table = s["tables"]["agent_steps"]
@@ -195,6 +204,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steered", type=int, default=5, help="agents receiving the control stream")
     parser.add_argument("--control-every", type=float, default=1.0, help="seconds between control actions")
     parser.add_argument("--sample-s", type=float, default=30.0)
+    parser.add_argument("--log-dir", default=None, help="keep agents.py's and app.py's logs here")
     args = parser.parse_args(argv)
     if args.quick:
         args.minutes, args.agents, args.steered, args.sample_s, args.control_every = 0.08, 2, 1, 2.0, 0.5
