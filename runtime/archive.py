@@ -20,6 +20,7 @@ before it removes old sessions, when it keeps their summaries.
 """
 import asyncio
 import logging
+from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 
 from runtime.aio import every
@@ -32,6 +33,7 @@ TRANSCRIPT_MESSAGES = 60
 TRANSCRIPT_CHARS = 8000
 TEXT_CHARS = 500
 FIRST_CATCH_UP = timedelta(days=7)
+SCHEDULED_KEPT = 10_000
 
 
 def _clip(text, limit: int = TEXT_CHARS) -> str:
@@ -54,7 +56,8 @@ class Archiver:
         self.llm = llm
         self.llm_monikers = set(llm_monikers)
         self._slots = asyncio.Semaphore(concurrency)
-        self._scheduled: dict[str, tuple] = {}  # session_id -> (iteration, status) last summarised
+        # session_id -> (iteration, status) last summarised; the newest SCHEDULED_KEPT only
+        self._scheduled: OrderedDict[str, tuple] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
         now = datetime.now(timezone.utc)
         self._sessions_since = now - FIRST_CATCH_UP
@@ -69,6 +72,9 @@ class Archiver:
         if self._scheduled.get(snapshot["session_id"]) == key:
             return
         self._scheduled[snapshot["session_id"]] = key
+        self._scheduled.move_to_end(snapshot["session_id"])
+        while len(self._scheduled) > SCHEDULED_KEPT:
+            self._scheduled.popitem(last=False)
         task = asyncio.create_task(self._guarded(self.summarize_session(dict(snapshot))),
                                    name=f"summary:{snapshot['session_id']}")
         self._tasks.add(task)
