@@ -9,7 +9,7 @@ from tests.harness import wait_for
 
 def finished_echo(svc, steps: int) -> str:
     made = svc.create("echo", "repeat", config={"interval_s": 0, "max_steps": steps})
-    svc.wait_status(made["session_id"], "done", timeout=30)
+    svc.wait_status(made["session_id"], "done", timeout=60)
     return made["session_id"]
 
 
@@ -34,8 +34,8 @@ def test_fork_from_iteration_3_continues_with_new_guidance_and_leaves_the_origin
     assert r.status_code == 202, r.text
     made = r.json()
     assert made["agent_id"] == svc.session(sid)["agent_id"] and made["session_id"] != sid
-    assert svc.action(made["action_id"])["status"] == "done"
-    snapshot = svc.wait_status(made["session_id"], "done", timeout=30)
+    assert svc.action(made["action_id"], timeout=60)["status"] == "done"
+    snapshot = svc.wait_status(made["session_id"], "done", timeout=60)
     assert snapshot["forked_from"] == {"session_id": sid, "iteration": 3}
     assert snapshot["config"]["max_steps"] == 7 and snapshot["status_reason"] == "max_steps"
 
@@ -61,7 +61,7 @@ def test_fork_with_edited_state_and_idempotent_by_session_id(shared_service):
     again = fork(svc, sid, from_iteration=0, session_id="fork-edited-1")
     assert again.status_code == 200 and again.json()["existing"] is True
     assert again.json()["action_id"] == r.json()["action_id"]
-    svc.wait_status("fork-edited-1", "done", timeout=30)
+    svc.wait_status("fork-edited-1", "done", timeout=60)
     steps = svc.steps("fork-edited-1")
     assert [s["iteration"] for s in steps] == [2]
     assert steps[0]["state"] == {"n": 101, "heard": ["edited"]}
@@ -70,11 +70,11 @@ def test_fork_with_edited_state_and_idempotent_by_session_id(shared_service):
 def test_a_failed_session_forks_and_the_fork_runs(shared_service):
     svc = shared_service
     made = svc.create("chaos", "fail", config={"interval_s": 0, "fail_at": 4})
-    svc.wait_status(made["session_id"], "error", timeout=30)
+    svc.wait_status(made["session_id"], "error", timeout=60)
     before = record_of(svc, made["session_id"])
     r = fork(svc, made["session_id"], from_iteration=1, config={"fail_at": 100, "max_steps": 5})
     assert r.status_code == 202, r.text
-    svc.wait_status(r.json()["session_id"], "done", timeout=30)
+    svc.wait_status(r.json()["session_id"], "done", timeout=60)
     steps = svc.steps(r.json()["session_id"])
     assert [s["iteration"] for s in steps] == [2, 3, 4]
     assert steps[0]["text"] == "step 3 fine" and all(s["status"] == "ok" for s in steps)

@@ -132,7 +132,7 @@ def test_hostile_queries_get_a_4xx_or_an_empty_answer_and_change_nothing(svc):
     for c in conversations:  # the archive writes while we compare otherwise: let quiet ones get theirs
         if svc.get(f"/api/conversations/{c['conversation_id']}/messages").json()["messages"]:
             wait_for(lambda: svc.get("/api/summaries", conversation_id=c["conversation_id"]).json()["summaries"],
-                     timeout=30, what="the quiet conversations' summaries")
+                     timeout=60, what="the quiet conversations' summaries")
     before = snapshot_of_everything(svc)
     empty_ok = ['"', "'", "\"unbalanced", "text:liftoff OR 1=1", "' OR '1'='1", "'; DROP TABLE agent_steps; --",
                 "*", "(", ")", "AND OR NOT", "~!@#$%^&*()_+", "\\", "\x00", "%", "NEAR(a b)", "title:x^5",
@@ -171,12 +171,12 @@ def test_a_baml_session_is_summarised_by_its_llm(svc, fake):
 def test_a_quiet_conversation_gets_a_summary_and_a_new_one_after_new_messages(svc):
     cid = new_conversation(svc)
     svc.post(f"/api/conversations/{cid}/messages", json={"text": "first note about the aubergine harvest"})
-    first = wait_for(lambda: svc.get("/api/summaries", conversation_id=cid).json()["summaries"], timeout=30,
+    first = wait_for(lambda: svc.get("/api/summaries", conversation_id=cid).json()["summaries"], timeout=60,
                      what="the quiet conversation's summary")[0]
     assert first["kind"] == "conversation" and first["method"] == "extractive" and "aubergine" in first["text"]
     last = svc.post(f"/api/conversations/{cid}/messages", json={"text": "second note: the harvest is in"}).json()
     second = wait_for(lambda: [s for s in svc.get("/api/summaries", conversation_id=cid).json()["summaries"]
-                               if s["last_message_id"] == last["message"]["message_id"]], timeout=30,
+                               if s["last_message_id"] == last["message"]["message_id"]], timeout=60,
                       what="the summary after the new message")
     assert len(svc.get("/api/summaries", conversation_id=cid).json()["summaries"]) == 1  # replaced, not added
     assert second[0]["data"]["messages"] == 2
@@ -190,7 +190,7 @@ def test_retention_keeps_summaries_when_told_to(tmp_path):
         made = svc.create("countdown", "count the flamingos", config={"interval_s": 0, "n": 2})
         svc.wait_status(made["session_id"], "done", timeout=120)  # agents.py may start slowly
         wait_for(lambda: svc.get("/api/summaries", session_id=made["session_id"]).json()["summaries"])
-        wait_for(lambda: not svc.steps(made["session_id"]), timeout=30, what="retention to remove the steps")
+        wait_for(lambda: not svc.steps(made["session_id"]), timeout=60, what="retention to remove the steps")
         assert svc.session(made["session_id"])["status"] == "pending"  # only its create action is left
         assert search(svc, "flamingos", kind="summary")["hits"][0]["session_id"] == made["session_id"]
         assert search(svc, "liftoff", kind="step")["hits"] == []

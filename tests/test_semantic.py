@@ -46,7 +46,7 @@ def embedded_hit(svc, q, row_id, **params):
         found = search(svc, q, **params)
         hit = next((h for h in found["hits"] if h["id"] == row_id), None)
         return found if found["mode"] == "hybrid" and hit and hit["ranks"]["vector"] else None
-    return wait_for(ready, timeout=30, what=f"the vector of {row_id}")
+    return wait_for(ready, timeout=60, what=f"the vector of {row_id}")
 
 
 def test_a_paraphrase_ranks_its_source_first(svc):
@@ -72,7 +72,7 @@ def test_the_endpoint_failing_never_fails_a_step_and_embeddings_catch_up(svc, fa
         before = len(fake.embedding_requests)
         made = svc.create("echo", "repeat", config={"interval_s": 0.05, "max_steps": 8})
         svc.control(made["agent_id"], "interrupt", guidance="the gondolier sang in the fog")
-        svc.wait_status(made["session_id"], "done", timeout=30)
+        svc.wait_status(made["session_id"], "done", timeout=60)
         steps = svc.steps(made["session_id"])
         assert len(steps) == 8 and all(s["status"] in ("ok", "done") for s in steps)
         wait_for(lambda: len(fake.embedding_requests) > before, what="the embedder to try the endpoint")
