@@ -151,7 +151,10 @@ def search():
         if reason:
             result["semantic"] = reason
     else:
-        hits = store_search.fts(store.tables, q)
+        failed: list[str] = []
+        hits = store_search.fts(store.tables, q, failed)
+        if failed:
+            result["incomplete"] = failed  # kinds left out because their table could not be read
         result["mode"] = "fts"
         result["semantic"] = "not configured" if semantic is None else "not requested"
     for hit in hits:

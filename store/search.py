@@ -202,8 +202,10 @@ def _where(source: Source, q: SearchQuery) -> str | None | bool:
     return filters.all_of(*clauses)
 
 
-def fts(tables: dict, q: SearchQuery) -> list[dict]:
-    """The best ``q.limit`` hits over all sources, by BM25 score."""
+def fts(tables: dict, q: SearchQuery, failed: list[str] | None = None) -> list[dict]:
+    """The best ``q.limit`` hits over all sources, by BM25 score.  A source
+    whose read fails is logged and left out (its kind appended to ``failed``):
+    one broken table does not take search down."""
     if not q.terms:
         return []
     text = " ".join(q.terms)
@@ -211,8 +213,16 @@ def fts(tables: dict, q: SearchQuery) -> list[dict]:
               if source.kind in q.kinds and (where := _where(source, q)) is not False]
     # The tables are searched at once (LanceDB releases the GIL): a search takes
     # as long as its slowest table, not the sum of them.
-    found = _POOL.map(lambda sw: (sw[0], _fts_rows(tables[sw[0].table], sw[0], text, sw[1], q.limit)), wanted)
-    hits = [hit_of(source, row, q.terms) for source, rows in found for row in rows]
+    def read(source_where):
+        source, where = source_where
+        try:
+            return source, _fts_rows(tables[source.table], source, text, where, q.limit)
+        except Exception:
+            log.exception("full-text search of %s failed; answering without it", source.table)
+            if failed is not None:
+                failed.append(source.kind)
+            return source, []
+    hits = [hit_of(source, row, q.terms) for source, rows in _POOL.map(read, wanted) for row in rows]
     hits.sort(key=lambda h: (-h["score"], h["created_at"] or ""))
     return hits[:q.limit]
 
