@@ -75,7 +75,7 @@ class Service:
     def _healthy(self) -> bool:
         try:
             return self.http.get(self.url + "/api/health", timeout=1).status_code == 200
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             return False
 
     def kill_agents(self) -> None:
