@@ -32,7 +32,7 @@ from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 log = logging.getLogger("store")
 
 MIB = 1024 * 1024
-DEFAULT_CACHE_MB = 64  # per cache (index, metadata) and per process
+DEFAULT_CACHE_MB = 16  # per cache (index, metadata) and per process
 
 
 class Store:
