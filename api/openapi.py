@@ -2,7 +2,7 @@
 also validate the requests, so the two cannot drift apart."""
 from pydantic import BaseModel
 
-from api import schemas
+from api import schemas, tools
 from api import fork as fork_api
 from api import search as search_api
 
@@ -79,7 +79,7 @@ def build() -> dict:
     models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.InterruptRequest, schemas.Accepted,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
-              *CONVERSATION_MODELS]
+              *CONVERSATION_MODELS, *tools.MODELS]
     record_models, record_paths = search_api.openapi_paths(_op, _query)
     fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
     models += record_models + fork_models
@@ -116,6 +116,7 @@ def build() -> dict:
         **_conversation_paths(),
         **record_paths,
         **fork_paths,
+        **tools.openapi_paths(_op, _path, _query, _errors),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}

@@ -3,7 +3,11 @@
 Unknown config keys are allowed and handed to the moniker (``countdown`` reads
 ``n``, ``chaos`` reads ``fail_at`` and ``mode``); the keys below are the runner's.
 """
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
 
 class RetryPolicy(BaseModel):
@@ -34,6 +38,11 @@ class SessionConfig(BaseModel):
     budget_tokens: int | None = Field(None, ge=1, description="pause (reason budget) before tokens exceed this")
     budget_cost: float | None = Field(None, gt=0, description="pause (reason budget) before cost exceeds this")
     pause_expiry_s: float | None = Field(None, gt=0, description="stop when paused this long (default: service's)")
+    tools: list[ToolName] = Field(default_factory=list, max_length=256,
+                                  description="tools this session may call (StepFrame-v1 tool_calls); default none")
+    approve: list[ToolName] = Field(default_factory=list, max_length=256,
+                                    description="tools whose calls wait for a human's approval first")
+    tool_concurrency: int = Field(4, ge=1, le=64, description="calls of one step running at once")
 
 
 class CreatePayload(BaseModel):

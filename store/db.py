@@ -26,6 +26,7 @@ from store.search import ensure_search_indexes
 from store.state import StateTable
 from store.steps import StepLog
 from store.summaries import SummaryTable
+from store.tool_calls import ToolCallTable
 from store.workers import WorkerTable
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
@@ -65,6 +66,7 @@ class Store:
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
         self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
+        self.tool_calls = ToolCallTable(self.tables["tool_calls"], self.writer)
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
         self.vectors = None
         if embedding:

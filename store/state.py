@@ -3,8 +3,8 @@ from concurrent.futures import Future
 
 from store import codec, filters, query
 
-STATUSES = {"running", "paused", "stopping", "stopped", "done", "error"}
-RESUMABLE = ("running", "paused", "stopping")
+STATUSES = {"running", "waiting", "paused", "stopping", "stopped", "done", "error"}
+RESUMABLE = ("running", "waiting", "paused", "stopping")
 
 
 class StateTable:

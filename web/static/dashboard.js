@@ -280,6 +280,7 @@ async function loadSession() {
     page_.steps.forEach(addStep);
     if (page_.steps.length < 500) break;
   }
+  if (typeof toolCalls !== "undefined") await toolCalls.catchUp(id);  // web/static/tool_calls.js
 }
 
 function contiguousIteration() {
@@ -330,6 +331,7 @@ function addStep(step) {
   const list = $("steps");
   const later = [...list.children].find((n) => Number(n.dataset.iteration) > step.iteration);
   list.insertBefore(li, later || null);
+  if (typeof toolCalls !== "undefined") toolCalls.stepAdded(step, li);  // web/static/tool_calls.js
   $("steps-empty").hidden = true;
   $("s-count").textContent = page.steps.size + " shown, updating live";
 }
