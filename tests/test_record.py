@@ -198,3 +198,19 @@ def test_retention_keeps_summaries_when_told_to(tmp_path):
         assert search(svc, "liftoff", kind="step")["hits"] == []
     finally:
         svc.stop()
+
+
+def test_tool_calls_are_found_by_their_result_and_error(svc):
+    made = svc.create("scripted", config={"interval_s": 0, "tools": ["repeat", "fail"], "frames": [
+        {"text": "calling", "tool_calls": [{"id": "r", "name": "repeat", "args": {"text": "wombat", "times": 2}},
+                                           {"id": "f", "name": "fail", "args": {"message": "the quokkagate broke"}}]},
+        {"text": "done", "done": True}]})
+    svc.wait_status(made["session_id"], "done", timeout=60)
+    found = search(svc, "wombatwombat", kind="tool_call")  # only in the result: "wombat" twice
+    (hit,) = found["hits"]
+    assert (hit["name"], hit["status"], hit["field"], hit["session_id"], hit["iteration"]) == (
+        "repeat", "success", "result", made["session_id"], 0)
+    assert hit["link"] == f"#/session/{made['session_id']}?iteration=0&tool_call={hit['id']}"
+    failed = search(svc, "quokkagate", status="failed")["hits"]
+    assert [(h["kind"], h["name"]) for h in failed] == [("tool_call", "fail")]
+    assert search(svc, "quokkagate", status="success")["hits"] == []
