@@ -1,8 +1,7 @@
 """The store side of search, in process: rows appended after the FTS index
 was built are found at once (scanned), refresh folds them into the index,
-a tool_calls table becomes searchable by existing, and snippets mark the
-matched words."""
-import pyarrow as pa
+tool calls are searched by name, args, result and error, and snippets mark
+the matched words."""
 
 from store import Store
 from store import search as store_search
@@ -40,23 +39,21 @@ def test_new_rows_are_found_before_and_after_the_index_refresh(tmp_path):
         store.close()
 
 
-def test_a_tool_calls_table_is_searchable_once_it_exists(tmp_path):
+def test_tool_calls_are_searchable_by_name_args_result_and_error(tmp_path):
+    from store.codec import utcnow
+
     store = Store(str(tmp_path / "db"))
     try:
-        calls = store.db.create_table("tool_calls", schema=pa.schema([
-            ("id", pa.string()), ("created_at", pa.timestamp("us", tz="UTC")), ("agent_id", pa.string()),
-            ("session_id", pa.string()), ("iteration", pa.int64()), ("name", pa.string()), ("args", pa.string()),
-            ("status", pa.string()), ("result", pa.string()), ("error", pa.string())]))
-        calls.add([{"id": "tc1", "created_at": None, "agent_id": "a1", "session_id": "s1", "iteration": 2,
-                    "name": "add", "args": '{"a": 1}', "status": "success", "result": '{"sum": "pangolin"}',
-                    "error": None}])
-        tables = {**store.tables, "tool_calls": calls}
-        store_search.ensure_search_indexes(tables)
-        hit = store_search.fts(tables, query("pangolin"))[0]
-        assert (hit["kind"], hit["id"], hit["field"], hit["name"], hit["status"]) == (
-            "tool_call", "tc1", "result", "add", "success")
-        assert store_search.fts(tables, query("pangolin", status="failed")) == []
-        assert store_search.fts(tables, query("pangolin", kinds=frozenset({"step"}))) == []
+        store.writer.append("tool_calls", [{
+            "id": "tc1", "created_at": utcnow(), "agent_id": "a1", "session_id": "s1", "iteration": 2, "seq": 0,
+            "name": "add", "args": {"a": 1}, "status": "success", "result": {"sum": "pangolin"}, "error": None,
+            "attempts": 1}])
+        hit = store_search.fts(store.tables, query("pangolin"))[0]
+        assert (hit["kind"], hit["id"], hit["field"], hit["name"], hit["status"], hit["iteration"]) == (
+            "tool_call", "tc1", "result", "add", "success", 2)
+        assert store_search.fts(store.tables, query("pangolin", status="failed")) == []
+        assert store_search.fts(store.tables, query("pangolin", kinds=frozenset({"step"}))) == []
+        assert store_search.fts(store.tables, query("add", kinds=frozenset({"tool_call"})))[0]["field"] == "name"
     finally:
         store.close()
 
