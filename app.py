@@ -28,8 +28,7 @@ from runtime.embeddings import EmbeddingSettings
 from runtime.events import events_token
 from runtime.record_keeping import semantic_search
 from store import Store, lance_log
-from tools import search_history
-from tools.registry import default_tool_registry
+from tools.catalog import installed_registry
 
 log = logging.getLogger("app")
 
@@ -49,12 +48,10 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     storage_health = StorageHealth(store)
     metrics.registry.register(StorageCollector(storage_health))
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
+    app.extensions[tool_routes.EXTENSION] = tools if tools is not None else installed_registry()
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
-    app.extensions["agentsvc_tools"] = tools if tools is not None else default_tool_registry()
-    if search_history.NAME not in app.extensions["agentsvc_tools"]:  # agents.py registers it too
-        app.extensions["agentsvc_tools"].register(search_history.build(store))
     app.register_blueprint(tool_routes.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(fork.bp)

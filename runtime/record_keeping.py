@@ -40,7 +40,7 @@ class RecordKeeping:
         # (StepFrame-v1 tool calls, issue 10); a session may call it only when its
         # config lists it in ``tools``.
         registry = getattr(service, "tools", None)
-        if registry is not None and hasattr(registry, "register"):
+        if registry is not None and hasattr(registry, "register") and search_history.NAME not in registry:
             registry.register(search_history.build(store))
 
     async def run(self, stopping: asyncio.Event) -> None:

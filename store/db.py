@@ -27,6 +27,7 @@ from store.state import StateTable
 from store.steps import StepLog
 from store.summaries import SummaryTable
 from store.tool_calls import ToolCallTable
+from store.tool_catalog import ToolCatalogTable
 from store.workers import WorkerTable
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
@@ -67,6 +68,7 @@ class Store:
         self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
         self.tool_calls = ToolCallTable(self.tables["tool_calls"], self.writer)
+        self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
         self.vectors = None
         if embedding:
