@@ -19,11 +19,13 @@ from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
+from runtime.embeddings import EmbeddingSettings
+from runtime.record_keeping import RecordKeeping, semantic_search
 from runtime.health import HealthServer
 from runtime.service import AgentService
 from store import Store, lance_log
 from store.maintenance import Maintainer
-from tools import catalog
+from tools import catalog, search_history
 from tools.mcp import McpBridge, load_config
 
 log = logging.getLogger("agents")
@@ -65,6 +67,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--retention", type=float, default=settings.env_float("AGENTSVC_RETENTION_S", 30 * 86400),
                         help="remove finished sessions and their steps after this, seconds "
                              "[AGENTSVC_RETENTION_S, 30 days]")
+    parser.add_argument("--retention-keep-summaries", action="store_true",
+                        default=os.environ.get("AGENTSVC_RETENTION_KEEP_SUMMARIES") == "1",
+                        help="keep (and first write, where missing) the summaries of sessions that retention "
+                             "removes [AGENTSVC_RETENTION_KEEP_SUMMARIES=1]")
+    parser.add_argument("--archive-quiet", type=float, default=settings.env_float("AGENTSVC_ARCHIVE_QUIET_S", 1800),
+                        help="summarise a conversation once it has been quiet this long, seconds "
+                             "[AGENTSVC_ARCHIVE_QUIET_S, 1800]")
+    parser.add_argument("--archive-every", type=float, default=settings.env_float("AGENTSVC_ARCHIVE_EVERY_S", 30),
+                        help="how often the archive looks for quiet conversations and unsummarised sessions, "
+                             "seconds [AGENTSVC_ARCHIVE_EVERY_S, 30]")
     parser.add_argument("--session-heartbeat", type=float,
                         default=settings.env_float("AGENTSVC_SESSION_HEARTBEAT_S", 5.0),
                         help="a step running longer than this is marked in flight and heartbeats at this "
@@ -88,6 +100,7 @@ async def start_tools(args: argparse.Namespace, store: Store, worker_id: str):
     resumed session finds them).  The catalog is recorded in the store for
     app.py's GET /api/tools, again whenever an MCP server's tools or status change."""
     tools = catalog.installed_registry(settings.fetch_policy(args))
+    tools.register(search_history.build(store))  # the record's tool (tools/search_history.py)
     bridge = None
     if args.mcp_config:
         config = load_config(args.mcp_config)  # a bad file stops the start, saying why
@@ -104,7 +117,9 @@ async def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
         os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
     uri = settings.db_uri(args)
-    store = Store(uri, **settings.store_kwargs(args))
+    embedding = EmbeddingSettings.from_env()
+    store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)
+    embedder = semantic_search(store, embedding)
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
@@ -115,7 +130,10 @@ async def serve(args: argparse.Namespace) -> None:
                            maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
                            dead_after_s=args.dead_after, max_attempts=args.max_attempts,
                            session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
-                           monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention})
+                           monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
+                                            "keep_summaries": args.retention_keep_summaries})
+    record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
+                           every_s=args.archive_every, embedder=embedder)
     metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
     if metrics is not None:
         service.observers.add(metrics)
@@ -132,9 +150,13 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, lambda: stop(service, stopping))
     log.info("agents.py started: db=%s monikers=%s tools=%s", store.uri, ",".join(monikers.names()),
              ",".join(tools.names()))
+    record_task = asyncio.create_task(record.run(stopping), name="record-keeping")
     try:
         await service.run(stopping)
     finally:
+        record_task.cancel()
+        await asyncio.gather(record_task, return_exceptions=True)
+        await record.close()
         if health is not None:
             health.close()
         if relay is not None:

@@ -18,13 +18,15 @@ import socket
 from flask import Flask, jsonify
 
 import settings
-from api import auth, conversations, dashboard, errors, live, openapi, stream
+from api import auth, conversations, dashboard, errors, fork, live, openapi, search, stream
 from api import tools as tool_routes
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
+from runtime.embeddings import EmbeddingSettings
 from runtime.events import events_token
+from runtime.record_keeping import semantic_search
 from store import Store, lance_log
 from tools.catalog import installed_registry
 
@@ -51,6 +53,8 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
     app.register_blueprint(tool_routes.bp)
+    app.register_blueprint(search.bp)
+    app.register_blueprint(fork.bp)
     app.register_blueprint(dashboard.bp)
     _, hub = live.install(app, events_token, message_queue=message_queue)
     stream.install(app, hub)
@@ -85,7 +89,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def build(args: argparse.Namespace) -> Flask:
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
-    store = Store(settings.db_uri(args), **settings.store_kwargs(args))
+    embedding = EmbeddingSettings.from_env()
+    store = Store(settings.db_uri(args), **settings.store_kwargs(args),
+                  embedding=embedding.store_option() if embedding else None)
+    semantic_search(store, embedding)
     return create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token,
                       message_queue=args.message_queue)
 

@@ -3,6 +3,8 @@ also validate the requests, so the two cannot drift apart."""
 from pydantic import BaseModel
 
 from api import schemas, tools
+from api import fork as fork_api
+from api import search as search_api
 
 REF = "#/components/schemas/{model}"
 
@@ -78,6 +80,9 @@ def build() -> dict:
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
               *CONVERSATION_MODELS, *tools.MODELS]
+    record_models, record_paths = search_api.openapi_paths(_op, _query)
+    fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
+    models += record_models + fork_models
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -111,6 +116,8 @@ def build() -> dict:
                                   "with the JSON schema of their args", 200, ok_model=tools.ToolList, errors=())},
         "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
         **_conversation_paths(),
+        **record_paths,
+        **fork_paths,
         **tools.openapi_paths(_op, _path, _query, _errors),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",

@@ -97,6 +97,21 @@ class BamlAsyncClient:
                 "frame": frame,"task": task,
             })
             return typing.cast(types.StepFrameOut, __result__.cast_to(types, types, stream_types, False, __runtime__))
+    async def SummarizeRecord(self, kind: str,task: str,transcript: str,
+        baml_options: BamlCallOptions = {},
+    ) -> types.ArchiveSummary:
+        # Check if on_tick is provided
+        if 'on_tick' in baml_options:
+            # Use streaming internally when on_tick is provided
+            __stream__ = self.stream.SummarizeRecord(kind=kind,task=task,transcript=transcript,
+                baml_options=baml_options)
+            return await __stream__.get_final_response()
+        else:
+            # Original non-streaming code
+            __result__ = await self.__options.merge_options(baml_options).call_function_async(function_name="SummarizeRecord", args={
+                "kind": kind,"task": task,"transcript": transcript,
+            })
+            return typing.cast(types.ArchiveSummary, __result__.cast_to(types, types, stream_types, False, __runtime__))
     
 
 
@@ -118,6 +133,18 @@ class BamlStreamClient:
           lambda x: typing.cast(types.StepFrameOut, x.cast_to(types, types, stream_types, False, __runtime__)),
           __ctx__,
         )
+    def SummarizeRecord(self, kind: str,task: str,transcript: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.BamlStream[stream_types.ArchiveSummary, types.ArchiveSummary]:
+        __ctx__, __result__ = self.__options.merge_options(baml_options).create_async_stream(function_name="SummarizeRecord", args={
+            "kind": kind,"task": task,"transcript": transcript,
+        })
+        return baml_py.BamlStream[stream_types.ArchiveSummary, types.ArchiveSummary](
+          __result__,
+          lambda x: typing.cast(stream_types.ArchiveSummary, x.cast_to(types, types, stream_types, True, __runtime__)),
+          lambda x: typing.cast(types.ArchiveSummary, x.cast_to(types, types, stream_types, False, __runtime__)),
+          __ctx__,
+        )
     
 
 class BamlHttpRequestClient:
@@ -133,6 +160,13 @@ class BamlHttpRequestClient:
             "frame": frame,"task": task,
         }, mode="request")
         return __result__
+    async def SummarizeRecord(self, kind: str,task: str,transcript: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="SummarizeRecord", args={
+            "kind": kind,"task": task,"transcript": transcript,
+        }, mode="request")
+        return __result__
     
 
 class BamlHttpStreamRequestClient:
@@ -146,6 +180,13 @@ class BamlHttpStreamRequestClient:
     ) -> baml_py.baml_py.HTTPRequest:
         __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="RunMonikerStep", args={
             "frame": frame,"task": task,
+        }, mode="stream")
+        return __result__
+    async def SummarizeRecord(self, kind: str,task: str,transcript: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="SummarizeRecord", args={
+            "kind": kind,"task": task,"transcript": transcript,
         }, mode="stream")
         return __result__
     

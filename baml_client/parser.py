@@ -29,6 +29,12 @@ class LlmResponseParser:
         __result__ = self.__options.merge_options(baml_options).parse_response(function_name="RunMonikerStep", llm_response=llm_response, mode="request")
         return typing.cast(types.StepFrameOut, __result__)
 
+    def SummarizeRecord(
+        self, llm_response: str, baml_options: BamlCallOptions = {},
+    ) -> types.ArchiveSummary:
+        __result__ = self.__options.merge_options(baml_options).parse_response(function_name="SummarizeRecord", llm_response=llm_response, mode="request")
+        return typing.cast(types.ArchiveSummary, __result__)
+
     
 
 class LlmStreamParser:
@@ -42,5 +48,11 @@ class LlmStreamParser:
     ) -> stream_types.StepFrameOut:
         __result__ = self.__options.merge_options(baml_options).parse_response(function_name="RunMonikerStep", llm_response=llm_response, mode="stream")
         return typing.cast(stream_types.StepFrameOut, __result__)
+
+    def SummarizeRecord(
+        self, llm_response: str, baml_options: BamlCallOptions = {},
+    ) -> stream_types.ArchiveSummary:
+        __result__ = self.__options.merge_options(baml_options).parse_response(function_name="SummarizeRecord", llm_response=llm_response, mode="stream")
+        return typing.cast(stream_types.ArchiveSummary, __result__)
 
     

@@ -23,8 +23,12 @@ class StreamState(BaseModel, typing.Generic[StreamStateValueT]):
     value: StreamStateValueT
     state: typing_extensions.Literal["Pending", "Incomplete", "Complete"]
 # #########################################################################
-# Generated classes (3)
+# Generated classes (4)
 # #########################################################################
+
+class ArchiveSummary(BaseModel):
+    summary: typing.Optional[str] = Field(default=None, description='three to six sentences: what was asked, what was done, how it ended')
+    key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
 
 class StepFrameIn(BaseModel):
     step: typing.Optional[str] = Field(default=None, description='token of the step to run now')
@@ -58,10 +62,11 @@ JsonValue = typing_extensions.TypeAliasType("JsonValue", typing.Optional[typing.
 
 
 # #########################################################################
-# Model rebuilds (1)
+# Model rebuilds (2)
 # #########################################################################
 # Resolve string forward references now that every model above is defined so
 # class declaration order never breaks Pydantic construction (issue #793).
 # Recursive models are intentionally omitted (Pydantic resolves those lazily;
 # eagerly rebuilding them can recurse).
+ArchiveSummary.model_rebuild()
 StepFrameIn.model_rebuild()

@@ -16,6 +16,9 @@ from . import stream_types
 
 type_map = {
 
+    "types.ArchiveSummary": types.ArchiveSummary,
+    "stream_types.ArchiveSummary": stream_types.ArchiveSummary,
+
     "types.StepFrameIn": types.StepFrameIn,
     "stream_types.StepFrameIn": stream_types.StepFrameIn,
 

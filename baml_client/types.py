@@ -41,8 +41,12 @@ def all_succeeded(checks: typing.Dict[CheckName, Check]) -> bool:
 # #########################################################################
 
 # #########################################################################
-# Generated classes (3)
+# Generated classes (4)
 # #########################################################################
+
+class ArchiveSummary(BaseModel):
+    summary: str = Field(description='three to six sentences: what was asked, what was done, how it ended')
+    key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
 
 class StepFrameIn(BaseModel):
     step: str = Field(description='token of the step to run now')
@@ -76,10 +80,11 @@ JsonValue = typing_extensions.TypeAliasType("JsonValue", typing.Optional[typing.
 
 
 # #########################################################################
-# Model rebuilds (1)
+# Model rebuilds (2)
 # #########################################################################
 # Resolve string forward references now that every model above is defined so
 # class declaration order never breaks Pydantic construction (issue #793).
 # Recursive models are intentionally omitted (Pydantic resolves those lazily;
 # eagerly rebuilding them can recurse).
+ArchiveSummary.model_rebuild()
 StepFrameIn.model_rebuild()

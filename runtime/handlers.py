@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from monikers.registry import MonikerRegistry, UnknownMoniker
 from runtime.config import CreatePayload
+from runtime.fork import ForkError, fork_snapshot
 from runtime.observers import Observers
 from runtime.registry import SessionRegistry
 from runtime.session import SessionAgent
@@ -62,6 +63,8 @@ class Handlers:
         if self.sessions.get(session_id) or exists or (exists is None and await self.persist.load_snapshot(session_id)):
             log.info("session %s exists already; create action %s changes nothing", session_id, action["id"])
             return
+        fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/fork.py)
+        payload = {k: v for k, v in payload.items() if k != "fork"}
         try:
             spec = CreatePayload.model_validate(payload)
             moniker = self.monikers.get(spec.moniker)
@@ -69,14 +72,20 @@ class Handlers:
             raise ActionError(f"invalid create payload: {exc.errors()[0]['msg']}") from None
         except UnknownMoniker:
             raise ActionError(f"unknown moniker {payload.get('moniker')!r}") from None
-        agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
-                             **self.session_options, snapshot={
+        snapshot = {
             "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task,
             "config": spec.config.model_dump(), "status": "running", "iteration": -1,
             "next_step_token": moniker.initial_step, "state": {},
             "conversation_id": spec.conversation_id or action.get("conversation_id"),
             "created_at": action.get("created_at"),
-        })
+        }
+        if fork is not None:
+            try:
+                snapshot = await fork_snapshot(self.persist, action, fork, snapshot)
+            except ForkError as exc:
+                raise ActionError(f"cannot fork: {exc}") from None
+        agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
+                             **self.session_options, snapshot=snapshot)
         await agent.save()
         self.sessions.add(agent)
         await self.observers.notify("session_created", agent.snapshot())

@@ -22,7 +22,8 @@ DAY = 86_400.0
 
 class HealthMonitor:
     def __init__(self, sessions, persist, *, every_s: float = 5.0, stuck_grace_s: float = 30.0,
-                 pause_expiry_s: float = 7 * DAY, retention_s: float = 30 * DAY, stop_grace_s: float = 5.0):
+                 pause_expiry_s: float = 7 * DAY, retention_s: float = 30 * DAY, stop_grace_s: float = 5.0,
+                 keep_summaries: bool = False, archiver=None):
         self.sessions = sessions
         self.persist = persist
         self.every_s = every_s
@@ -30,6 +31,8 @@ class HealthMonitor:
         self.pause_expiry_s = pause_expiry_s
         self.retention_s = retention_s
         self.stop_grace_s = stop_grace_s
+        self.keep_summaries = keep_summaries
+        self.archiver = archiver  # runtime.archive.Archiver, set by runtime/record_keeping.py
 
     async def run(self, stopping: asyncio.Event) -> None:
         await every(stopping, self.every_s, self.check, "health check")
@@ -76,7 +79,10 @@ class HealthMonitor:
         if not old:
             return
         ids = [row["session_id"] for row in old]
-        await self.persist.delete_sessions(ids)
+        if self.keep_summaries and self.archiver is not None:
+            await self.archiver.ensure_sessions(old)
+        await self.persist.delete_sessions(ids, keep_summaries=self.keep_summaries)
         for session_id in ids:
             self.sessions.sessions.pop(session_id, None)
-        log.info("retention: removed %d finished sessions and their steps", len(ids))
+        log.info("retention: removed %d finished sessions and their steps%s", len(ids),
+                 " (summaries kept)" if self.keep_summaries else "")

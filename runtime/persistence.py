@@ -44,6 +44,7 @@ class Persistence:
                                        after_iteration=after_iteration)
 
     async def step_at(self, session_id: str, iteration: int) -> dict | None:
+        """The step row of one iteration of a session (a fork's starting point)."""
         found = await asyncio.to_thread(self.store.steps.search, session_id=session_id, min_iteration=iteration,
                                         max_iteration=iteration, limit=1)
         return found[0] if found else None
@@ -109,7 +110,9 @@ class Persistence:
     async def finished_sessions_before(self, when) -> list[dict]:
         return await asyncio.to_thread(self.store.states.finished_before, when)
 
-    async def delete_sessions(self, session_ids: list[str]) -> None:
+    async def delete_sessions(self, session_ids: list[str], keep_summaries: bool = False) -> None:
+        if not keep_summaries:
+            await asyncio.to_thread(self.store.summaries.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.steps.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.tool_calls.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.states.delete_sessions, session_ids)

@@ -154,5 +154,17 @@ class Conversations:
             where = filters.all_of(where, filters.any_of(later, same_instant))
         return query.rows(self.tables[self.messages], self.messages, where, order=ORDER, limit=limit)
 
+    def last_messages(self, conversation_id: str, n: int = 50) -> list[dict]:
+        """The newest ``n`` messages, oldest first (the archive's transcript)."""
+        newest = query.rows(self.tables[self.messages], self.messages, filters.eq_id("conversation_id", conversation_id),
+                            order=[("created_at", False), ("message_id", False)], limit=n)
+        return newest[::-1]
+
+    def active_between(self, after: datetime, before: datetime, limit: int = 50_000) -> set[str]:
+        """Conversations with a message created in [after, before) (the archive's quiet sweep)."""
+        where = filters.all_of(filters.ts_cmp("created_at", ">=", after), filters.ts_cmp("created_at", "<", before))
+        found = query.rows(self.tables[self.messages], self.messages, where, columns=["conversation_id"], limit=limit)
+        return {r["conversation_id"] for r in found}
+
     def count_messages(self, conversation_id: str) -> int:
         return query.count(self.tables[self.messages], filters.eq_id("conversation_id", conversation_id))

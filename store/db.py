@@ -17,12 +17,15 @@ from datetime import timedelta
 
 import lancedb
 
+from store import vectors
 from store.actions import ActionQueue
 from store.conversations import Conversations
 from store.maintenance import ensure_indexes, table_shape
 from store.schemas import PRIMARY_KEYS, TABLES
+from store.search import ensure_search_indexes
 from store.state import StateTable
 from store.steps import StepLog
+from store.summaries import SummaryTable
 from store.tool_calls import ToolCallTable
 from store.tool_catalog import ToolCatalogTable
 from store.workers import WorkerTable
@@ -38,7 +41,10 @@ class Store:
     """The database of one service: its tables and the helpers over them."""
 
     def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0,
-                 cache_mb: int = DEFAULT_CACHE_MB, min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S):
+                 cache_mb: int = DEFAULT_CACHE_MB, min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S,
+                 embedding: dict | None = None):
+        """``embedding``: ``{"dim", "model"}`` when semantic search is configured
+        (adds the ``embeddings_<dim>`` table, see store/vectors.py)."""
         self.uri = uri
         # 0 keeps LanceDB's own sizes (for comparison; they grow with the versions read).
         self.session = (lancedb.Session(index_cache_size_bytes=cache_mb * MIB, metadata_cache_size_bytes=cache_mb * MIB)
@@ -49,8 +55,12 @@ class Store:
             storage_options=storage_options,
             session=self.session,
         )
-        self.tables = {name: self._open_or_create(name, schema) for name, schema in TABLES.items()}
+        schemas = dict(TABLES)
+        if embedding:
+            schemas[vectors.table_name(embedding["dim"])] = vectors.schema(embedding["dim"])
+        self.tables = {name: self._open_or_create(name, schema) for name, schema in schemas.items()}
         ensure_indexes(self.tables)
+        ensure_search_indexes(self.tables)
         self.writer = Writer(self.tables, min_commit_interval_s=min_commit_interval_s)
         self.actions = ActionQueue(self.tables["actions"], self.writer, self._local_dir("actions", "_versions"))
         self.states = StateTable(self.tables["agent_state"], self.writer)
@@ -59,6 +69,14 @@ class Store:
         self.conversations = Conversations(self.tables, self.writer)
         self.tool_calls = ToolCallTable(self.tables["tool_calls"], self.writer)
         self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
+        self.summaries = SummaryTable(self.tables["summaries"], self.writer)
+        self.vectors = None
+        if embedding:
+            name = vectors.table_name(embedding["dim"])
+            self.vectors = vectors.VectorTable(self.tables[name], self.writer, embedding["dim"], embedding["model"],
+                                               index_after=embedding.get("index_after", 50_000))
+            self.vectors.ensure_indexes()
+        self.semantic = None  # set by the entry points when an embeddings endpoint is configured
 
     def _open_or_create(self, name, schema):
         try:

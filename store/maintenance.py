@@ -43,6 +43,7 @@ from lancedb.index import Bitmap, BTree
 
 from store import query
 from store.schemas import INDEXES
+from store.search import SearchIndexWatch
 from store.writer import is_conflict
 
 log = logging.getLogger("store.maintenance")
@@ -113,6 +114,7 @@ class Maintainer:
         self._last_version: dict[str, int] = {}
         self._last_run: dict[str, float] = {}
         self.tables: dict[str, TableHealth] = {name: TableHealth() for name in store.tables}
+        self.search_indexes = SearchIndexWatch()  # FTS indexes with many unindexed rows (store/search.py)
         self.runs = 0
         self.failures = 0
         self.abandoned = 0
@@ -130,7 +132,9 @@ class Maintainer:
         return due
 
     def run_due(self) -> list[dict]:
-        return [self.optimize(name) for name in self.due()]
+        due = self.due()
+        due += [name for name in self.search_indexes.due(self.store.tables) if name not in due]
+        return [self.optimize(name) for name in due]
 
     def optimize(self, name: str) -> dict:
         """Compact, clean up and re-index one table; retried until it commits or runs out of tries."""

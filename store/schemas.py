@@ -53,6 +53,7 @@ AGENT_STATE = _schema(
     ("status_changed_at", TS, True),
     ("step_started_at", TS, True),  # set while a long step is in flight
     ("heartbeat_at", TS, True),  # refreshed while that step runs
+    ("forked_from", pa.string(), True),  # {"session_id", "iteration"} when this session is a fork
     ("tool_step", pa.int64(), True),  # iteration whose tool results no step has consumed yet
 )
 
@@ -153,6 +154,26 @@ CONVERSATION_MESSAGES = _schema(
     ("notes", pa.string(), True),
 )
 
+# One row per archived session or quiet conversation (runtime/archive.py); its
+# id is "session:<session_id>" or "conversation:<conversation_id>", upserted so
+# a session summarised again (resumed and finished anew) keeps one row.
+SUMMARIES = _schema(
+    ("id", pa.string(), False),
+    ("created_at", TS, False),
+    ("kind", pa.string(), False),  # session | conversation
+    ("agent_id", pa.string(), True),
+    ("session_id", pa.string(), True),
+    ("conversation_id", pa.string(), True),
+    ("moniker", pa.string(), True),
+    ("status", pa.string(), True),  # the session's status when summarised
+    ("method", pa.string(), False),  # llm | extractive
+    ("text", pa.string(), True),
+    ("data", pa.string(), True),  # counts, key points, the model's usage
+    ("first_iteration", pa.int64(), True),
+    ("last_iteration", pa.int64(), True),
+    ("last_message_id", pa.string(), True),  # conversations: the newest message covered
+)
+
 # One row per agents.py process: the tools it can run (built-ins, plugins and
 # what its MCP servers offered), for app.py's GET /api/tools.
 TOOL_CATALOG = _schema(
@@ -163,14 +184,14 @@ TOOL_CATALOG = _schema(
 
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
-              conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS)
+              conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS, summaries=SUMMARIES)
 TABLES.update(tool_catalog=TOOL_CATALOG)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (FACTS.md: without it they do, every time).
 PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id",
-                "tool_calls": "id", "tool_catalog": "worker_id"}
+                "tool_calls": "id", "tool_catalog": "worker_id", "summaries": "id"}
 
 # Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
@@ -184,15 +205,17 @@ INDEXES = {
     "conversation_participants": [("conversation_id", "btree"), ("kind", "bitmap")],
     "tool_calls": [("id", "btree"), ("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"),
                    ("created_at", "btree")],
+    "summaries": [("session_id", "btree"), ("conversation_id", "btree"), ("agent_id", "btree")],
 }
 
 JSON_COLUMNS = {
     "actions": {"payload"},
-    "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage"},
+    "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage", "forked_from"},
     "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs"},
     "tool_calls": {"args", "result", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},
+    "summaries": {"data"},
     "tool_catalog": {"tools"},
     "workers": {"maintenance"},
 }

@@ -46,6 +46,12 @@ class StateTable:
         return query.rows(self.table, self.name, filters.eq_id("agent_id", agent_id),
                           order=[("created_at", False), ("session_id", False)], limit=limit, offset=offset)
 
+    def session_ids_of_moniker(self, moniker: str, limit: int = 5000) -> list[str]:
+        """The newest ``limit`` sessions running ``moniker`` (a search filter)."""
+        found = query.rows(self.table, self.name, filters.eq_id("moniker", moniker), columns=["session_id"],
+                           order=[("created_at", False)], limit=limit)
+        return [r["session_id"] for r in found]
+
     def agents(self, limit: int = 100, offset: int = 0) -> list[dict]:
         """Each agent once, with its latest session's snapshot, newest agents first."""
         latest: dict[str, dict] = {}
@@ -71,6 +77,12 @@ class StateTable:
         where = filters.all_of(filters.in_words("status", ("stopped", "done", "error"), STATUSES),
                                filters.ts_cmp("status_changed_at", "<", when))
         return query.rows(self.table, self.name, where, columns=["session_id", "agent_id"], limit=limit)
+
+    def finished_since(self, when, limit: int = 500) -> list[dict]:
+        """Finished sessions whose status changed at or after ``when`` (the archive's catch-up)."""
+        where = filters.all_of(filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+                               filters.ts_cmp("status_changed_at", ">=", when))
+        return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
     def delete_sessions(self, session_ids: list[str]) -> None:
         if session_ids:

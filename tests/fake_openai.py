@@ -6,8 +6,16 @@ production path.  Each request is answered by a *responder*: a function from
 the parsed request to a :class:`Reply`.  :func:`scripted` plays replies in
 order; :func:`by_model` picks a script by the requested model.  Every request
 is recorded (path, model, headers, body) for assertions.
+
+``POST /embeddings`` answers with deterministic bag-of-words vectors
+(:func:`embed`): texts that share words get close vectors, so a paraphrase
+ranks its source first.  ``embeddings_status`` other than 200 makes the route
+fail (an endpoint that is down).
 """
+import hashlib
 import json
+import math
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +89,24 @@ def completion(reply: Reply, request: Received) -> dict:
     }
 
 
+EMBEDDING_DIM = 64
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = {"the", "a", "an", "of", "to", "and", "in", "on", "is", "it", "for", "about", "with", "that", "this"}
+
+
+def embed(text: str, dim: int = EMBEDDING_DIM) -> list[float]:
+    """Hash each word (crudely stemmed, stop words dropped) to a signed slot; L2-normalise."""
+    vector = [0.0] * dim
+    for word in _WORD.findall(text.lower()):
+        if word in _STOP:
+            continue
+        word = word[:-1] if len(word) > 3 and word.endswith("s") else word
+        digest = hashlib.sha1(word.encode()).digest()
+        vector[digest[0] % dim] += 1.0 if digest[1] % 2 else -1.0
+    norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+    return [v / norm for v in vector]
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
 
@@ -95,6 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = {}
         request = Received(path=self.path, model=body.get("model"), at=time.time(),
                            headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+        if self.path.rstrip("/") in ("/embeddings", "/v1/embeddings"):
+            return self._embeddings(request)
         if self.path.rstrip("/") not in ("/chat/completions", "/v1/chat/completions"):
             return self._send(404, {"error": {"message": f"no route {self.path}"}})
         self.server.fake.record(request)
@@ -104,6 +132,19 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status != 200:
             return self._send(reply.status, {"error": {"message": reply.content or "fake error", "type": "fake"}})
         self._send(200, completion(reply, request))
+
+    def _embeddings(self, request: Received) -> None:
+        fake = self.server.fake
+        fake.record_embedding(request)
+        if fake.embeddings_status != 200:
+            return self._send(fake.embeddings_status, {"error": {"message": "embeddings down", "type": "fake"}})
+        inputs = request.body.get("input")
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        data = [{"object": "embedding", "index": i, "embedding": embed(str(t), fake.embedding_dim)}
+                for i, t in enumerate(inputs)]
+        tokens = sum(len(str(t).split()) for t in inputs)
+        self._send(200, {"object": "list", "data": data, "model": request.model or "fake-embed",
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     def _send(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
@@ -128,6 +169,9 @@ class FakeOpenAI:
     def __init__(self, responder: Responder | None = None):
         self.responder: Responder = responder or scripted()
         self.requests: list[Received] = []
+        self.embedding_requests: list[Received] = []
+        self.embedding_dim = EMBEDDING_DIM
+        self.embeddings_status = 200  # set to e.g. 503 to make /embeddings fail
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self
@@ -141,6 +185,10 @@ class FakeOpenAI:
     def record(self, request: Received) -> None:
         with self._lock:
             self.requests.append(request)
+
+    def record_embedding(self, request: Received) -> None:
+        with self._lock:
+            self.embedding_requests.append(request)
 
     def start(self) -> "FakeOpenAI":
         self._thread.start()

@@ -19,6 +19,7 @@ EXPECTED = {
     "bench_idle": ["machine", "idle_cpu_percent", "idle_agents", "target"],
     "bench_peers": ["machine", "runs", "per_step_ms_single_agent"],
     "bench_tools": ["machine", "single", "many", "target"],
+    "bench_search": ["machine", "latency", "refresh", "cpu", "target"],
 }
 
 
@@ -59,6 +60,9 @@ def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
         assert result["series"] and "within_1_5x" in result["verdict"]
     if name == "bench_tools":
         assert result["single"]["ratio_p50"] and result["many"]["tool"]["tool_calls_per_s"] > 0
+    if name == "bench_search":
+        assert result["latency"]["search_http"]["n"] > 0 and result["refresh"]["refreshed"] == ["agent_steps"]
+        assert result["cpu"]["with_fts"]["steps"] == result["cpu"]["without_fts"]["steps"] > 0
     if name == "bench_peers":
         run = result["runs"][0]
         assert all(run[k]["steps_per_s"] > 0 for k in ("agentsvc", "langgraph", "naive"))

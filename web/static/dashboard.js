@@ -464,7 +464,7 @@ $("post-form").addEventListener("submit", async (e) => {
 // ---- routing ----------------------------------------------------------------
 
 function route() {
-  const [, name, id] = (location.hash || "#/").split("/");
+  const [, name, id] = (location.hash || "#/").split("?")[0].split("/");  // "?…" is for web/static/search.js
   const view = name === "session" && id ? "session"
     : name === "conversation" && id ? "conversation"
     : name === "conversations" ? "conversations" : "agents";

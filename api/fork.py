@@ -1,0 +1,116 @@
+"""``POST /api/sessions/<id>/fork``: time travel.
+
+A fork is a new session of the same agent that continues from a past step of
+another session: that step's state and next step token, optionally with
+edited state, new guidance or changed config.  It is a *create* action with a
+``fork`` section in its payload, so it goes through the queue, is idempotent
+by ``session_id`` and shows as ``pending`` until applied, like any create.
+The original session is only read, never written.
+
+Numbering continues the original's: the fork's snapshot starts at
+``from_iteration`` and its first own step is ``from_iteration + 1``.  Its
+inherited steps stay in the original session (``forked_from`` links to them).
+"""
+import json
+from typing import Any
+
+from flask import Blueprint, current_app, jsonify
+from pydantic import Field, ValidationError, field_validator
+from ulid import ULID
+
+from api.errors import ApiError
+from api.routes import body, enqueue, path_id, session_view
+from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, Id, Strict
+from runtime.config import SessionConfig
+
+bp = Blueprint("fork", __name__, url_prefix="/api")
+
+MAX_STATE_BYTES = 256 * 1024
+
+
+class ForkRequest(Strict):
+    from_iteration: int = Field(ge=0, le=2**62, description="the step whose state and next step the fork starts from")
+    state: dict[str, Any] | None = Field(None, description="replaces that step's state")
+    guidance: str | None = Field(None, min_length=1, max_length=MAX_TEXT, description="for the fork's first step")
+    config: dict[str, Any] | None = Field(None, description="keys that change the original's config")
+    session_id: Id | None = Field(None, description="the fork's id; a client-supplied one makes the fork idempotent")
+
+    @field_validator("state")
+    @classmethod
+    def _state_size(cls, value):
+        if value is not None and len(json.dumps(value, default=str)) > MAX_STATE_BYTES:
+            raise ValueError(f"state must serialise to at most {MAX_STATE_BYTES} bytes")
+        return value
+
+    @field_validator("config")
+    @classmethod
+    def _config_size(cls, value):
+        if value is not None and len(json.dumps(value, default=str)) > MAX_CONFIG_BYTES:
+            raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
+        return value
+
+    @field_validator("guidance")
+    @classmethod
+    def _not_blank(cls, value):
+        if value is not None and not value.strip():
+            raise ValueError("guidance must not be blank")
+        return value
+
+
+def merged_config(original: dict | None, changes: dict | None) -> dict:
+    """The original config with ``changes`` applied (one level deep), validated."""
+    config = dict(original or {})
+    for key, value in (changes or {}).items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    try:
+        return SessionConfig.model_validate(config).model_dump()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        raise ApiError(400, "invalid_request", f"config.{where}: {err['msg']}") from None
+
+
+@bp.post("/sessions/<session_id>/fork")
+def fork_session(session_id):
+    session_id = path_id(session_id, "session_id")
+    req: ForkRequest = body(ForkRequest)
+    store = current_app.extensions["agentsvc"].store
+    source = store.states.get(session_id)
+    if source is None:
+        if session_view(session_id) is not None:
+            raise ApiError(409, "conflict", f"session {session_id} has not started yet; nothing to fork")
+        raise ApiError(404, "not_found", f"no session {session_id}")
+    steps = store.steps.search(session_id=session_id, min_iteration=req.from_iteration,
+                               max_iteration=req.from_iteration, limit=1)
+    if not steps:
+        raise ApiError(404, "not_found", f"session {session_id} has no step {req.from_iteration}")
+    if req.session_id:
+        existing = session_view(req.session_id)
+        if existing is not None:
+            if existing.get("agent_id") != source["agent_id"]:
+                raise ApiError(409, "conflict", f"session {req.session_id} belongs to another agent")
+            create = store.actions.find_create(session_id=req.session_id)
+            return jsonify({"agent_id": existing["agent_id"], "session_id": req.session_id,
+                            "action_id": create["id"] if create else None, "existing": True,
+                            "status": create["status"] if create else existing["status"]}), 200
+    fork = {"session_id": session_id, "iteration": req.from_iteration}
+    if req.state is not None:
+        fork["state"] = req.state
+    if req.guidance is not None:
+        fork["guidance"] = req.guidance
+    payload = {"moniker": source["moniker"], "task": source.get("task") or "",
+               "config": merged_config(source.get("config"), req.config), "conversation_id": None, "fork": fork}
+    return enqueue("create", source["agent_id"], req.session_id or str(ULID()), payload)
+
+
+def openapi_paths(op, path_param) -> tuple[list, dict]:
+    from api.schemas import Accepted
+    operation = op("a new session of the same agent continuing from a past step (optionally with edited state, "
+                   "guidance or config); the original is not changed", 202, ok_model=Accepted, body=ForkRequest,
+                   params=[path_param("session_id")], errors=(400, 404, 409))
+    operation["responses"]["200"] = {"description": "the fork exists already (same session_id)",
+                                     "content": operation["responses"]["202"]["content"]}
+    return [ForkRequest], {"/api/sessions/{session_id}/fork": {"post": operation}}

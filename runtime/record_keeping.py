@@ -1,0 +1,53 @@
+"""The background chores of the record (issue 13), wired into agents.py:
+the archive (summaries) and embeddings for semantic search when an endpoint
+is configured.  None of them runs on a step's path: they read what steps
+committed and write their own rows.  (Folding new rows into the FTS indexes
+is the maintainer's: store.search.SearchIndexWatch.)
+"""
+import asyncio
+import logging
+
+from runtime.archive import Archiver
+from runtime.embedder import Embedder
+from runtime.embeddings import EmbeddingClient
+from runtime.semantic import Semantic
+from tools import search_history
+
+log = logging.getLogger("runtime.record")
+
+
+def semantic_search(store, settings) -> Embedder | None:
+    """With an embeddings endpoint configured: hybrid search on ``store`` (for
+    the API and the search_history tool), and the embedder agents.py runs."""
+    if settings is None:
+        return None
+    client = EmbeddingClient(settings)
+    store.semantic = Semantic(store, client)
+    log.info("semantic search on: model %s (%d dimensions) at %s", settings.model, settings.dim, settings.base_url)
+    return Embedder(store, client, max_backoff_s=settings.max_backoff_s)
+
+
+class RecordKeeping:
+    def __init__(self, service, store, *, worker_id: str, quiet_s: float, every_s: float,
+                 embedder=None):
+        self.store = store
+        self.archiver = Archiver(store, worker_id=worker_id, quiet_s=quiet_s, every_s=every_s)
+        self.embedder = embedder
+        service.observers.add(self.archiver)
+        # Retention asks the archive for missing summaries before removing sessions.
+        service.monitor.archiver = self.archiver
+        # The search_history tool, in the service's tool registry once it has one
+        # (StepFrame-v1 tool calls, issue 10); a session may call it only when its
+        # config lists it in ``tools``.
+        registry = getattr(service, "tools", None)
+        if registry is not None and hasattr(registry, "register") and search_history.NAME not in registry:
+            registry.register(search_history.build(store))
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        chores = [self.archiver.run(stopping)]
+        if self.embedder is not None:
+            chores.append(self.embedder.run(stopping))
+        await asyncio.gather(*chores)
+
+    async def close(self) -> None:
+        await self.archiver.close()
