@@ -99,6 +99,9 @@ class Client:
         """pause / resume / destroy / interrupt one session: the 202 answer."""
         return self.post(f"/api/agents/{snapshot['agent_id']}/{verb}", {"session_id": snapshot["session_id"], **body})
 
+    def search(self, q: str, **filters) -> dict:
+        return self.get("/api/search", q=q, **{k: v for k, v in filters.items() if v is not None})
+
     def decide_tool_call(self, tool_call_id: str, verb: str, **body) -> dict:
         """approve / deny / result of one tool call: the 202 answer (409 when it does not wait for that)."""
         return self.post(f"/api/tool-calls/{tool_call_id}/{verb}", body)

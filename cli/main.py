@@ -292,6 +292,28 @@ def destroy(api, as_json, ident, wait, timeout):
     apply(api, as_json, ident, "destroy", wait, timeout)
 
 
+@cli.command()
+@click.argument("words", nargs=-1, required=True)
+@click.option("--kind", type=click.Choice(["step", "message", "tool_call", "summary"]), multiple=True,
+              help="only these kinds of rows (repeatable)")
+@click.option("--agent", "agent_id", help="only this agent's rows")
+@click.option("--session", "session_id", help="only this session's rows")
+@click.option("--conversation", "conversation_id", help="only this conversation's rows")
+@click.option("--since", help="ISO-8601: rows created at or after it")
+@click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(1, 200))
+@remote
+def search(api, as_json, words, kind, agent_id, session_id, conversation_id, since, limit):
+    """Search everything agents did: steps, messages, tool calls and summaries."""
+    found = api.search(" ".join(words), kind=",".join(kind) or None, agent_id=agent_id, session_id=session_id,
+                       conversation_id=conversation_id, since=since, limit=limit)
+    if as_json:
+        render.as_json(found)
+        return
+    render.table(f"{len(found['hits'])} hits ({found['mode']})", ["kind", "session", "iteration", "when", "snippet"],
+                 [[h["kind"], h.get("session_id") or h.get("conversation_id") or "", h.get("iteration"),
+                   (h.get("created_at") or "")[:19], render.short(h["snippet"], 80)] for h in found["hits"]])
+
+
 def decide(api: Client, as_json: bool, tool_call_id: str, verb: str, wait: bool, timeout: float, **body) -> None:
     """Approve, deny or post the result of a tool call, then report what became of it."""
     accepted = api.decide_tool_call(tool_call_id, verb, **body)

@@ -191,3 +191,17 @@ def test_approve_deny_and_post_a_result_of_tool_calls(shared_service):
     # A decision on a call that no longer waits is refused (the API's 409): exit 4, "rejected".
     refused = run(svc, "result", external["id"], '"red"', code=4)
     assert "conflict" in refused.stderr.lower() or "409" in refused.stderr
+
+
+def test_search_finds_what_a_step_said(shared_service):
+    svc = shared_service
+    made = svc.create("echo", config={"interval_s": 0.05, "stop_on_done": False})
+    svc.control(made["agent_id"], "interrupt", guidance="the zanzibarian lighthouse")
+    wait_for(lambda: [s for s in svc.steps(made["session_id"]) if "zanzibarian" in (s.get("text") or "")],
+             timeout=60, what="the guidance to be echoed")
+    found = wait_for(lambda: run_json(svc, "search", "zanzibarian", "--kind", "step")["hits"], timeout=60,
+                     what="the step to be found")
+    assert {h["session_id"] for h in found} == {made["session_id"]} and found[0]["kind"] == "step"
+    table = run(svc, "search", "zanzibarian").stdout
+    assert "zanzibarian" in table and "step" in table
+    svc.control(made["agent_id"], "destroy")
