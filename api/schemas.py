@@ -22,8 +22,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True,
+                                        pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
 class CreateAgentRequest(Strict):
-    moniker: str = Field(min_length=1, max_length=128)
+    moniker: str = Field(min_length=1, max_length=128, description="one of GET /api/monikers")
+    name: Name | None = Field(None, description="a name for people; shown instead of the id where there is room")
     task: str = Field("", max_length=MAX_TEXT)
     agent_id: Id | None = None
     session_id: Id | None = Field(None, description="client-supplied id makes the create idempotent")
@@ -42,6 +47,11 @@ class ControlRequest(Strict):
     session_id: Id | None = Field(None, description="default: the agent's latest session")
 
 
+class ResumeRequest(ControlRequest):
+    budget_tokens: int | None = Field(None, ge=1, le=10**15, description="raise the session's token budget")
+    budget_cost: float | None = Field(None, gt=0, le=10**12, description="raise the session's cost budget")
+
+
 class InterruptRequest(ControlRequest):
     guidance: str = Field(min_length=1, max_length=MAX_TEXT)
 
@@ -58,6 +68,28 @@ class Page(Strict):
     offset: int = Field(0, ge=0, le=1_000_000)
 
 
+AGENT_STATUSES = ("running", "paused", "stopping", "stopped", "done", "error")
+AGENT_SORTS = ("newest", "oldest", "updated", "name")
+
+
+class AgentQuery(Page):
+    status: Literal[AGENT_STATUSES] | None = Field(None, description="the latest session's status")
+    moniker: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
+                                description="only agents whose latest session runs this moniker")
+    q: str | None = Field(None, min_length=1, max_length=200,
+                          description="text in the name, task, agent_id or session_id (case-insensitive)")
+    sort: Literal[AGENT_SORTS] = Field("newest", description="newest/oldest by creation, updated = most "
+                                                             "recently changed first, name = by name (then id)")
+
+
+class ActionQuery(Page):
+    session_id: Id | None = None
+    agent_id: Id | None = None
+    type: Literal["create", "pause", "resume", "interrupt", "destroy"] | None = None
+    status: Literal["pending", "processing", "done", "failed"] | None = None
+    order: Literal["newest", "oldest"] = Field("newest", description="by acceptance time")
+
+
 class StepQuery(Page):
     session_id: Id | None = None
     agent_id: Id | None = None
@@ -65,6 +97,8 @@ class StepQuery(Page):
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
     status: Literal["ok", "done", "error", "interrupted"] | None = None
+    order: Literal["asc", "desc"] = Field("asc", description="by iteration: asc = oldest first, "
+                                                              "desc = newest first")
 
     @field_validator("since")
     @classmethod
@@ -159,8 +193,11 @@ class Action(Open):
 class Snapshot(Open):
     agent_id: str
     session_id: str
+    name: str | None = None
     moniker: str
-    status: str
+    status: str = Field(description="pending, running, paused, stopping, stopped, done or error")
+    status_reason: str | None = None
+    usage: Any = None
     iteration: int
     task: str | None = None
     next_step_token: str | None = None
@@ -188,6 +225,14 @@ class Step(Open):
 
 class AgentList(Open):
     agents: list[Snapshot]
+    total: int = Field(description="agents matching the filters (all pages)")
+    counts: dict[str, int] = Field(description="agents per status, over the moniker and text filters")
+    limit: int
+    offset: int
+
+
+class ActionList(Open):
+    actions: list[Action]
     limit: int
     offset: int
 
@@ -208,10 +253,13 @@ class MonikerInfo(Open):
     name: str
     description: str
     initial_step: str
+    config_schema: dict | None = Field(description="JSON Schema of the moniker's own config keys; null when "
+                                                   "it declares none (its keys are then not checked)")
 
 
 class MonikerList(Open):
     monikers: list[MonikerInfo]
+    session_config_schema: dict = Field(description="JSON Schema of the keys every session accepts")
 
 
 class Health(Open):

@@ -90,6 +90,15 @@ class LLMConfig(BaseModel):
         return data
 
 
+class BamlConfig(BaseModel):
+    """The ``baml`` moniker's own session-config keys."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    llm: LLMConfig | None = Field(None, description="the LLM endpoint and model; unset keys come from "
+                                                    "AGENTSVC_LLM_* and the defaults")
+
+
 @dataclass(frozen=True)
 class LLMSettings:
     """Everything one step needs to reach its model, resolved from config and environment."""
@@ -246,7 +255,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
 
 BAML = Moniker("baml", baml_step,
                "Thinks with an LLM via BAML RunMonikerStep on any OpenAI-compatible endpoint "
-               "(env AGENTSVC_LLM_*, or config.llm per session).")
+               "(env AGENTSVC_LLM_*, or config.llm per session).", config_model=BamlConfig)
 
 
 def register(registry) -> bool:

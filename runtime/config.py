@@ -1,7 +1,9 @@
 """Per-session configuration and the payload of a create action.
 
-Unknown config keys are allowed and handed to the moniker (``countdown`` reads
-``n``, ``chaos`` reads ``fail_at`` and ``mode``); the keys below are the runner's.
+Other config keys are handed to the moniker (``countdown`` reads ``n``,
+``chaos`` reads ``fail_at`` and ``mode``); the keys below are the runner's.
+app.py checks both kinds at create time (api/session_config.py): a key that is
+neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +44,7 @@ class CreatePayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     moniker: str = Field(min_length=1, max_length=128)
+    name: str | None = Field(None, max_length=200)
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None

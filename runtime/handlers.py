@@ -67,7 +67,7 @@ class Handlers:
             raise ActionError(f"unknown moniker {payload.get('moniker')!r}") from None
         agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
                              **self.session_options, snapshot={
-            "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task,
+            "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task, "name": spec.name,
             "config": spec.config.model_dump(), "status": "running", "iteration": -1,
             "next_step_token": moniker.initial_step, "state": {},
             "conversation_id": spec.conversation_id or action.get("conversation_id"),

@@ -31,7 +31,7 @@ class StepLog:
     def search(self, *, session_id: str | None = None, agent_id: str | None = None,
              min_iteration: int | None = None, max_iteration: int | None = None,
              since: datetime | None = None, status: str | None = None,
-             limit: int = 100, offset: int = 0) -> list[dict]:
+             limit: int = 100, offset: int = 0, newest_first: bool = False) -> list[dict]:
         where = filters.all_of(
             filters.eq_id("session_id", session_id) if session_id else None,
             filters.eq_id("agent_id", agent_id) if agent_id else None,
@@ -40,7 +40,8 @@ class StepLog:
             filters.ts_cmp("created_at", ">=", since) if since is not None else None,
             filters.eq_word("status", status, STATUSES) if status else None,
         )
-        order = [("iteration", True), ("created_at", True), ("id", True)]
+        up = not newest_first
+        order = [("iteration", up), ("created_at", up), ("id", up)]
         return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
 
     def since_iteration(self, session_id: str, after: int, limit: int = 100) -> list[dict]:
