@@ -5,6 +5,7 @@ responses are described by them in the OpenAPI document.  Every string has a
 length cap and every id a strict pattern (the same one ``store/`` enforces).
 """
 import json
+import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,10 @@ from runtime.config import SessionConfig
 from store.filters import ID_PATTERN
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN.pattern)]
+# RFC 3339 date-time (what the document's "format: date-time" means): seconds and an offset required
+ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+EARLIEST = datetime(1000, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
 MAX_CONFIG_BYTES = 16_384
 MAX_TEXT = 20_000
 
@@ -22,8 +27,9 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True,
-                                        pattern=r"^[^\x00-\x1f\x7f]+$")]
+# no control characters, no leading or trailing space
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200,
+                                        pattern=r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$")]
 
 
 class CreateAgentRequest(Strict):
@@ -100,20 +106,28 @@ class StepQuery(Page):
     order: Literal["asc", "desc"] = Field("asc", description="by iteration: asc = oldest first, "
                                                               "desc = newest first")
 
+    @field_validator("since", mode="before")
+    @classmethod
+    def _since_is_iso(cls, value):
+        """Only an ISO-8601 date-time, as documented (pydantic alone would also
+        take a number as a Unix time)."""
+        if value is not None and (not isinstance(value, str) or not ISO_DATETIME.fullmatch(value)):
+            raise ValueError("since must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
+        return value
+
     @field_validator("since")
     @classmethod
     def _since_in_range(cls, value: datetime | None) -> datetime | None:
-        """Years 1000-9999 in UTC: the store writes timestamps as %Y, which is not
-        zero-padded below 1000, and converting an edge date to UTC can overflow."""
+        """Clamped to the years 1000-9999 in UTC: the store writes timestamps as
+        %Y, which is not zero-padded below 1000, and converting an edge date to
+        UTC can overflow.  No step is older or newer, so the answer is the same."""
         if value is None:
             return value
         try:
-            year = (value.astimezone(timezone.utc) if value.tzinfo else value).year
+            utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
         except OverflowError:
-            year = 0
-        if not 1000 <= year <= 9999:
-            raise ValueError("since must be between the years 1000 and 9999 (UTC)")
-        return value
+            utc = EARLIEST if value.year < 5000 else LATEST
+        return min(max(utc, EARLIEST), LATEST)
 
 
 class CreateConversationRequest(Strict):
@@ -125,6 +139,14 @@ class CreateConversationRequest(Strict):
 
 
 class JoinRequest(Strict):
+    """One shape per kind; the document says so with oneOf."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"properties": {"kind": {"const": "user"}, "user_id": {"type": "string"}}, "required": ["kind", "user_id"]},
+        {"properties": {"kind": {"const": "agent"}, "session_id": {"type": "string"}},
+         "required": ["kind", "session_id"]},
+    ]})
+
     kind: Literal["user", "agent"]
     user_id: Id | None = Field(None, description="for kind=user")
     agent_id: Id | None = Field(None, description="for kind=agent; default: the session's agent")

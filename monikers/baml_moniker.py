@@ -50,6 +50,8 @@ from types import SimpleNamespace
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from monikers.config_types import JsonInt
+
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
 
 log = logging.getLogger("monikers.baml")
@@ -61,7 +63,7 @@ REASK_CHARS = 600  # how much of a parse error is shown to the model when re-ask
 
 
 class Prices(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     input_per_1k: float = Field(0.0, ge=0, description="price of 1,000 prompt tokens")
     output_per_1k: float = Field(0.0, ge=0, description="price of 1,000 completion tokens")
@@ -70,15 +72,15 @@ class Prices(BaseModel):
 class LLMConfig(BaseModel):
     """The ``llm`` object of a session's config."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     base_url: str | None = Field(None, pattern=r"^https?://\S+$", max_length=2000)
     model: str | None = Field(None, min_length=1, max_length=200)
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_s: float | None = Field(None, gt=0, le=3600)
-    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    max_tokens: JsonInt | None = Field(None, ge=1, le=1_000_000)
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-    max_reasks: int = Field(2, ge=0, le=10)
+    max_reasks: JsonInt = Field(2, ge=0, le=10)
     prices: Prices | None = None
 
     @model_validator(mode="before")
@@ -93,7 +95,7 @@ class LLMConfig(BaseModel):
 class BamlConfig(BaseModel):
     """The ``baml`` moniker's own session-config keys."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     llm: LLMConfig | None = Field(None, description="the LLM endpoint and model; unset keys come from "
                                                     "AGENTSVC_LLM_* and the defaults")

@@ -16,21 +16,23 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from monikers.config_types import JsonInt
+
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 
 
 class _Config(BaseModel):
     """A moniker's own config keys; anything else (besides the runner's keys) is refused at create."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class JokeConfig(_Config):
-    jokes: int | None = Field(None, ge=1, le=1_000_000, description="be done after this many jokes (empty: never)")
+    jokes: JsonInt | None = Field(None, ge=1, le=1_000_000, description="be done after this many jokes (empty: never)")
 
 
 class CountdownConfig(_Config):
-    n: int = Field(3, ge=1, le=1_000_000, description="how many steps to count down")
+    n: JsonInt = Field(3, ge=1, le=1_000_000, description="how many steps to count down")
 
 
 class EchoConfig(_Config):
@@ -38,9 +40,9 @@ class EchoConfig(_Config):
 
 
 class ChaosConfig(_Config):
-    fail_at: int = Field(1, ge=1, le=1_000_000, description="the step (counting from 1) that fails")
+    fail_at: JsonInt = Field(1, ge=1, le=1_000_000, description="the step (counting from 1) that fails")
     mode: Literal["raise", "hang", "garbage", "transient"] = Field("raise", description="how it fails")
-    failures: int = Field(2, ge=0, le=100, description="mode transient: failures before it succeeds")
+    failures: JsonInt = Field(2, ge=0, le=100, description="mode transient: failures before it succeeds")
 
 
 class SleepyConfig(_Config):
