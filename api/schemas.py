@@ -74,7 +74,7 @@ class Page(Strict):
     offset: int = Field(0, ge=0, le=1_000_000)
 
 
-AGENT_STATUSES = ("running", "paused", "stopping", "stopped", "done", "error")
+AGENT_STATUSES = ("running", "waiting", "paused", "stopping", "stopped", "done", "error")
 AGENT_SORTS = ("newest", "oldest", "updated", "name")
 
 

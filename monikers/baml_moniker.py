@@ -45,6 +45,7 @@ import functools
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -206,14 +207,24 @@ def record_ask(ctx: StepContext, collector, settings: LLMSettings, attempt: int)
                      attempt=attempt, http_calls=len(entry.calls))
 
 
+UNREACHABLE = re.compile(r"connection refused|error sending request|tcp connect|failed to connect|dns error|"
+                         r"connecterror|no route to host|name or service not known", re.IGNORECASE)
+
+
 def endpoint_error(api, exc: Exception, settings: LLMSettings) -> StepError:
+    """One plain sentence first (what failed, where, what to do), then the details
+    on the next line (the dashboard shows the first line and folds the rest)."""
     where = f"{settings.model} at {settings.base_url}"
+    if UNREACHABLE.search(str(exc)):
+        return StepError(f"cannot reach the LLM at {settings.base_url} — start Ollama, or set "
+                         f"AGENTSVC_LLM_BASE_URL (or config.llm.base_url) to a running OpenAI-compatible server\n"
+                         f"{type(exc).__name__}: {_short(str(exc))}")
     if isinstance(exc, api.errors.BamlTimeoutError):
         return StepError(f"LLM call timed out after {settings.timeout_s:g}s, also on every retry ({where})")
     if isinstance(exc, api.errors.BamlClientHttpError):
-        return StepError(f"LLM endpoint answered HTTP {exc.status_code} after retries ({where}): "
+        return StepError(f"LLM endpoint answered HTTP {exc.status_code} after retries ({where})\n"
                          f"{_short(exc.message)}")
-    return StepError(f"LLM call failed ({where}): {type(exc).__name__}: {_short(str(exc))}")
+    return StepError(f"LLM call failed ({where})\n{type(exc).__name__}: {_short(str(exc))}")
 
 
 def _short(text: str, limit: int = REASK_CHARS) -> str:

@@ -1,0 +1,28 @@
+// Where pages and components plug in.  A page module calls registerPage() once
+// when imported; a component that adds to each step (tool calls, ...) calls
+// registerStepPart().  main.js imports the modules; nothing else is needed.
+
+export const pages = [];
+export const stepParts = [];
+export const navLinks = [];
+
+// page = {
+//   name,                         unique, e.g. "agents"
+//   match(parts) -> params|null   parts of the hash: "#/session/ID" -> ["session", "ID"]
+//   nav: {label, href}?           adds a link to the top bar
+//   mount(section, params)        first time shown: build the DOM into its <section>
+//   enter(params)                 each time shown (params may have changed)
+//   rooms(params) -> [room]       Socket.IO rooms while shown ("all", "session:ID", ...)
+//   catchUp()                     read over HTTP what live events may have missed
+//   on: {agent_state, agent_step, action, conversation_message}: live event handlers
+// }
+export function registerPage(page) {
+  pages.push(page);
+  if (page.nav) navLinks.push({ ...page.nav, name: page.name });
+}
+
+// part(step, context) -> Node | null, appended to each step of a session's timeline
+// (context: {session}).  Keep it cheap: a long timeline renders many steps.
+export function registerStepPart(part) {
+  stepParts.push(part);
+}
