@@ -19,7 +19,7 @@ export function isSimple(prop) {
   return Boolean(schema.enum) || ["integer", "number", "boolean", "string"].includes(schema.type);
 }
 
-const labelOf = (name, schema) => name.replace(/_/g, " ");
+const labelOf = (name) => name.replace(/_s$/, " (seconds)").replace(/_/g, " ");
 
 export function fieldsFor(schema, names, prefix) {
   const props = (schema && schema.properties) || {};

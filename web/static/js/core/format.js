@@ -100,4 +100,5 @@ export function errorBlock(text, cls = "error-text") {
 // ---- numbers ---------------------------------------------------------------------
 
 export const tokens = (n) => (n == null ? "—" : Number(n).toLocaleString());
-export const money = (x) => (x == null ? "—" : "$" + Number(x).toFixed(x < 0.01 ? 5 : 4));
+// dollars: cents from $1 up, three significant digits below ($0.0036)
+export const money = (x) => (x == null ? "—" : "$" + (x >= 1 ? Number(x).toFixed(2) : String(Number(Number(x).toPrecision(3)))));

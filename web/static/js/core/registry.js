@@ -9,7 +9,8 @@ export const navLinks = [];
 // page = {
 //   name,                         unique, e.g. "agents"
 //   match(parts) -> params|null   parts of the hash: "#/session/ID" -> ["session", "ID"]
-//   nav: {label, href}?           adds a link to the top bar
+//   nav: {label, href, order?}?   adds a link to the top bar (lower order first; agents 10,
+//                                 conversations 20)
 //   mount(section, params)        first time shown: build the DOM into its <section>
 //   enter(params)                 each time shown (params may have changed)
 //   rooms(params) -> [room]       Socket.IO rooms while shown ("all", "session:ID", ...)
@@ -18,7 +19,10 @@ export const navLinks = [];
 // }
 export function registerPage(page) {
   pages.push(page);
-  if (page.nav) navLinks.push({ ...page.nav, name: page.name });
+  if (page.nav) {
+    navLinks.push({ order: 50, ...page.nav, name: page.name });
+    navLinks.sort((a, b) => a.order - b.order);
+  }
 }
 
 // part(step, context) -> Node | null, appended to each step of a session's timeline

@@ -110,7 +110,7 @@ function scheduleReload(delay = 1500) {
 
 registerPage({
   name: "agents",
-  nav: { label: "Agents", href: "#/" },
+  nav: { label: "Agents", href: "#/", order: 10 },
   match: () => ({}),
   mount,
   enter() {

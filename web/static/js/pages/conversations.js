@@ -46,7 +46,7 @@ async function load() {
 
 registerPage({
   name: "conversations",
-  nav: { label: "Conversations", href: "#/conversations" },
+  nav: { label: "Conversations", href: "#/conversations", order: 20 },
   match: (parts) => (parts[0] === "conversations" ? {} : null),
   mount,
   enter() {},

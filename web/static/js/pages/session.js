@@ -155,7 +155,7 @@ function renderNotice(s) {
 
 function renderUsage(s) {
   const u = s.usage;
-  if (!u) return replace(ui.usage, h("p.hint", "No model calls yet (this moniker may not call one)."));
+  if (!u) return replace(ui.usage, fact("Model calls", "none yet (this moniker may not call a model)"));
   replace(ui.usage,
     fact("Tokens in", h("span", { dataset: { testid: "usage-input" } }, tokens(u.input_tokens))),
     fact("Tokens out", h("span", { dataset: { testid: "usage-output" } }, tokens(u.output_tokens))),
