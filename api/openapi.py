@@ -92,7 +92,8 @@ def _conversation_paths() -> dict:
     }
 
 
-OPERATION_IDS = {("get", "/api/agents/{agent_id}"): "getAgent", ("get", "/api/agents/{agent_id}/sessions"): "listSessions",
+OPERATION_IDS = {("get", "/api/agents/{agent_id}"): "getAgent",
+                 ("get", "/api/agents/{agent_id}/sessions"): "listSessions",
                  ("get", "/api/sessions/{session_id}"): "getSession", ("get", "/api/actions/{action_id}"): "getAction",
                  ("post", "/api/agents/{agent_id}/pause"): "pauseAgent",
                  ("post", "/api/agents/{agent_id}/resume"): "resumeAgent",

@@ -51,7 +51,7 @@ from types import SimpleNamespace
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from monikers.config_types import JsonInt
+from monikers.config_types import JsonInt, json_int
 
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
 
@@ -79,7 +79,7 @@ class LLMConfig(BaseModel):
     model: str | None = Field(None, min_length=1, max_length=200)
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_s: float | None = Field(None, gt=0, le=3600)
-    max_tokens: JsonInt | None = Field(None, ge=1, le=1_000_000)
+    max_tokens: json_int(ge=1, le=1_000_000) | None = Field(None)
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     max_reasks: JsonInt = Field(2, ge=0, le=10)
     prices: Prices | None = None

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monikers.config_types import JsonInt
+from monikers.config_types import JsonInt, json_int
 
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 
@@ -28,7 +28,8 @@ class _Config(BaseModel):
 
 
 class JokeConfig(_Config):
-    jokes: JsonInt | None = Field(None, ge=1, le=1_000_000, description="be done after this many jokes (empty: never)")
+    jokes: json_int(ge=1, le=1_000_000) | None = Field(None,
+                                                       description="be done after this many jokes (empty: never)")
 
 
 class CountdownConfig(_Config):

@@ -7,7 +7,7 @@ accepts exactly what JSON Schema's ``integer`` accepts.
 """
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 
 def _integral(value):
@@ -17,3 +17,10 @@ def _integral(value):
 
 
 JsonInt = Annotated[int, BeforeValidator(_integral)]
+
+
+def json_int(**constraints):
+    """:data:`JsonInt` with bounds (``ge``, ``le``...) that also reach the JSON
+    Schema when the field is optional (``json_int(ge=1) | None``): pydantic
+    drops them from the schema when they sit on the outer Field of a union."""
+    return Annotated[int, Field(**constraints), BeforeValidator(_integral)]

@@ -7,7 +7,7 @@ neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
 from pydantic import BaseModel, ConfigDict, Field
 
-from monikers.config_types import JsonInt
+from monikers.config_types import JsonInt, json_int
 
 
 class RetryPolicy(BaseModel):
@@ -29,14 +29,15 @@ class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     interval_s: float = Field(1.0, ge=0, le=86_400, description="pause between two steps")
-    max_steps: JsonInt | None = Field(None, ge=1, le=100_000_000, description="finish after this many steps")
+    max_steps: json_int(ge=1, le=100_000_000) | None = Field(None, description="finish after this many steps")
     max_runtime_s: float | None = Field(None, gt=0, le=365 * 86_400, description="finish after this long")
     stop_on_done: bool = Field(True, description="finish when the moniker says done")
     step_timeout_s: float = Field(300.0, gt=0, le=86_400, description="a step running longer is an error")
     retries: RetryPolicy = Field(default_factory=RetryPolicy)
-    repeat_limit: JsonInt | None = Field(None, ge=2, le=10_000,
+    repeat_limit: json_int(ge=2, le=10_000) | None = Field(None,
                                      description="stop when the same text comes out this many times in a row")
-    budget_tokens: JsonInt | None = Field(None, ge=1, description="pause (reason budget) before tokens exceed this")
+    budget_tokens: json_int(ge=1) | None = Field(None,
+                                                 description="pause (reason budget) before tokens exceed this")
     budget_cost: float | None = Field(None, gt=0, description="pause (reason budget) before cost exceeds this")
     pause_expiry_s: float | None = Field(None, gt=0, description="stop when paused this long (default: service's)")
 
