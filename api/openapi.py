@@ -44,8 +44,9 @@ def _op(summary, ok, *, ok_model, body=None, params=(), errors=(400,), body_requ
 
 
 def _control(verb: str, model=schemas.ControlRequest) -> dict:
-    return {"post": _op(f"{verb} the agent's session (default: its latest)", 202, ok_model=schemas.Accepted,
-                        body=model, params=[_path("agent_id")], errors=(400, 404))}
+    return {"post": _op(f"{verb} the agent's session (default: its latest; 409: the agent has no such session)",
+                        202, ok_model=schemas.Accepted, body=model, params=[_path("agent_id")],
+                        errors=(400, 404, 409))}
 
 
 def _links_from_create() -> dict:

@@ -169,7 +169,10 @@ def control(agent_id: str, type_: str, model=schemas.ControlRequest, payload_of=
     if req.session_id:
         view = session_view(req.session_id)
         if view is None or view["agent_id"] != agent_id:
-            raise not_found(f"session of agent {agent_id}:", req.session_id)
+            if latest_session_id(agent_id) is None:
+                raise not_found("agent", agent_id)
+            # 409, not 404: the agent (the path) exists; the session named in the body is not one of its.
+            raise ApiError(409, "unknown_session", f"agent {agent_id} has no session {req.session_id}")
         session_id = req.session_id
     else:
         session_id = latest_session_id(agent_id)
