@@ -66,7 +66,7 @@ export function createForm() {
       c.conversations.map((x) => h("option", { value: x.conversation_id }, x.title || x.conversation_id)));
     if (!commonFields.childElementCount) replace(commonFields, fieldsFor(sessionSchema, COMMON_KEYS, "run"));
     drawMonikerFields();
-    if (error.dataset.unreachable) error.textContent = "";  // "cannot be reached" is over once this loads
+    clearUnreachable();
   }
 
   function config() {
@@ -103,5 +103,13 @@ export function createForm() {
     }
   }
 
-  return { form, load };
+  // The service is back (the page caught up): a "cannot be reached" message is over.
+  function clearUnreachable() {
+    if (error.dataset.unreachable) {
+      error.textContent = "";
+      delete error.dataset.unreachable;
+    }
+  }
+
+  return { form, load, clearUnreachable };
 }

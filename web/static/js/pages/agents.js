@@ -117,7 +117,8 @@ registerPage({
     ui.creator.load().catch((err) => toast("Could not load the form: " + err.message, true));
   },
   rooms: () => ["all"],
-  catchUp: () => load().catch((err) => toast("Could not load agents: " + err.message, true)),
+  catchUp: () => load().then(() => ui.creator.clearUnreachable())
+    .catch((err) => toast("Could not load agents: " + err.message, true)),
   on: {
     // A row on this page is updated in place; anything that may move rows
     // (a new agent, a status change under a filter) reloads the page shortly.
