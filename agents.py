@@ -20,7 +20,7 @@ from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
 from runtime.service import AgentService
-from store import Store
+from store import Store, lance_log
 from store.maintenance import Maintainer
 
 log = logging.getLogger("agents")
@@ -39,8 +39,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         default=settings.env_int("AGENTSVC_MAINTAIN_VERSIONS", 100),
                         help="optimize a table after this many new versions, 0 = never "
                              "[AGENTSVC_MAINTAIN_VERSIONS, 100]")
-    parser.add_argument("--keep-versions", type=float, default=settings.env_float("AGENTSVC_KEEP_VERSIONS_S", 120),
-                        help="seconds of old table versions kept for readers [AGENTSVC_KEEP_VERSIONS_S, 120]")
+    parser.add_argument("--keep-versions", type=float, default=settings.env_float("AGENTSVC_KEEP_VERSIONS_S", 30),
+                        help="seconds of old table versions kept for reads in flight (a read that loses its "
+                             "files to cleanup is retried on the newest version) [AGENTSVC_KEEP_VERSIONS_S, 30]")
     parser.add_argument("--metrics-port", type=int, default=settings.env_int("AGENTSVC_METRICS_PORT", 0),
                         help="serve Prometheus metrics on 127.0.0.1:PORT, 0 = off [AGENTSVC_METRICS_PORT, 0]")
     parser.add_argument("--destroy-grace", type=float, default=settings.env_float("AGENTSVC_DESTROY_GRACE_S", 5.0),
@@ -75,7 +76,7 @@ async def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
         os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
     uri = settings.db_uri(args)
-    store = Store(uri, storage_options=settings.storage_options(args))
+    store = Store(uri, **settings.store_kwargs(args))
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
@@ -106,6 +107,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
     run_bounded(serve(args))
 

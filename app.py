@@ -16,9 +16,10 @@ import settings
 from api import auth, conversations, dashboard, errors, live, openapi
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
+from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from runtime.events import events_token
-from store import Store
+from store import Store, lance_log
 
 log = logging.getLogger("app")
 
@@ -34,7 +35,9 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
     metrics = Metrics(store)
-    app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics)
+    storage_health = StorageHealth(store)
+    metrics.registry.register(StorageCollector(storage_health))
+    app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
@@ -67,8 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
-    store = Store(settings.db_uri(args), storage_options=settings.storage_options(args))
+    store = Store(settings.db_uri(args), **settings.store_kwargs(args))
     app = create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token)
     port = args.port or free_port(args.host)
     # werkzeug's serve_forever returns on KeyboardInterrupt; SIGTERM is made one,

@@ -169,7 +169,7 @@ def build(monikers=None) -> dict:
         "/api/sessions/{session_id}": {"get": _op("one session's snapshot", 200, ok_model=schemas.Snapshot,
                                                   params=[_path("session_id")], errors=(400, 404))},
         "/api/agent-steps": {"get": _op("step history, ordered by iteration", 200, ok_model=schemas.StepList,
-                                        params=_query(schemas.StepQuery))},
+                                        params=_query(schemas.StepQuery), errors=(400, 404))},
         "/api/actions": {"get": _op("control requests, newest first: the audit log", 200,
                                     ok_model=schemas.ActionList, params=_query(schemas.ActionQuery))},
         "/api/actions/{action_id}": {"get": _op("an action's status and error", 200, ok_model=schemas.Action,

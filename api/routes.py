@@ -13,6 +13,7 @@ from ulid import ULID
 
 from api import schemas, session_config
 from api.errors import ApiError
+from api.storage_health import StorageHealth
 from store.filters import check_id
 
 bp = Blueprint("api", __name__, url_prefix="/api")
@@ -21,10 +22,11 @@ bp = Blueprint("api", __name__, url_prefix="/api")
 class ApiContext:
     """What the routes need, stored in ``app.extensions["agentsvc"]``."""
 
-    def __init__(self, store, monikers, metrics):
+    def __init__(self, store, monikers, metrics, storage_health=None):
         self.store = store
         self.monikers = monikers
         self.metrics = metrics
+        self.storage_health = storage_health or StorageHealth(store)
         # Two identical creates racing inside this process must not both enqueue.
         self.create_lock = threading.Lock()
 
@@ -216,10 +218,17 @@ def get_session(session_id):
 @bp.get("/agent-steps")
 def list_steps():
     q: schemas.StepQuery = args(schemas.StepQuery)
-    steps = ctx().store.steps.search(
+    store = ctx().store
+    last_iteration = None
+    if q.order == "desc":
+        snapshot = store.states.get(q.session_id)
+        if snapshot is None:
+            raise not_found("session", q.session_id)
+        last_iteration = snapshot["iteration"]
+    steps = store.steps.search(
         session_id=q.session_id, agent_id=q.agent_id, min_iteration=q.min_iteration,
         max_iteration=q.max_iteration, since=q.since, status=q.status, limit=q.limit, offset=q.offset,
-        newest_first=q.order == "desc")
+        newest_first=q.order == "desc", last_iteration=last_iteration)
     return jsonify({"steps": steps, "limit": q.limit, "offset": q.offset})
 
 
@@ -262,4 +271,6 @@ def health():
     if oldest:
         created = datetime.fromisoformat(oldest["created_at"].replace("Z", "+00:00"))
         age = round((datetime.now(timezone.utc) - created).total_seconds(), 3)
-    return jsonify({"status": "ok", "pending_actions": pending, "oldest_pending_age_s": age})
+    # "ok" even when storage is behind: the service still answers; "storage" says how its tables are.
+    return jsonify({"status": "ok", "pending_actions": pending, "oldest_pending_age_s": age,
+                    "storage": ctx().storage_health.report()})

@@ -103,13 +103,18 @@ class StepQuery(Page):
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
     status: Literal["ok", "done", "error", "interrupted"] | None = None
-    order: Literal["asc", "desc"] = Field("asc", description="by iteration: asc = oldest first, "
-                                                              "desc = newest first")
+    order: Literal["asc", "desc"] = Field("asc", description="by iteration; desc (newest first) needs session_id")
+
+    @model_validator(mode="after")
+    def _desc_needs_session(self):
+        if self.order == "desc" and not self.session_id:
+            raise ValueError("order=desc needs session_id")
+        return self
 
     @field_validator("since", mode="before")
     @classmethod
     def _since_is_iso(cls, value):
-        """Only an ISO-8601 date-time, as documented (pydantic alone would also
+        """Only an RFC 3339 date-time, as documented (pydantic alone would also
         take a number as a Unix time)."""
         if value is not None and (not isinstance(value, str) or not ISO_DATETIME.fullmatch(value)):
             raise ValueError("since must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
@@ -284,10 +289,26 @@ class MonikerList(Open):
     session_config_schema: dict = Field(description="JSON Schema of the keys every session accepts")
 
 
+class TableShape(Open):
+    fragments: int
+    versions: int
+    rows: int
+    bytes: int
+
+
+class StorageReport(Open):
+    status: Literal["ok", "behind"]
+    warnings: list[str]
+    tables: dict[str, TableShape]
+    maintenance: dict[str, dict] = Field(description="per live worker, per table: its last maintenance runs")
+    lance_cache_bytes: int
+
+
 class Health(Open):
     status: Literal["ok", "error"]
     pending_actions: int | None = None
     oldest_pending_age_s: float | None = None
+    storage: StorageReport | None = None
 
 
 class Conversation(Open):

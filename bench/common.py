@@ -206,7 +206,8 @@ def table_health(store) -> dict:
         try:
             stats = table.stats()
             out[name] = {"rows": stats["num_rows"], "fragments": stats["fragment_stats"]["num_fragments"],
-                         "versions": len(table.list_versions()), "indices": stats["num_indices"]}
+                         "versions": len(table.list_versions()), "indices": stats["num_indices"],
+                         "bytes": stats["total_bytes"]}
         except Exception as exc:  # a concurrent cleanup can remove a file under us
             out[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     return out

@@ -52,10 +52,36 @@ class _StoreCollector:
         for status, n in counts.items():
             sessions.add_metric([status], n)
         yield sessions
+        yield GaugeMetricFamily("agentsvc_lance_cache_bytes", "bytes in LanceDB's caches of this process",
+                                value=self.store.cache_bytes())
         maintainer = self.service.maintainer
         if maintainer is not None:
             yield CounterMetricFamily("agentsvc_maintenance_runs", "table optimizations", value=maintainer.runs)
-            yield CounterMetricFamily("agentsvc_maintenance_failures", "failed optimizations",
+            yield CounterMetricFamily("agentsvc_maintenance_failures", "optimization tries that failed",
                                       value=maintainer.failures)
+            yield CounterMetricFamily("agentsvc_maintenance_abandoned", "optimizations that failed every try",
+                                      value=maintainer.abandoned)
             yield CounterMetricFamily("agentsvc_maintenance_seconds", "time spent optimizing",
                                       value=maintainer.seconds)
+            yield from _table_families(maintainer.health())
+
+
+def _table_families(health: dict):
+    """Per table, as of its last maintenance run: its shape and how its runs went."""
+    gauges = {key: GaugeMetricFamily(f"agentsvc_table_{key}", f"{key} of the table after its last maintenance",
+                                     labels=["table"]) for key in ("fragments", "versions", "rows")}
+    counters = {key: CounterMetricFamily(f"agentsvc_table_maintenance_{key}", f"maintenance {key} per table",
+                                         labels=["table"]) for key in ("runs", "failures", "abandoned")}
+    last_ok = GaugeMetricFamily("agentsvc_table_maintenance_last_ok_timestamp_seconds",
+                                "when the table's last successful maintenance finished", labels=["table"])
+    for name, table in health.items():
+        for key, family in gauges.items():
+            if key in table:
+                family.add_metric([name], table[key])
+        for key, family in counters.items():
+            family.add_metric([name], table[key])
+        if table.get("last_ok_at"):
+            last_ok.add_metric([name], datetime.fromisoformat(table["last_ok_at"]).timestamp())
+    yield from gauges.values()
+    yield from counters.values()
+    yield last_ok

@@ -39,8 +39,9 @@ class Persistence:
         await asyncio.wrap_future(committed)
         return stored
 
-    async def latest_step(self, session_id: str) -> dict | None:
-        return await asyncio.to_thread(self.store.steps.latest, session_id=session_id)
+    async def latest_step(self, session_id: str, after_iteration: int | None = None) -> dict | None:
+        return await asyncio.to_thread(self.store.steps.latest, session_id=session_id,
+                                       after_iteration=after_iteration)
 
     # actions
     async def pending_actions(self, limit: int) -> list[dict]:
@@ -77,8 +78,8 @@ class Persistence:
         return await self._queue(self.store.actions.find_create, session_id=session_id)
 
     # workers and ownership
-    async def heartbeat(self, worker_id: str, status: str = "running") -> None:
-        await asyncio.wrap_future(self.store.workers.submit_beat(worker_id, status))
+    async def heartbeat(self, worker_id: str, status: str = "running", maintenance: dict | None = None) -> None:
+        await asyncio.wrap_future(self.store.workers.submit_beat(worker_id, status, maintenance))
 
     async def alive_workers(self, dead_after_s: float) -> set[str]:
         return await self._queue(self.store.workers.alive, dead_after_s)

@@ -110,7 +110,8 @@ class AgentService:
 
     async def _resume(self, snapshot: dict) -> bool:
         session_id = snapshot["session_id"]
-        snapshot, interrupted = SessionAgent.reconcile(snapshot, await self.persist.latest_step(session_id))
+        snapshot, interrupted = SessionAgent.reconcile(snapshot, await self.persist.latest_step(
+            session_id, after_iteration=snapshot["iteration"]))
         try:
             moniker = self.monikers.get(snapshot["moniker"])
         except UnknownMoniker:
@@ -145,7 +146,7 @@ class AgentService:
 
         async def beat():
             nonlocal last_adopt
-            await self.persist.heartbeat(self.worker_id)
+            await self.persist.heartbeat(self.worker_id, maintenance=self.maintainer and self.maintainer.health())
             if loop.time() - last_adopt >= self.adopt_every_s:
                 last_adopt = loop.time()
                 await self.adopt()

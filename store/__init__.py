@@ -3,7 +3,11 @@
 Nothing outside ``store/`` opens a table or builds a filter string.  The rest of
 the service sees plain dicts with JSON fields already decoded.
 """
-from store.db import Store
+from store import lance_log
+
+lance_log.default_filter()  # before lancedb loads: it reads LANCEDB_LOG once
+
+from store.db import Store  # noqa: E402
 from store.filters import InvalidId, check_id
 
 __all__ = ["Store", "InvalidId", "check_id"]

@@ -4,6 +4,12 @@ A connection opened with LanceDB's default ``read_consistency_interval=None``
 never sees writes made by another process (FACTS.md).  agents.py and app.py are
 separate processes sharing one database, so every connection here re-checks the
 latest table version on each read (interval 0, a few ms a query).
+
+LanceDB's default caches (index and metadata) are sized for analytics, not for
+a long-running service: they keep every manifest they have read, so a process
+grew by about a gigabyte per few thousand versions (FACTS.md, issue 9).  Each
+Store opens its connection with its own :class:`lancedb.Session` whose caches
+are capped at ``cache_mb`` each.
 """
 import logging
 import os
@@ -13,29 +19,37 @@ import lancedb
 
 from store.actions import ActionQueue
 from store.conversations import Conversations
-from store.maintenance import ensure_indexes
+from store.maintenance import ensure_indexes, table_shape
 from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
 from store.steps import StepLog
 from store.workers import WorkerTable
-from store.writer import Writer
+from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
 log = logging.getLogger("store")
+
+MIB = 1024 * 1024
+DEFAULT_CACHE_MB = 64  # per cache (index, metadata) and per process
 
 
 class Store:
     """The database of one service: its tables and the helpers over them."""
 
-    def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0):
+    def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0,
+                 cache_mb: int = DEFAULT_CACHE_MB, min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S):
         self.uri = uri
+        # 0 keeps LanceDB's own sizes (for comparison; they grow with the versions read).
+        self.session = (lancedb.Session(index_cache_size_bytes=cache_mb * MIB, metadata_cache_size_bytes=cache_mb * MIB)
+                        if cache_mb else lancedb.Session())
         self.db = lancedb.connect(
             uri,
             read_consistency_interval=timedelta(seconds=read_consistency_s),
             storage_options=storage_options,
+            session=self.session,
         )
         self.tables = {name: self._open_or_create(name, schema) for name, schema in TABLES.items()}
         ensure_indexes(self.tables)
-        self.writer = Writer(self.tables)
+        self.writer = Writer(self.tables, min_commit_interval_s=min_commit_interval_s)
         self.actions = ActionQueue(self.tables["actions"], self.writer, self._local_dir("actions", "_versions"))
         self.states = StateTable(self.tables["agent_state"], self.writer)
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
@@ -82,6 +96,14 @@ class Store:
     def close(self) -> None:
         """Commit whatever is queued, then stop the committer threads."""
         self.writer.close()
+
+    def table_shapes(self) -> dict[str, dict]:
+        """Fragments, versions, rows and bytes of every table (a few ms each; cache it)."""
+        return {name: table_shape(table) for name, table in self.tables.items()}
+
+    def cache_bytes(self) -> int:
+        """What LanceDB's caches of this store hold now."""
+        return self.session.size_bytes
 
     def ping(self) -> bool:
         self.tables["actions"].count_rows()

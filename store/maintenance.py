@@ -4,25 +4,53 @@ Every commit writes a new table version; without upkeep, fragments and
 versions pile up and each query and commit gets slower (FACTS.md: 10,000
 single-row commits left 4.4 GB of manifests and a 1.8 s poll).  ``Maintainer``
 compacts small fragments, folds new rows into the indexes and removes versions
-older than a window, table by table, when enough versions have accumulated
-since it last did so.  It is driven by agents.py in a background thread.
+older than a window, table by table, as soon as enough versions have
+accumulated since it last did so.  agents.py drives it from a background thread.
 
-Cleanup keeps a window (default 2 minutes) because a reader still holding an
-old version fails when its files vanish (FACTS.md).  Compaction can lose a race
-with a concurrent update ("Retryable commit conflict"); it is retried, the last
-time while holding this process's commit lock for the table.
+Maintenance must win against the commit stream at any rate the service
+produces (issue 9).  Three things make sure it does:
+
+- It runs *often* (every ``every_versions`` new versions, checked every couple
+  of seconds), so each run compacts a few dozen fragments and removes a few
+  hundred versions: cheap, where a rare run grew to seconds and then lost every
+  commit race.
+- Its first try commits like any other writer, and Lance rebases it over the
+  appends that landed meanwhile.  When that loses anyway (Lance's "Retryable
+  commit conflict", or its retry loop giving up with "Too many concurrent
+  writers"), every further try holds this process's commit lock for the table:
+  the table's committer waits for the run instead of racing it.  Writes queue
+  up meanwhile and go out in the next (group) commit, so nothing is lost and
+  steps only slow down for the length of one run.
+- The writers are paced (``store.writer``): a table commits at most ~20 times
+  a second however many agents step, which bounds the versions a run has to
+  clean up.
+
+Cleanup keeps ``keep_versions_s`` of old versions (default 30 s): readers
+re-resolve the latest version on every query (``read_consistency_interval=0``)
+and a read that loses a race with cleanup is retried on the newest version
+(``store.query``), so the window only has to cover reads in flight, not a
+fixed "reasonable" age.  The versions kept are then about window × commit rate.
+
+The outcome of every run is kept per table (:meth:`Maintainer.health`) for the
+metrics, the worker's heartbeat row and ``GET /api/health``; a table whose
+fragments or versions pass a threshold is logged as a warning.
 """
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from lancedb.index import Bitmap, BTree
 
+from store import query
 from store.schemas import INDEXES
+from store.writer import is_conflict
 
 log = logging.getLogger("store.maintenance")
 
 INDEX_CONFIGS = {"bitmap": Bitmap, "btree": BTree}
+
+WARN_FRAGMENTS = 200
+WARN_VERSIONS = 2000
 
 
 def ensure_indexes(tables: dict) -> None:
@@ -42,18 +70,52 @@ def ensure_indexes(tables: dict) -> None:
                 log.debug("index %s.%s: %s", name, column, exc)
 
 
+def table_shape(table) -> dict:
+    """Fragments, versions, rows and bytes of a table, as it is now (read again
+    should cleanup remove a manifest while it is listed)."""
+    def read():
+        stats = table.stats()
+        return {"fragments": stats["fragment_stats"]["num_fragments"], "versions": len(table.list_versions()),
+                "rows": stats["num_rows"], "bytes": stats["total_bytes"]}
+    return query.retrying(table, read)
+
+
+class TableHealth:
+    """What the maintainer knows of one table: its shape after the last run, and how runs went."""
+
+    def __init__(self):
+        self.shape: dict = {}
+        self.runs = 0
+        self.failures = 0  # tries that failed; a run that succeeded on a later try counts its failed ones
+        self.abandoned = 0  # runs that gave up after every try
+        self.consecutive_abandoned = 0
+        self.last_run_at: datetime | None = None
+        self.last_ok_at: datetime | None = None
+        self.last_seconds = 0.0
+        self.last_error: str | None = None
+
+    def as_dict(self) -> dict:
+        return {**self.shape, "runs": self.runs, "failures": self.failures, "abandoned": self.abandoned,
+                "last_run_at": _iso(self.last_run_at), "last_ok_at": _iso(self.last_ok_at),
+                "last_seconds": round(self.last_seconds, 3), "last_error": self.last_error}
+
+
 class Maintainer:
-    def __init__(self, store, *, every_versions: int = 100, min_interval_s: float = 10.0,
-                 keep_versions_s: float = 120.0, attempts: int = 3):
+    def __init__(self, store, *, every_versions: int = 100, min_interval_s: float = 2.0,
+                 keep_versions_s: float = 30.0, attempts: int = 5,
+                 warn_fragments: int = WARN_FRAGMENTS, warn_versions: int = WARN_VERSIONS):
         self.store = store
         self.every_versions = every_versions
         self.min_interval_s = min_interval_s
         self.keep_versions = timedelta(seconds=keep_versions_s)
         self.attempts = attempts
+        self.warn_fragments, self.warn_versions = warn_fragments, warn_versions
         self._last_version: dict[str, int] = {}
         self._last_run: dict[str, float] = {}
+        self.tables: dict[str, TableHealth] = {name: TableHealth() for name in store.tables}
         self.runs = 0
         self.failures = 0
+        self.abandoned = 0
         self.seconds = 0.0
 
     def due(self) -> list[str]:
@@ -71,35 +133,69 @@ class Maintainer:
         return [self.optimize(name) for name in self.due()]
 
     def optimize(self, name: str) -> dict:
-        table = self.store.tables[name]
-        before = _shape(table)
+        """Compact, clean up and re-index one table; retried until it commits or runs out of tries."""
+        table, health = self.store.tables[name], self.tables.setdefault(name, TableHealth())
         started = time.perf_counter()
+        error = None
         for attempt in range(1, self.attempts + 1):
             try:
-                if attempt < self.attempts:
-                    table.optimize(cleanup_older_than=self.keep_versions)
-                else:  # last try: keep this process's writers out of the way
-                    with self.store.writer.table_lock(name):
-                        table.optimize(cleanup_older_than=self.keep_versions)
+                self._optimize_once(name, table, hold_lock=attempt > 1)
+                error = None
                 break
-            except RuntimeError as exc:
-                if "conflict" not in str(exc).lower() or attempt == self.attempts:
-                    self.failures += 1
-                    log.error("maintenance of %s failed (attempt %d): %s", name, attempt, exc)
-                    return {"table": name, "ok": False, "error": str(exc)}
+            except (RuntimeError, OSError, ValueError) as exc:
+                error = exc
+                self.failures += 1
+                health.failures += 1
+                if not is_conflict(exc):
+                    break
+                log.info("maintenance of %s lost a commit race (try %d of %d); trying again with the "
+                         "table's commits held back: %s", name, attempt, self.attempts, str(exc)[:200])
                 time.sleep(0.05 * attempt)
         seconds = time.perf_counter() - started
-        after = _shape(table)
-        self._last_version[name] = table.version
         self._last_run[name] = time.monotonic()
+        health.runs += 1
+        health.last_run_at = datetime.now(timezone.utc)
+        health.last_seconds = seconds
         self.runs += 1
         self.seconds += seconds
-        log.info("maintenance %s: fragments %d -> %d, versions %d -> %d, %.2f s", name, before["fragments"],
-                 after["fragments"], before["versions"], after["versions"], seconds)
-        return {"table": name, "ok": True, "seconds": seconds, "before": before, "after": after}
+        if error is not None:
+            return self._abandoned(name, health, error)
+        self._last_version[name] = table.version
+        health.shape = table_shape(table)
+        health.last_ok_at, health.last_error, health.consecutive_abandoned = health.last_run_at, None, 0
+        log.info("maintenance %s: fragments %d, versions %d, %.2f s", name, health.shape["fragments"],
+                 health.shape["versions"], seconds)
+        self._warn_if_unhealthy(name, health.shape)
+        return {"table": name, "ok": True, "seconds": seconds, "after": health.shape}
+
+    def _optimize_once(self, name: str, table, *, hold_lock: bool) -> None:
+        if not hold_lock:
+            table.optimize(cleanup_older_than=self.keep_versions)
+            return
+        # This process's committer for the table waits for us instead of racing us.
+        with self.store.writer.table_lock(name):
+            table.checkout_latest()
+            table.optimize(cleanup_older_than=self.keep_versions)
+
+    def _abandoned(self, name: str, health: TableHealth, error: Exception) -> dict:
+        """Every try failed.  The table stays due, so the next round tries again."""
+        self.abandoned += 1
+        health.abandoned += 1
+        health.consecutive_abandoned += 1
+        health.last_error = str(error)[:500]
+        log.error("maintenance of %s failed after %d tries (%d runs in a row): %s", name, self.attempts,
+                  health.consecutive_abandoned, health.last_error)
+        return {"table": name, "ok": False, "error": health.last_error}
+
+    def _warn_if_unhealthy(self, name: str, shape: dict) -> None:
+        if shape["fragments"] > self.warn_fragments or shape["versions"] > self.warn_versions:
+            log.warning("table %s is falling behind: %d fragments (warn above %d), %d versions (warn above %d)",
+                        name, shape["fragments"], self.warn_fragments, shape["versions"], self.warn_versions)
+
+    def health(self) -> dict:
+        """Per table: its shape after the last run and how the runs went (for metrics and heartbeats)."""
+        return {name: health.as_dict() for name, health in self.tables.items()}
 
 
-def _shape(table) -> dict:
-    stats = table.stats()
-    return {"fragments": stats["fragment_stats"]["num_fragments"], "versions": len(table.list_versions()),
-            "rows": stats["num_rows"], "bytes": stats["total_bytes"]}
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat() if when else None

@@ -37,22 +37,29 @@ def count(table, where: str | None = None) -> int:
     return retrying(table, lambda: table.count_rows(where) if where else table.count_rows())
 
 
+def _build(table, where: str | None, order=(), limit: int | None = None, offset: int = 0, columns=None):
+    q = table.search()
+    if where:
+        q = q.where(where)
+    if order:
+        q = q.order_by([ColumnOrdering(column_name=c, ascending=asc) for c, asc in order])
+    if columns:
+        q = q.select(list(columns))
+    if offset:
+        q = q.offset(offset)
+    # A query without a limit gets LanceDB's default of 10 rows; "all" must be explicit.
+    return q.limit(limit if limit is not None else max(table.count_rows(where) if where else table.count_rows(), 1))
+
+
 def rows(table, name: str, where: str | None, order=(), limit: int | None = None,
          offset: int = 0, columns=None) -> list[dict]:
-    def read():
-        q = table.search()
-        if where:
-            q = q.where(where)
-        if order:
-            q = q.order_by([ColumnOrdering(column_name=c, ascending=asc) for c, asc in order])
-        if columns:
-            q = q.select(list(columns))
-        if offset:
-            q = q.offset(offset)
-        # A query without a limit gets LanceDB's default of 10 rows; "all" must be explicit.
-        q = q.limit(limit if limit is not None else max(table.count_rows(where) if where else table.count_rows(), 1))
-        return q.to_list()
+    read = lambda: _build(table, where, order, limit, offset, columns).to_list()  # noqa: E731
     return [codec.decode(name, r) for r in retrying(table, read)]
+
+
+def plan(table, where: str | None, order=(), limit: int | None = None, offset: int = 0) -> str:
+    """LanceDB's physical plan for the same query :func:`rows` would run (for tests and diagnosis)."""
+    return retrying(table, lambda: _build(table, where, order, limit, offset).explain_plan(verbose=True))
 
 
 def first(table, name: str, where: str | None, order=()) -> dict | None:

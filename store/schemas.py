@@ -84,6 +84,7 @@ WORKERS = _schema(
     ("status", pa.string(), False),  # running | stopped
     ("started_at", TS, False),
     ("heartbeat_at", TS, False),
+    ("maintenance", pa.string(), True),  # per table: shape after the last run, runs, failures (JSON)
 )
 
 CONVERSATIONS = _schema(
@@ -152,4 +153,5 @@ JSON_COLUMNS = {
     "agent_steps": {"data", "state", "guidance", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},
+    "workers": {"maintenance"},
 }

@@ -7,6 +7,7 @@ from ulid import ULID
 from store import codec, filters, query
 
 STATUSES = {"ok", "done", "error", "interrupted"}
+WINDOW_SLACK = 8  # rows read past a page's iterations, should a session ever hold a repeated one
 
 
 class StepLog:
@@ -29,9 +30,65 @@ class StepLog:
         return codec.decode(self.name, codec.encode(self.name, row)), committed
 
     def search(self, *, session_id: str | None = None, agent_id: str | None = None,
-             min_iteration: int | None = None, max_iteration: int | None = None,
-             since: datetime | None = None, status: str | None = None,
-             limit: int = 100, offset: int = 0, newest_first: bool = False) -> list[dict]:
+               min_iteration: int | None = None, max_iteration: int | None = None,
+               since: datetime | None = None, status: str | None = None,
+               limit: int = 100, offset: int = 0, newest_first: bool = False,
+               last_iteration: int | None = None) -> list[dict]:
+        """Steps matching every filter given, ordered by iteration (newest first if asked).
+
+        A page of one session's steps is read as a range of iterations (see
+        :meth:`session_page`), so its cost does not grow with the session's history.
+        Other listings sort the rows that match their filters.
+        """
+        if session_id and since is None and status is None:
+            return self.session_page(session_id, agent_id=agent_id, min_iteration=min_iteration,
+                                     max_iteration=max_iteration, limit=limit, offset=offset,
+                                     newest_first=newest_first, last_iteration=last_iteration)
+        where, order = self._filtered(session_id, agent_id, min_iteration, max_iteration, since, status,
+                                      newest_first)
+        return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
+
+    def session_page(self, session_id: str, *, agent_id: str | None = None, min_iteration: int | None = None,
+                     max_iteration: int | None = None, limit: int = 100, offset: int = 0,
+                     newest_first: bool = False, last_iteration: int | None = None) -> list[dict]:
+        """One page of a session's steps, without sorting the session.
+
+        A session's iterations have no gaps and no repeats (DESIGN.md §7), so the
+        page ``offset``..``offset + limit`` counted from ``min_iteration`` (or back
+        from ``last_iteration``, newest first) *is* a range of iterations: the
+        BTREE indexes on session_id and iteration find exactly its rows, and only
+        those are sorted, here.  Newest first needs the session's last iteration
+        (its snapshot has it, give or take the step being saved: one more is read).
+        """
+        if newest_first:
+            if last_iteration is None:
+                raise ValueError("newest first needs the session's last iteration")
+            hi = last_iteration + 1 - offset
+            if max_iteration is not None:
+                hi = min(hi, max_iteration)
+            lo = max(hi - limit, min_iteration or 0)  # one extra: the step being saved may be missing
+        else:
+            lo = (min_iteration or 0) + offset
+            hi = lo + limit - 1 if max_iteration is None else min(lo + limit - 1, max_iteration)
+        if hi < lo:
+            return []
+        where = self._window(session_id, agent_id, lo, hi)
+        found = query.rows(self.table, self.name, where, limit=hi - lo + 1 + WINDOW_SLACK)
+        found.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]), reverse=newest_first)
+        return found[:limit]
+
+    def session_page_plan(self, session_id: str, lo: int, hi: int) -> str:
+        """The query plan of a page of iterations ``lo``..``hi`` (what a test checks for a sort)."""
+        return query.plan(self.table, self._window(session_id, None, lo, hi), limit=hi - lo + 1 + WINDOW_SLACK)
+
+    @staticmethod
+    def _window(session_id: str, agent_id: str | None, lo: int, hi: int) -> str:
+        return filters.all_of(filters.eq_id("session_id", session_id),
+                              filters.eq_id("agent_id", agent_id) if agent_id else None,
+                              filters.int_cmp("iteration", ">=", lo), filters.int_cmp("iteration", "<=", hi))
+
+    @staticmethod
+    def _filtered(session_id, agent_id, min_iteration, max_iteration, since, status, newest_first):
         where = filters.all_of(
             filters.eq_id("session_id", session_id) if session_id else None,
             filters.eq_id("agent_id", agent_id) if agent_id else None,
@@ -40,21 +97,25 @@ class StepLog:
             filters.ts_cmp("created_at", ">=", since) if since is not None else None,
             filters.eq_word("status", status, STATUSES) if status else None,
         )
-        up = not newest_first
-        order = [("iteration", up), ("created_at", up), ("id", up)]
-        return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
+        ascending = not newest_first
+        return where, [("iteration", ascending), ("created_at", ascending), ("id", ascending)]
 
     def since_iteration(self, session_id: str, after: int, limit: int = 100) -> list[dict]:
         return self.search(session_id=session_id, min_iteration=after + 1, limit=limit)
 
-    def latest(self, *, session_id: str | None = None, agent_id: str | None = None) -> dict | None:
+    def latest(self, *, session_id: str | None = None, agent_id: str | None = None,
+               after_iteration: int | None = None) -> dict | None:
+        """The newest step of a session (past ``after_iteration``, when the caller
+        knows roughly where it is, which spares sorting the session) or of an agent."""
         if not (session_id or agent_id):
             raise ValueError("latest() needs a session_id or an agent_id")
         # Within a session the highest iteration is the newest; across an agent's
         # sessions only time orders steps.
         if session_id:
-            return query.first(self.table, self.name, filters.eq_id("session_id", session_id),
-                               order=[("iteration", False), ("created_at", False)])
+            where = filters.all_of(filters.eq_id("session_id", session_id),
+                                   filters.int_cmp("iteration", ">", after_iteration)
+                                   if after_iteration is not None else None)
+            return query.first(self.table, self.name, where, order=[("iteration", False), ("created_at", False)])
         return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
                            order=[("created_at", False), ("iteration", False)])
 

@@ -20,12 +20,14 @@ class WorkerTable:
         self.writer = writer
         self._started = codec.utcnow()
 
-    def submit_beat(self, worker_id: str, status: str = "running"):
-        """Queue this worker's heartbeat (group-committed); returns the commit's future."""
+    def submit_beat(self, worker_id: str, status: str = "running", maintenance: dict | None = None):
+        """Queue this worker's heartbeat (group-committed); returns the commit's future.
+        ``maintenance`` is how this worker's table upkeep is going, for ``GET /api/health``."""
         now = codec.utcnow()
         return self.writer.submit_upsert(self.name, self.key, [{
             "worker_id": filters.check_id(worker_id, "worker_id"), "host": socket.gethostname(),
-            "pid": os.getpid(), "status": status, "started_at": self._started, "heartbeat_at": now}])
+            "pid": os.getpid(), "status": status, "started_at": self._started, "heartbeat_at": now,
+            "maintenance": maintenance}])
 
     def alive(self, dead_after_s: float) -> set[str]:
         since = codec.utcnow() - timedelta(seconds=dead_after_s)

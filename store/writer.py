@@ -12,6 +12,14 @@ manifest size and query latency from growing with the number of writers
 A caller is told its write succeeded only after the commit that holds it, so a
 crash can lose only writes nobody was told about.
 
+Commits of one table are also *paced*: after a commit, the next one waits
+until ``min_interval_s`` has passed, gathering whatever arrives meanwhile.  An
+idle table still commits a lone write at once; a busy one commits at most
+``1 / min_interval_s`` times a second whatever the number of writers.  Every
+commit is a table version that maintenance must later compact and clean up,
+so this cap is what keeps maintenance ahead of the writers (issue 9: at ~50
+commits/s, versions piled up faster than cleanup removed them).
+
 Updates and deletes (conditional, by filter) run directly, under the same
 per-table lock as the committer, because their outcome depends on the rows
 committed before them.  Two rules from FACTS.md hold everywhere: empty changes
@@ -33,10 +41,20 @@ log = logging.getLogger("store.writer")
 
 CONFLICT_ATTEMPTS = 6
 
+# How Lance says "another writer got there first; try again": a conflict it did
+# not rebase, a compaction preempted by an update, or its own retry loop giving
+# up while commits kept landing ("Too many concurrent writers").
+RETRYABLE_MARKERS = ("conflict", "retryable", "too many concurrent writers", "preempted")
+
+# Seconds between two commits of one table while writes keep coming.  The queue
+# is left unpaced: its commits carry control actions, whose latency users see.
+DEFAULT_MIN_COMMIT_INTERVAL_S = 0.05
+UNPACED_TABLES = ("actions",)
+
 
 def is_conflict(exc: Exception) -> bool:
     text = str(exc).lower()
-    return "conflict" in text or "retryable" in text
+    return any(marker in text for marker in RETRYABLE_MARKERS)
 
 
 def retry_conflicts(commit):
@@ -71,13 +89,15 @@ class _Request:
 class _TableCommitter:
     """Owns the commits of one table: a queue and the thread that drains it."""
 
-    def __init__(self, name: str, table, max_batch_rows: int, stats):
+    def __init__(self, name: str, table, max_batch_rows: int, stats, min_interval_s: float = 0.0):
         self.name = name
         self.table = table
         self.schema = table.schema
         self.max_batch_rows = max_batch_rows
         self.stats = stats
-        self.lock = threading.Lock()  # held while committing; updates take it too
+        self.min_interval_s = min_interval_s
+        self.lock = threading.Lock()  # held while committing; updates and maintenance take it too
+        self._last_commit = 0.0
         self._queue: deque[_Request] = deque()
         self._wakeup = threading.Condition()
         self._closed = False
@@ -121,6 +141,16 @@ class _TableCommitter:
                     self._commit(group)
                 except Exception:  # the thread must outlive any one bad batch
                     log.exception("committer of %s: unexpected error", self.name)
+            self._pace()
+
+    def _pace(self) -> None:
+        """Wait out the rest of ``min_interval_s`` since the last commit, so the
+        next commit carries everything queued meanwhile.  A close cuts it short."""
+        wait = self._last_commit + self.min_interval_s - time.monotonic()
+        if wait > 0:
+            with self._wakeup:
+                if not self._closed:
+                    self._wakeup.wait_for(lambda: self._closed, timeout=wait)
 
     def _commit(self, group: list[_Request]) -> None:
         kind = group[0].kind
@@ -131,6 +161,7 @@ class _TableCommitter:
         try:
             with self.lock:
                 self._write(kind, group[0].key, rows)
+                self._last_commit = time.monotonic()
         except Exception as exc:
             log.error("commit of %d %s rows to %s failed: %s", len(rows), kind, self.name, exc)
             for request in group:
@@ -139,7 +170,6 @@ class _TableCommitter:
         self.stats.record(self.name, len(group), len(rows), time.perf_counter() - started)
         for request in group:
             request.future.set_result(None)
-
 
     def _write(self, kind: str, key, rows: list) -> None:
         if kind == "update_ids":
@@ -187,10 +217,13 @@ class CommitStats:
 
 
 class Writer:
-    def __init__(self, tables: dict, max_batch_rows: int = 2000):
+    def __init__(self, tables: dict, max_batch_rows: int = 2000,
+                 min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S):
         self.stats = CommitStats()
-        self._committers = {name: _TableCommitter(name, table, max_batch_rows, self.stats)
-                            for name, table in tables.items()}
+        self._committers = {
+            name: _TableCommitter(name, table, max_batch_rows, self.stats,
+                                  0.0 if name in UNPACED_TABLES else min_commit_interval_s)
+            for name, table in tables.items()}
 
     # ---- group-committed ------------------------------------------------
 

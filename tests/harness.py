@@ -19,7 +19,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05, what: str = "condition"):
+def wait_for(predicate, timeout: float = 45.0, interval: float = 0.05, what: str = "condition"):
     """Poll ``predicate`` until it returns something truthy; return that value."""
     deadline = time.monotonic() + timeout
     while True:

@@ -177,7 +177,8 @@ export function timeline() {
     const mine = generation;
     const [steps, acts] = await Promise.all([
       get("/api/agent-steps", { session_id: sessionId, order: "desc", limit: FIRST_PAGE,
-        min_iteration: hi >= 0 ? hi + 1 : undefined }),
+        min_iteration: hi >= 0 ? hi + 1 : undefined })
+        .catch((err) => { if (err.status === 404) return { steps: [] }; throw err; }),  // create still queued
       get("/api/actions", { session_id: sessionId, limit: 500 }),
     ]);
     if (mine !== generation) return;
