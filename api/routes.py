@@ -220,7 +220,7 @@ def list_steps():
     q: schemas.StepQuery = args(schemas.StepQuery)
     store = ctx().store
     last_iteration = None
-    if q.order == "desc":
+    if q.order == "desc" and q.session_id:
         snapshot = store.states.get(q.session_id)
         if snapshot is None:
             raise not_found("session", q.session_id)
