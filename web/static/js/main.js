@@ -10,13 +10,15 @@
 //   - a page:      registerPage({name, match, nav?, mount, enter, rooms, catchUp, on})
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
-//                  every step of a session's timeline; e.g. import "../tool_calls.js";
-// A page is shown in its own <section>; the router below picks the first page
-// whose match() accepts the location's hash, so register specific pages first.
+//                  every step of a session's timeline; e.g. import "./components/tool_calls.js";
+//                  A step part lives in web/static/js/components/ and imports
+//                  registerStepPart from "../core/registry.js".
+// A page is shown in its own <section>; the router below picks the page whose
+// match() accepts the location's hash, or else the agents page (the fallback).
+import "./pages/agents.js";
 import "./pages/session.js";
-import "./pages/conversation.js";
 import "./pages/conversations.js";
-import "./pages/agents.js";  // last: it matches "#/" and anything unknown
+import "./pages/conversation.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";
@@ -34,6 +36,10 @@ function route() {
       page = candidate;
       break;
     }
+  }
+  if (!page) {
+    page = pages.find((p) => p.fallback);
+    params = {};
   }
   for (const [name, section] of sections) section.hidden = name !== page.name;
   let section = sections.get(page.name);

@@ -9,6 +9,7 @@ export const navLinks = [];
 // page = {
 //   name,                         unique, e.g. "agents"
 //   match(parts) -> params|null   parts of the hash: "#/session/ID" -> ["session", "ID"]
+//   fallback: true?               shown when no page matches (the agents page)
 //   nav: {label, href, order?}?   adds a link to the top bar (lower order first; agents 10,
 //                                 conversations 20)
 //   mount(section, params)        first time shown: build the DOM into its <section>

@@ -111,7 +111,8 @@ function scheduleReload(delay = 1500) {
 registerPage({
   name: "agents",
   nav: { label: "Agents", href: "#/", order: 10 },
-  match: () => ({}),
+  match: (parts) => (parts.length === 0 ? {} : null),
+  fallback: true,  // an unknown location shows this page
   mount,
   enter() {
     ui.creator.load().catch((err) => toast("Could not load the form: " + err.message, true));
