@@ -369,8 +369,9 @@ def scan(pg) -> list:
 
 @pytest.mark.parametrize("width", [1280, 400])
 def test_every_page_is_accessible_and_fits(browser, shared_service, width):
-    """At desktop width and at 400 px: no serious axe-core violation, and nothing
-    wider than the window (nothing cut off)."""
+    """No serious axe-core violation on any page (at 400 px only the agents page
+    is scanned again: its table turns into cards there), and at both widths
+    nothing wider than the window (nothing cut off)."""
     expect = playwright_api.expect
     made = shared_service.create("countdown", name="a11y", config={"n": 2, "interval_s": 0})
     shared_service.wait_status(made["session_id"], "done", timeout=60)
@@ -386,7 +387,7 @@ def test_every_page_is_accessible_and_fits(browser, shared_service, width):
         for name, (path, ready) in pages.items():
             pg.goto(shared_service.url + path)
             expect(pg.locator(ready).first).to_be_visible(timeout=30_000)
-            found = scan(pg)
+            found = scan(pg) if width > 400 or name == "agents" else []  # axe once per page; at 400 px, the layout
             overflow = pg.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             if overflow > 0:
                 found.append(f"{overflow}px wider than the window")
