@@ -49,35 +49,25 @@ class ChaosConfig(_Config):
 class SleepyConfig(_Config):
     sleep_s: float = Field(1.0, ge=0, le=3600, description="seconds each step takes")
 
+# Every joke names the subject in the plural, as it was given ("cats"), so that
+# the grammar holds ("Three cats walk", never "A cats walks").
 JOKES = [
-    "Why did the {s} sit on the computer? To keep an eye on the mouse.",
-    "I told my {s} a joke about infinity. It is still laughing.",
-    "What do you call {a} that tells jokes? A pun-{s}.",
-    "My {s} asked for a raise. I said: only in the next iteration.",
-    "{A} walks into a bar. The bartender says: we don't serve your kind here. It replies: that's fine, "
-    "I'm just here for the punchline.",
-    "Why was the {s} so calm? It had excellent exception handling.",
+    "Why do {p} sit on computers? To keep an eye on the mouse.",
+    "I told some {p} a joke about infinity. They are still laughing.",
+    "What do you call {p} that tell jokes? Pun-{p}.",
+    "My {p} asked for a raise. I said: only in the next iteration.",
+    "Three {p} walk into a bar. The bartender says: we don't serve your kind here. They reply: that's fine, "
+    "we're just here for the punchline.",
+    "Why were the {p} so calm? They had excellent exception handling.",
     "How many {p} does it take to change a light bulb? Just one, but it takes three steps.",
-    "The {s} stopped telling jokes about UDP. Nobody got them.",
+    "The {p} stopped telling jokes about UDP. Nobody got them.",
 ]
 
 
-def forms(subject: str) -> dict:
-    """Singular, plural and 'a/an' forms of a subject, so that 'cats' makes
-    'A cat walks' and 'How many cats' (a naive English rule, good enough for jokes)."""
-    words = subject.split()
-    last = words[-1] if words else subject
-    if len(last) > 3 and last.lower().endswith("ies"):
-        singular_last = last[:-3] + "y"
-    elif len(last) > 2 and last.lower().endswith("s") and not last.lower().endswith("ss"):
-        singular_last = last[:-1]
-    else:
-        singular_last = last
-    singular = " ".join([*words[:-1], singular_last]) if words else subject
-    plural = subject if singular != subject else (subject + "s")
-    article = "an" if singular[:1].lower() in "aeiou" else "a"
-    return {"s": singular, "p": plural, "a": f"{article} {singular}", "A": f"{article.capitalize()} {singular}"}
-
+def plural(subject: str) -> str:
+    """'cats' stays 'cats'; 'a penguin' becomes 'penguins' (a naive rule, good enough for jokes)."""
+    subject = re.sub(r"^(a|an|the)\s+", "", subject, flags=re.IGNORECASE) or subject
+    return subject if subject.lower().endswith("s") else subject + "s"
 
 _ABOUT = re.compile(r"\babout\s+(.+)$", re.IGNORECASE)
 
@@ -99,7 +89,7 @@ async def joke_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         notes = f"subject changed from {subject!r} to {new_subject!r}"
         subject = new_subject
     told = int(state.get("told", 0))
-    text = JOKES[told % len(JOKES)].format(**forms(subject))
+    text = JOKES[told % len(JOKES)].format(p=plural(subject))
     told += 1
     limit = ctx.config.get("jokes")
     done = isinstance(limit, int) and told >= limit

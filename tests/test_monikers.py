@@ -30,9 +30,9 @@ def test_joke_changes_subject_on_guidance():
     registry = default_registry()
     joke = registry.get("joke")
     first = run(joke, FrameIn(step="0", state={}), ctx("tell jokes about cats"))
-    assert "cat" in first.text and first.state == {"subject": "cats", "told": 1}
+    assert "cats" in first.text and first.state == {"subject": "cats", "told": 1}
     steered = run(joke, FrameIn(step="1", state=first.state, guidance="Tell jokes about dogs!"), ctx("x"))
-    assert "dog" in steered.text and steered.state["subject"] == "dogs" and "dogs" in steered.notes
+    assert "dogs" in steered.text and steered.state["subject"] == "dogs" and "dogs" in steered.notes
     assert subject_of("penguins") == "penguins"
     limited = run(joke, FrameIn(step="0", state={"subject": "x", "told": 2}), ctx("", jokes=3))
     assert limited.done
@@ -83,8 +83,10 @@ def test_jokes_are_grammatical_and_echo_says_nothing_without_guidance():
         out = run(joke, FrameIn(step=str(i), state=state), ctx("tell jokes about dogs"))
         state, texts = out.state, texts + [out.text]
     joined = " ".join(texts)
-    assert "A dog walks" in joined and "a dog that tells" in joined and "How many dogs" in joined
-    assert "dogs walks" not in joined and "a dogs" not in joined
+    assert "Three dogs walk" in joined and "call dogs that tell" in joined and "How many dogs" in joined
+    assert "dogs walks" not in joined and "a dogs" not in joined and "A dogs" not in joined
+    penguin = run(joke, FrameIn(step="0", state={}), ctx("tell jokes about a penguin"))
+    assert "penguins" in penguin.text and "a penguins" not in penguin.text
     echo = registry.get("echo")
     assert run(echo, FrameIn(step="0", state={}), ctx("x")).text is None
     assert run(echo, FrameIn(step="0", state={}, guidance="hi"), ctx("x")).text == "hi"
