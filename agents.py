@@ -19,9 +19,11 @@ from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers
 from runtime.events import events_token
+from runtime.health import HealthServer
 from runtime.service import AgentService
 from store import Store, lance_log
 from store.maintenance import Maintainer
+from tools.registry import default_tool_registry
 
 log = logging.getLogger("agents")
 
@@ -44,6 +46,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "files to cleanup is retried on the newest version) [AGENTSVC_KEEP_VERSIONS_S, 30]")
     parser.add_argument("--metrics-port", type=int, default=settings.env_int("AGENTSVC_METRICS_PORT", 0),
                         help="serve Prometheus metrics on 127.0.0.1:PORT, 0 = off [AGENTSVC_METRICS_PORT, 0]")
+    parser.add_argument("--health-port", type=int, default=settings.env_int("AGENTSVC_HEALTH_PORT", 0),
+                        help="serve /healthz, /readyz and /metrics on 127.0.0.1:PORT, 0 = off "
+                             "[AGENTSVC_HEALTH_PORT, 0]")
+    parser.add_argument("--stop-grace", type=float, default=settings.env_float("AGENTSVC_STOP_GRACE_S", 10.0),
+                        help="on SIGTERM, how long steps in flight may take to finish and be recorded before "
+                             "they are cancelled (they run again on restart) [AGENTSVC_STOP_GRACE_S, 10]")
     parser.add_argument("--destroy-grace", type=float, default=settings.env_float("AGENTSVC_DESTROY_GRACE_S", 5.0),
                         help="how long destroy waits for a step before cancelling it [AGENTSVC_DESTROY_GRACE_S, 5]")
     parser.add_argument("--worker-id", default=None,
@@ -80,29 +88,46 @@ async def serve(args: argparse.Namespace) -> None:
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
+    tools = default_tool_registry()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
-    service = AgentService(store, monikers, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
+    service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
                            maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
                            dead_after_s=args.dead_after, max_attempts=args.max_attempts,
-                           session_heartbeat_s=args.session_heartbeat,
+                           session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
                            monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention})
-    if args.metrics_port:
-        metrics = RuntimeMetrics(service, store)
+    metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
+    if metrics is not None:
         service.observers.add(metrics)
+    if args.metrics_port:
         start_http_server(args.metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    health = None
+    if args.health_port:
+        health = HealthServer(service, store, asyncio.get_running_loop(), port=args.health_port,
+                              registry=metrics.registry).start()
     relay = live_observers.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
-    log.info("agents.py started: db=%s monikers=%s", store.uri, ",".join(monikers.names()))
+        loop.add_signal_handler(sig, lambda: stop(service, stopping))
+    log.info("agents.py started: db=%s monikers=%s tools=%s", store.uri, ",".join(monikers.names()),
+             ",".join(tools.names()))
     try:
         await service.run(stopping)
     finally:
+        if health is not None:
+            health.close()
         if relay is not None:
             await relay.close()
         store.close()
+
+
+def stop(service: AgentService, stopping: asyncio.Event) -> None:
+    """SIGTERM / SIGINT: not ready from now on; finish what is in flight, then exit."""
+    if not stopping.is_set():
+        log.info("agents.py stopping: steps in flight get up to %.0f s to finish", service.stop_grace_s)
+    service.ready = False
+    stopping.set()
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,12 @@
 """The HTTP side of the service: the JSON API under /api, the dashboard at /, and
-live events over Socket.IO (api/live.py).
+live events over Socket.IO (api/live.py) and Server-Sent Events (api/stream.py).
 
     python app.py --data-dir ./data --port 8765
+
+In production, under gunicorn (threads, one worker: each WebSocket or event
+stream holds a thread; settings come from the environment):
+
+    AGENTSVC_DATA_DIR=/var/lib/agentsvc gunicorn -w 1 --threads 100 -b 127.0.0.1:8765 'app:wsgi()'
 
 It only ever appends actions to the queue and reads state; agents.py does the work.
 """
@@ -13,13 +18,15 @@ import socket
 from flask import Flask, jsonify
 
 import settings
-from api import auth, conversations, dashboard, errors, live, openapi
+from api import auth, conversations, dashboard, errors, live, openapi, stream
+from api import tools as tool_routes
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from runtime.events import events_token
 from store import Store, lance_log
+from tools.registry import default_tool_registry
 
 log = logging.getLogger("app")
 
@@ -27,10 +34,11 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def create_app(store: Store, monikers=None, events_token: str | None = None,
-               api_token: str | None = None) -> Flask:
+               api_token: str | None = None, message_queue: str | None = None, tools=None) -> Flask:
     """The Flask app; its Flask-SocketIO server is ``app.extensions["socketio"]``.
     Without ``events_token`` the ingest namespace accepts no one; with
-    ``api_token`` every POST under /api needs it as a bearer token."""
+    ``api_token`` every POST under /api needs it as a bearer token; with
+    ``message_queue`` (a redis:// URL) several instances share their live events."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
@@ -41,8 +49,11 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
+    app.extensions["agentsvc_tools"] = tools if tools is not None else default_tool_registry()
+    app.register_blueprint(tool_routes.bp)
     app.register_blueprint(dashboard.bp)
-    live.install(app, events_token)
+    _, hub = live.install(app, events_token, message_queue=message_queue)
+    stream.install(app, hub)
     errors.install(app)
     metrics.install(app)
     spec = openapi.build(app.extensions["agentsvc"].monikers)
@@ -64,16 +75,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--api-token", default=settings.os.environ.get("AGENTSVC_API_TOKEN") or None,
                         help="require 'Authorization: Bearer TOKEN' on every POST under /api "
                              "[AGENTSVC_API_TOKEN, none]")
+    parser.add_argument("--message-queue", default=settings.os.environ.get("AGENTSVC_MESSAGE_QUEUE") or None,
+                        metavar="URL", help="Flask-SocketIO message queue shared by several app.py instances, "
+                                            "e.g. redis://127.0.0.1:6379/0 [AGENTSVC_MESSAGE_QUEUE, none]")
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def build(args: argparse.Namespace) -> Flask:
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
     store = Store(settings.db_uri(args), **settings.store_kwargs(args))
-    app = create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token)
+    return create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token,
+                      message_queue=args.message_queue)
+
+
+def wsgi() -> Flask:
+    """The app for a WSGI server (``gunicorn 'app:wsgi()'``), configured from the
+    environment variables alone (the flags' defaults)."""
+    args = parse_args([])
+    app = build(args)
+    log.info("app.py ready under a WSGI server db=%s message_queue=%s", app.extensions["agentsvc"].store.uri,
+             "on" if args.message_queue else "off")
+    return app
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    app = build(args)
+    store = app.extensions["agentsvc"].store
     port = args.port or free_port(args.host)
     # werkzeug's serve_forever returns on KeyboardInterrupt; SIGTERM is made one,
     # so both signals end in the same clean shutdown below.

@@ -51,6 +51,7 @@ class LiveHub:
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
         self.published = 0
+        self.listeners = []  # called with an event's rooms after it is emitted (api/stream.py wakes on it)
 
     def publish(self, event: dict) -> dict:
         data = event["data"]
@@ -58,8 +59,11 @@ class LiveHub:
         with self._lock:
             seq = self._seq[event["stream"]] = self._seq.get(event["stream"], 0) + 1
             payload = {"id": event["id"], "stream": event["stream"], "seq": seq, "epoch": self.epoch, "data": data}
-            self.socketio.emit(event["event"], payload, to=rooms_for(event["event"], data), namespace="/")
+            rooms = rooms_for(event["event"], data)
+            self.socketio.emit(event["event"], payload, to=rooms, namespace="/")
             self.published += 1
+        for listener in self.listeners:
+            listener(rooms)
         return payload
 
     def publish_row(self, name: str, row_id: str, data: dict) -> dict:
@@ -71,9 +75,11 @@ def valid_event(event: object) -> bool:
             and isinstance(event.get("stream"), str) and isinstance(event.get("data"), dict))
 
 
-def install(app, token: str | None) -> tuple[SocketIO, LiveHub]:
-    """Attach Flask-SocketIO (threading mode: real WebSockets via simple-websocket)."""
-    socketio = SocketIO(app, async_mode="threading")
+def install(app, token: str | None, message_queue: str | None = None) -> tuple[SocketIO, LiveHub]:
+    """Attach Flask-SocketIO (threading mode: real WebSockets via simple-websocket).
+    With ``message_queue`` (redis://…) every instance's emits reach the clients
+    of all instances sharing the queue."""
+    socketio = SocketIO(app, async_mode="threading", message_queue=message_queue)
     hub = LiveHub(socketio)
     app.extensions["agentsvc_live"] = hub
     _browser_handlers(socketio, hub)

@@ -5,7 +5,7 @@ import re
 
 from pydantic import BaseModel
 
-from api import schemas
+from api import schemas, tools
 
 REF = "#/components/schemas/{model}"
 
@@ -141,7 +141,7 @@ def build(monikers=None) -> dict:
               schemas.Accepted, schemas.ActionList,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
-              *CONVERSATION_MODELS]
+              *CONVERSATION_MODELS, *tools.MODELS]
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -177,6 +177,7 @@ def build(monikers=None) -> dict:
         "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
         "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
         **_conversation_paths(),
+        **tools.openapi_paths(_op, _path, _query, _errors),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}

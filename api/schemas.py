@@ -299,13 +299,14 @@ class StorageReport(Open):
     tables: dict[str, TableShape]
     maintenance: dict[str, dict] = Field(description="per live worker, per table: its last maintenance runs")
     lance_cache_bytes: int
+    age_s: float = Field(description="how old this report is (rebuilt in the background every few seconds)")
 
 
 class Health(Open):
     status: Literal["ok", "error"]
     pending_actions: int | None = None
     oldest_pending_age_s: float | None = None
-    storage: StorageReport | None = None
+    storage: StorageReport | None = Field(None, description="null until app.py's first report is built")
 
 
 class Conversation(Open):

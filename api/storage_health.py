@@ -5,13 +5,19 @@ here, and what each agents.py worker says of its maintenance runs in its
 heartbeat row (app.py runs no maintenance itself).  A table "falls behind"
 when its fragments or versions pass the thresholds that maintenance keeps them
 under (:mod:`store.maintenance`), or when a worker's last run of it was
-abandoned.  Reading every table's shape costs a few milliseconds a table, so
-the report is kept for ``ttl_s``.
+abandoned.  Reading every table's shape costs a few milliseconds a table (and
+seconds on a loaded machine), and ``/api/health`` is a liveness probe that must
+answer at once: a background thread rebuilds the report every ``ttl_s`` and
+the probe returns the last one with its age.
 """
+import logging
 import threading
 import time
 
 from store.maintenance import WARN_FRAGMENTS, WARN_VERSIONS
+
+
+log = logging.getLogger("api.storage_health")
 
 
 class StorageHealth:
@@ -21,13 +27,27 @@ class StorageHealth:
         self._lock = threading.Lock()
         self._report: dict | None = None
         self._at = 0.0
+        self._thread: threading.Thread | None = None
 
-    def report(self) -> dict:
+    def report(self) -> dict | None:
+        """The latest report with its age in seconds, or None until the first is built."""
         with self._lock:
-            if self._report is None or time.monotonic() - self._at > self.ttl_s:
-                self._report = self._build()
-                self._at = time.monotonic()
-            return self._report
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._refresh, name="storage-health", daemon=True)
+                self._thread.start()
+            if self._report is None:
+                return None
+            return {**self._report, "age_s": round(time.monotonic() - self._at, 1)}
+
+    def _refresh(self) -> None:
+        while True:
+            try:
+                report = self._build()
+                with self._lock:
+                    self._report, self._at = report, time.monotonic()
+            except Exception as exc:  # the store may be briefly unreachable; the next round tries again
+                log.warning("storage health report failed: %s", exc)
+            time.sleep(self.ttl_s)
 
     def _build(self) -> dict:
         tables = self.store.table_shapes()
@@ -58,7 +78,7 @@ class StorageCollector:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
-        report = self.health.report()
+        report = self.health.report() or {"tables": {}, "lance_cache_bytes": self.health.store.cache_bytes()}
         families = {key: GaugeMetricFamily(f"agentsvc_table_{key}", f"{key} of each table", labels=["table"])
                     for key in ("fragments", "versions", "rows", "bytes")}
         for name, shape in report["tables"].items():

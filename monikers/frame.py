@@ -1,9 +1,23 @@
-"""StepFrame-v0: the stable contract between the runner and a moniker.
+"""StepFrame-v1: the stable contract between the runner and a moniker.
 
 The runner hands a moniker ``frame_in`` and gets ``frame_out`` back:
 
-    frame_in  = {step, state, guidance?}
-    frame_out = {step, next_step, state, text?, data?, done, notes?}
+    frame_in  = {step, state, guidance?, tool_results, inbox}
+    frame_out = {step, next_step, state, text?, data?, done, notes?, tool_calls}
+
+v1 is a superset of v0 (``{step, state, guidance?}`` in, no ``tool_calls``
+out): a v0 moniker ignores the new inputs and never asks for tools, and keeps
+working unchanged.
+
+- ``frame_out.tool_calls`` asks the runner to run tools.  The runner persists
+  the step (with its calls), runs them, and calls the moniker again only when
+  every call has ended; a step with tool calls is never the session's last.
+- The next ``frame_in.tool_results`` holds one result per call, in call order,
+  with ``status`` success | failed | denied | unknown (``unknown``: the worker
+  died while the tool ran; check before repeating it).
+- ``frame_in.inbox`` holds everything else that arrived between two steps
+  (user guidance, notes from the runner such as ``interrupted_step``); user
+  guidance is also joined into ``guidance`` for v0 monikers.
 
 ``step``/``next_step`` are string tokens chosen by the moniker ("3",
 "review/1"...); the runner's integer iteration is deliberately not part of the
@@ -11,11 +25,48 @@ contract.  ``state`` is the moniker's own JSON object, carried from one step to
 the next and persisted by the runner.
 """
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Json = dict[str, Any]
+
+MAX_TOOL_CALLS = 32  # per step
+TOOL_RESULT_STATUSES = ("success", "failed", "denied", "unknown")
+
+
+class ToolCall(BaseModel):
+    """A tool the moniker asks the runner to run.  ``id`` is the moniker's own
+    handle for the call (an LLM's tool-call id, say), echoed in its result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(None, min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=256)
+    args: Json = Field(default_factory=dict)
+
+
+class ToolResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+    status: Literal["success", "failed", "denied", "unknown"]
+    result: Any = None
+    error: str | None = None
+
+
+class InboxItem(BaseModel):
+    """Something that arrived for the agent between two steps.  ``kind`` says
+    what: ``guidance`` (a user's), ``interrupted_step`` (a note from the
+    runner); later kinds (child results, answers) use the same shape."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(min_length=1, max_length=64)
+    text: str | None = None
+    data: Any = None
+    source: Json | None = None
 
 
 class FrameIn(BaseModel):
@@ -24,6 +75,8 @@ class FrameIn(BaseModel):
     step: str = Field(max_length=256)
     state: Json = Field(default_factory=dict)
     guidance: str | None = None
+    tool_results: list[ToolResult] = Field(default_factory=list)
+    inbox: list[InboxItem] = Field(default_factory=list)
 
 
 class FrameOut(BaseModel):
@@ -36,6 +89,7 @@ class FrameOut(BaseModel):
     data: Any = None
     done: bool = False
     notes: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,10 @@ class MonikerRegistry:
 
 def default_registry() -> MonikerRegistry:
     """The built-in monikers and every installed plugin."""
-    from monikers import baml_moniker, builtin
+    from monikers import baml_moniker, builtin, scripted
 
     registry = MonikerRegistry()
-    for moniker in builtin.BUILTINS:
+    for moniker in (*builtin.BUILTINS, scripted.SCRIPTED):
         registry.register(moniker)
     baml_moniker.register(registry)  # logs and skips the moniker if BAML cannot load
     registry.load_entry_points()

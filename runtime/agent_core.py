@@ -41,6 +41,10 @@ class StopMixin:
         self._stop.set()
         self.wake()
 
+    async def stopped(self) -> None:
+        """Returns once a stop has been requested."""
+        await self._stop.wait()
+
 
 class PauseMixin:
     def __init__(self, **kwargs):

@@ -5,7 +5,11 @@ Other config keys are handed to the moniker (``countdown`` reads ``n``,
 app.py checks both kinds at create time (api/session_config.py): a key that is
 neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
 from monikers.config_types import JsonInt, json_int
 
@@ -40,6 +44,11 @@ class SessionConfig(BaseModel):
                                                  description="pause (reason budget) before tokens exceed this")
     budget_cost: float | None = Field(None, gt=0, description="pause (reason budget) before cost exceeds this")
     pause_expiry_s: float | None = Field(None, gt=0, description="stop when paused this long (default: service's)")
+    tools: list[ToolName] = Field(default_factory=list, max_length=256,
+                                  description="tools this session may call (StepFrame-v1 tool_calls); default none")
+    approve: list[ToolName] = Field(default_factory=list, max_length=256,
+                                    description="tools whose calls wait for a human's approval first")
+    tool_concurrency: int = Field(4, ge=1, le=64, description="calls of one step running at once")
 
 
 class CreatePayload(BaseModel):

@@ -135,11 +135,17 @@ class Dispatcher:
         known = await self.persist.session_owners([a["session_id"] for a in others + creates])
         for action in creates:  # one query for the whole batch instead of one per create
             action["session_exists"] = action["session_id"] in known
+        held_back: set[str] = set()
         for action in others:
             snapshot = known.get(action["session_id"])
+            if action["session_id"] in held_back:
+                continue  # an earlier action of its session waits: so does this one, to keep their order
             if snapshot is None:
                 create = await self.persist.find_create(action["session_id"])
                 if create and create["status"] in ("pending", "processing"):
+                    # The create may finish while later actions are looked at (each
+                    # look awaits): hold the session's later actions back with this one.
+                    held_back.add(action["session_id"])
                     continue
                 mine.append(action)
             elif snapshot["status"] in ("stopped", "done", "error"):

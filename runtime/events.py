@@ -21,7 +21,7 @@ import time
 INGEST_NAMESPACE = "/ingest"
 TOKEN_ENV = "AGENTSVC_EVENTS_TOKEN"
 TOKEN_FILE = "events.token"
-EVENTS = ("agent_state", "agent_step", "conversation_message", "action")
+EVENTS = ("agent_state", "agent_step", "conversation_message", "action", "tool_call")
 
 
 def rooms_for(event: str, data: dict) -> list[str]:
@@ -35,7 +35,7 @@ def rooms_for(event: str, data: dict) -> list[str]:
 
 
 def stream_of(event: str, data: dict) -> str:
-    """Session events are ordered per session, messages per conversation."""
+    """Session events (tool calls included) are ordered per session, messages per conversation."""
     if event == "conversation_message":
         return f"{event}:{data.get('conversation_id')}"
     return f"{event}:{data.get('session_id') or data.get('agent_id')}"

@@ -16,6 +16,7 @@ from runtime.config import CreatePayload
 from runtime.observers import Observers
 from runtime.registry import SessionRegistry
 from runtime.session import SessionAgent
+from runtime.tool_runner import ToolControls
 
 log = logging.getLogger("runtime.handlers")
 
@@ -38,6 +39,9 @@ class Handlers:
         self.destroy_grace_s = destroy_grace_s
         self.by_type = {"create": self.create, "pause": self.pause, "resume": self.resume,
                         "interrupt": self.interrupt, "destroy": self.destroy}
+        runner = self.session_options.get("tools")
+        if runner is not None:  # approve / deny / result of tool calls (runtime/tool_runner.py)
+            self.by_type.update(ToolControls(sessions, runner, ActionError).handlers())
 
     async def handle(self, action: dict) -> None:
         handler = self.by_type.get(action.get("type"))
@@ -114,7 +118,7 @@ class Handlers:
         if agent.status != "paused":
             return
         agent.request_resume()
-        await agent.set_status("running", "user")
+        await agent.set_status(*agent.status_after_resume())
 
     async def _restart_after_error(self, failed, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""

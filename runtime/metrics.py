@@ -21,12 +21,25 @@ class RuntimeMetrics:
         self.action_seconds = Histogram("agentsvc_action_seconds", "accepted -> finished, per action",
                                         buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30),
                                         registry=self.registry)
+        self.tool_calls = Counter("agentsvc_tool_calls_total", "tool calls entering each status", ["name", "status"],
+                                  registry=self.registry)
+        self.tool_seconds = Histogram("agentsvc_tool_call_seconds", "time a tool ran, per ended call",
+                                      ["name", "status"], registry=self.registry,
+                                      buckets=(.001, .005, .01, .05, .1, .5, 1, 5, 30, 120, 600))
+        self._known_tools = getattr(service, "tools", None)
         self.registry.register(_StoreCollector(service, store))
 
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         self.steps.labels(step["status"]).inc()
         if step.get("latency_ms") is not None:
             self.step_seconds.observe(step["latency_ms"] / 1000)
+
+    async def tool_call_updated(self, row: dict) -> None:
+        # Unknown names (a model's invention) share one label: no unbounded label set.
+        name = row["name"] if self._known_tools is not None and row["name"] in self._known_tools else "(unknown)"
+        self.tool_calls.labels(name, row["status"]).inc()
+        if row.get("duration_ms") is not None and row["status"] in ("success", "failed"):
+            self.tool_seconds.labels(name, row["status"]).observe(row["duration_ms"] / 1000)
 
     async def action_finished(self, action: dict, ok: bool, error: str | None) -> None:
         self.actions.labels(action.get("type") or "unknown", "done" if ok else "failed").inc()

@@ -43,6 +43,21 @@ class Persistence:
         return await asyncio.to_thread(self.store.steps.latest, session_id=session_id,
                                        after_iteration=after_iteration)
 
+    async def step_at(self, session_id: str, iteration: int) -> dict | None:
+        found = await asyncio.to_thread(self.store.steps.search, session_id=session_id, min_iteration=iteration,
+                                        max_iteration=iteration, limit=1)
+        return found[0] if found else None
+
+    # tool calls
+    async def save_tool_calls(self, rows: list[dict]) -> None:
+        await asyncio.wrap_future(self.store.tool_calls.submit(rows))
+
+    async def tool_calls_of_step(self, session_id: str, iteration: int) -> list[dict]:
+        return await asyncio.to_thread(self.store.tool_calls.of_step, session_id, iteration)
+
+    async def get_tool_call(self, tool_call_id: str) -> dict | None:
+        return await asyncio.to_thread(self.store.tool_calls.get, tool_call_id)
+
     # actions
     async def pending_actions(self, limit: int) -> list[dict]:
         return await self._queue(self.store.actions.pending, limit)
@@ -96,4 +111,5 @@ class Persistence:
 
     async def delete_sessions(self, session_ids: list[str]) -> None:
         await asyncio.to_thread(self.store.steps.delete_sessions, session_ids)
+        await asyncio.to_thread(self.store.tool_calls.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.states.delete_sessions, session_ids)

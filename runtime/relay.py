@@ -58,6 +58,11 @@ class EventRelay:
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         self.publish("agent_step", step["id"], dict(step, conversation_id=snapshot.get("conversation_id")))
 
+    async def tool_call_updated(self, row: dict) -> None:
+        """Every change of a tool call's status; ``id`` is the call's, so a client
+        keeps the newest row per id (a call sends several events)."""
+        self.publish("tool_call", row["id"], row)
+
     async def action_finished(self, action: dict, ok: bool, error: str | None) -> None:
         row = {k: action.get(k) for k in ("id", "type", "agent_id", "session_id", "conversation_id", "created_at",
                                           "payload")}

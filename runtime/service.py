@@ -12,8 +12,10 @@ heartbeat goes stale is dead, and then:
 A restarted worker gets its old id back (see runtime/identity.py) and so
 resumes its own sessions at once instead of waiting for its heartbeat to age.
 
-Shutdown stops polling, lets in-flight actions finish, then cancels the
-runners *without* touching their persisted status, so a restart resumes them.
+Shutdown (SIGTERM) stops polling, lets in-flight actions finish, asks every
+runner to stop at its next step boundary and waits up to ``stop_grace_s`` for
+the steps in flight to be persisted, then cancels what is left *without*
+touching the sessions' persisted status, so a restart resumes them.
 """
 import asyncio
 import logging
@@ -29,6 +31,8 @@ from runtime.observers import Observers
 from runtime.persistence import Persistence
 from runtime.registry import SessionRegistry
 from runtime.session import SessionAgent
+from runtime.tool_runner import ToolRunner
+from tools.registry import ToolRegistry, default_tool_registry
 
 log = logging.getLogger("runtime.service")
 
@@ -36,10 +40,12 @@ ADOPT_CHUNK = 200  # sessions resumed at once
 
 
 class AgentService:
-    def __init__(self, store, monikers: MonikerRegistry, *, worker_id: str | None = None,
+    def __init__(self, store, monikers: MonikerRegistry, *, tools: ToolRegistry | None = None,
+                 worker_id: str | None = None,
                  destroy_grace_s: float = 5.0, maintainer=None, maintain_every_s: float = 2.0,
                  heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
-                 session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, **dispatcher_options):
+                 session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
+                 **dispatcher_options):
         self.persist = Persistence(store)
         self.monikers = monikers
         self.sessions = SessionRegistry()
@@ -48,12 +54,17 @@ class AgentService:
         self.maintainer = maintainer  # store.maintenance.Maintainer, or None for no upkeep
         self.maintain_every_s = maintain_every_s
         self.heartbeat_s, self.dead_after_s, self.adopt_every_s = heartbeat_s, dead_after_s, adopt_every_s
-        self.session_options = {"owner": self.worker_id, "heartbeat_s": session_heartbeat_s}
+        self.tools = tools if tools is not None else default_tool_registry()
+        self.tool_runner = ToolRunner(self.tools, self.persist, self.observers)
+        self.session_options = {"owner": self.worker_id, "heartbeat_s": session_heartbeat_s,
+                                "tools": self.tool_runner}
         self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
                                  destroy_grace_s=destroy_grace_s, session_options=self.session_options)
         self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
                                      observers=self.observers, owns=self.sessions.get, **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
+        self.stop_grace_s = stop_grace_s
+        self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
 
     async def run(self, stopping: asyncio.Event) -> None:
         # Whatever this worker id still holds was claimed by its previous life
@@ -64,6 +75,7 @@ class AgentService:
         await self.persist.heartbeat(self.worker_id)
         await self.adopt()
         log.info("worker %s polling for actions", self.worker_id)
+        self.ready = not stopping.is_set()
         chores = [asyncio.create_task(self._keep_alive(stopping), name="heartbeat"),
                   asyncio.create_task(self.monitor.run(stopping), name="monitor")]
         if self.maintainer:
@@ -71,6 +83,7 @@ class AgentService:
         try:
             await self.dispatcher.run(stopping)
         finally:
+            self.ready = False
             for task in chores:
                 task.cancel()
             await asyncio.gather(*chores, return_exceptions=True)
@@ -162,6 +175,14 @@ class AgentService:
         await self.dispatcher.drain(drain_s)
         agents = self.sessions.running()
         runners = [a.runner for a in agents]
+        for agent in agents:
+            agent.request_stop()  # in memory only: at the next step boundary, status untouched
+        in_flight = [a.runner for a in agents if a.status != "paused" and not a.runner.done()]
+        if in_flight:
+            _, late = await asyncio.wait(in_flight, timeout=self.stop_grace_s)
+            if late:
+                log.warning("%d steps still running after %.0f s; cancelling them (they run again on restart)",
+                            len(late), self.stop_grace_s)
         for runner in runners:
             runner.cancel()
         await asyncio.gather(*runners, return_exceptions=True)

@@ -17,6 +17,8 @@ import logging
 import time
 from datetime import datetime, timezone
 
+from ulid import ULID
+
 from monikers.frame import FrameIn, Moniker, StepContext
 from runtime import limits
 from runtime import usage as usage_math
@@ -24,6 +26,8 @@ from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from runtime.config import SessionConfig
 from runtime.observers import Observers
 from runtime.stepcall import call_moniker
+from runtime.tool_runner import ToolPhase, ToolRunner
+from tools.registry import ToolRegistry
 
 log = logging.getLogger("runtime.session")
 
@@ -35,7 +39,7 @@ INTERRUPTED_NOTE = ("The previous attempt at step {step!r} was interrupted when 
 
 class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     def __init__(self, *, snapshot: dict, moniker: Moniker, persist, observers: Observers | None = None,
-                 owner: str | None = None, heartbeat_s: float = 5.0):
+                 owner: str | None = None, heartbeat_s: float = 5.0, tools: ToolRunner | None = None):
         super().__init__()
         self.moniker = moniker
         self.persist = persist
@@ -68,6 +72,14 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
+        # StepFrame-v1 tool calls (runtime/tool_runner.py): the step whose calls
+        # are open or whose results no step has consumed yet, and those results.
+        self.tools = tools or ToolRunner(ToolRegistry(), persist, self.observers)
+        self.tool_step: int | None = snapshot.get("tool_step")
+        self.open_step: dict | None = None  # the step row whose calls still have to be settled
+        self.tool_results: list[dict] | None = None
+        self.tool_phase: ToolPhase | None = None
+        self.tool_slots = asyncio.Semaphore(self.config.tool_concurrency)
         if self.status == "paused":
             self.request_pause()
 
@@ -95,7 +107,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             "error": f"worker stopped during this step (in flight since {snapshot['step_started_at']}); "
                      "outcome unknown",
         }
-        note = {"action_id": f"interrupted-{snapshot['session_id']}-{iteration}",
+        note = {"action_id": f"interrupted-{snapshot['session_id']}-{iteration}", "kind": "interrupted_step",
                 "text": INTERRUPTED_NOTE.format(step=step), "source": {"kind": "interrupted_step"}}
         snapshot.update(iteration=iteration, step_started_at=None, heartbeat_at=None,
                         pending_guidance=[*(snapshot.get("pending_guidance") or []), note])
@@ -113,7 +125,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             "used_guidance": self.used_guidance,
             "conversation_id": self.conversation_id, "usage": self.usage, "last_error": self.last_error,
             "created_at": self.created_at, "owner": self.owner, "step_started_at": self.step_started_at,
-            "heartbeat_at": self.heartbeat_at, **self.extra,
+            "heartbeat_at": self.heartbeat_at, "tool_step": self.tool_step, **self.extra,
         }
 
     async def save(self) -> None:
@@ -167,6 +179,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         log.info("session %s runner started at iteration %d agent=%s moniker=%s",
                  self.session_id, self.iteration + 1, self.agent_id, self.moniker.name)
         try:
+            if self.tool_step is not None and self.open_step is None and self.tool_results is None:
+                self.open_step = await self.persist.step_at(self.session_id, self.tool_step)
             await self._steps()
             await self.flush_saves()
         except asyncio.CancelledError:
@@ -185,14 +199,49 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
 
     async def _steps(self) -> None:
         while not self.finished:
+            if self.open_step is not None and not await self._settle_tools():
+                return
             await self.wait_while_paused()
             if self.stop_requested:
                 return
             if await self._must_wait():
                 continue
-            if not await self._step_once() or self.finished:
+            if not await self._step_once() or self.finished or self.stop_requested:
                 return
-            await self.sleep(self.config.interval_s)
+            if self.open_step is None:  # after tool calls, the next step follows their results at once
+                await self.sleep(self.config.interval_s)
+
+    # ---- tool calls (StepFrame-v1) -----------------------------------------
+
+    async def _settle_tools(self) -> bool:
+        """Run the open step's tool calls to their end (see runtime/tool_runner.py);
+        False when the session was stopped meanwhile."""
+        step, fresh = self.open_step, self.open_step.get("_fresh", False)
+        self.tool_phase = ToolPhase(self.tools, self, step)
+        try:
+            await self.tool_phase.load(fresh=fresh)
+            results = await self.tool_phase.run()
+        finally:
+            self.tool_phase = None
+        if results is None:
+            return False
+        self.open_step, self.tool_results = None, results
+        await self.reflect_waiting(None)
+        return True
+
+    async def reflect_waiting(self, reason: str | None) -> None:
+        """Status ``waiting`` (reason approval | tool_result) while calls wait on
+        someone, ``running`` again after; a paused or stopping session keeps its status."""
+        if self.status not in ("running", "waiting"):
+            return
+        target = ("waiting", reason) if reason else ("running", None)
+        if (self.status, self.status_reason if self.status == "waiting" else None) != target:
+            await self.set_status(*target)
+
+    def status_after_resume(self) -> tuple[str, str | None]:
+        """What a resumed session's status is: waiting, while its calls still wait."""
+        reason = self.tool_phase.waiting_reason() if self.tool_phase is not None else None
+        return ("waiting", reason) if reason else ("running", "user")
 
     async def _must_wait(self) -> bool:
         """Finish on a limit, or pause on a budget; True when no step may run now."""
@@ -214,8 +263,10 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """Run one iteration; False when it ended the session in error."""
         iteration = self.iteration + 1
         guidance = self.peek_guidance()
+        inbox = [_inbox_item(g) for g in guidance]
         frame_in = FrameIn(step=self.next_step_token, state=self.state,
-                           guidance="\n".join(g["text"] for g in guidance) or None)
+                           guidance="\n".join(g["text"] for g in guidance if _kind(g) == "guidance") or None,
+                           tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
                           iteration=iteration, config=self.config.model_dump())
         started = time.perf_counter()
@@ -232,15 +283,22 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self._record_error(row, frame_in, outcome)
             return False
         out = outcome.out
+        calls = [{"id": str(ULID()), "call_id": c.id, "name": c.name, "args": c.args} for c in out.tool_calls]
+        inputs = {"tool_results": frame_in.model_dump()["tool_results"], "inbox": inbox}
+        done = out.done and not calls  # a step with tool calls is never the last
         stored = await self.persist.append_step({
             **row, "step_token": out.step, "next_step_token": out.next_step,
-            "status": "done" if out.done else "ok", "text": out.text, "data": out.data, "state": out.state,
-            "notes": _with_retries(out.notes, outcome.retried), "error": None})
+            "status": "done" if done else "ok", "text": out.text, "data": out.data, "state": out.state,
+            "notes": _with_retries(out.notes, outcome.retried), "error": None,
+            "tool_calls": calls or None, "inputs": inputs if (self.tool_results or inbox) else None})
         self.iteration, self.step_token, self.next_step_token = iteration, out.step, out.next_step
         self.state, self.result = out.state, {"text": out.text, "data": out.data}
         self.consume_guidance(guidance)
+        self.tool_results, self.tool_step = None, (iteration if calls else None)
+        self.open_step = dict(stored, _fresh=True) if calls else None
         await self.observers.notify("step_persisted", self.snapshot(), stored)
-        self._finish_if_over(out.done, out.text)
+        if not calls:
+            self._finish_if_over(done, out.text)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
@@ -277,6 +335,18 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         await self.set_status("error", f"step_failed:{outcome.error_class}")
 
 
+def _kind(item: dict) -> str:
+    return item.get("kind") or "guidance"
+
+
+def _inbox_item(item: dict) -> dict:
+    """A queued guidance item as a StepFrame-v1 inbox entry."""
+    out = {"kind": _kind(item), "text": item.get("text")}
+    if item.get("source"):
+        out["source"] = item["source"]
+    return out
+
+
 def _caught_up(snapshot: dict, latest_step: dict) -> dict:
     """The snapshot as it would have been saved right after ``latest_step``."""
     fixed = dict(snapshot, iteration=latest_step["iteration"],
@@ -291,6 +361,7 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
     fixed.update(
         step_token=latest_step.get("step_token"), next_step_token=latest_step.get("next_step_token"),
         state=latest_step.get("state") or {}, step_started_at=None,
+        tool_step=latest_step["iteration"] if latest_step.get("tool_calls") else None,
         result={"text": latest_step.get("text"), "data": latest_step.get("data")},
         pending_guidance=[g for g in (snapshot.get("pending_guidance") or []) if g.get("action_id") not in used],
     )

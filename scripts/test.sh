@@ -11,6 +11,12 @@ if [ ! -x /usr/bin/chromium ]; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
+# The scale-out tests run a real Redis (Flask-SocketIO's message queue between
+# app.py instances); the S3-compatible server (moto) comes with the test extras.
+if ! command -v redis-server >/dev/null; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server
+fi
 # The JS client test: node + socket.io-client 4.x from tests/js/package-lock.json.
 if ! command -v npm >/dev/null; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)

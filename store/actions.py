@@ -12,7 +12,7 @@ from ulid import ULID
 from store import codec, filters, query
 from store.watch import watch_commits
 
-TYPES = {"create", "pause", "resume", "interrupt", "destroy"}
+TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "tool_deny", "tool_result"}
 STATUSES = {"pending", "processing", "done", "failed"}
 PENDING = filters.eq_word("status", "pending", STATUSES)
 PROCESSING = filters.eq_word("status", "processing", STATUSES)
@@ -168,3 +168,10 @@ class ActionQueue:
 
     def oldest_pending(self) -> dict | None:
         return query.first(self.table, self.name, PENDING, order=[("created_at", True)])
+
+    def of_session(self, session_id: str, *, after: str | None = None, limit: int = 200) -> list[dict]:
+        """A session's actions in id order (ULIDs: the order they were accepted),
+        strictly after the action id ``after``: the cursor of GET /api/stream."""
+        where = filters.all_of(filters.eq_id("session_id", session_id),
+                               filters.id_cmp("id", ">", after) if after else None)
+        return query.rows(self.table, self.name, where, order=[("id", True)], limit=limit)

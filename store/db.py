@@ -23,13 +23,14 @@ from store.maintenance import ensure_indexes, table_shape
 from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
 from store.steps import StepLog
+from store.tool_calls import ToolCallTable
 from store.workers import WorkerTable
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
 log = logging.getLogger("store")
 
 MIB = 1024 * 1024
-DEFAULT_CACHE_MB = 64  # per cache (index, metadata) and per process
+DEFAULT_CACHE_MB = 16  # per cache (index, metadata) and per process
 
 
 class Store:
@@ -55,6 +56,7 @@ class Store:
         self.steps = StepLog(self.tables["agent_steps"], self.writer)
         self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
+        self.tool_calls = ToolCallTable(self.tables["tool_calls"], self.writer)
 
     def _open_or_create(self, name, schema):
         try:

@@ -24,6 +24,11 @@ LINE = re.compile(r"^\[\S+\s+(ERROR|WARN|INFO|DEBUG|TRACE)\s+([^\]\s]+)\]\s?(.*)
 LEVELS = {"ERROR": logging.ERROR, "WARN": logging.WARNING, "INFO": logging.INFO,
           "DEBUG": logging.DEBUG, "TRACE": logging.DEBUG}
 
+# Warnings Lance gives for what our maintenance expects and handles: a compaction
+# preempted by a concurrent update is left for the next round (store.maintenance
+# counts the table due again), so it is an event, not a problem.
+EXPECTED = ("Compaction commit failed",)
+
 _routed = False
 
 
@@ -61,6 +66,9 @@ def relay_line(line: str) -> None:
     match = LINE.match(line)
     if match:
         level, module, message = match.groups()
-        logging.getLogger(module.replace("::", ".")).log(LEVELS[level], "%s", message)
+        number = LEVELS[level]
+        if number == logging.WARNING and message.startswith(EXPECTED):
+            number = logging.INFO
+        logging.getLogger(module.replace("::", ".")).log(number, "%s", message)
     else:
         logging.getLogger("native").warning("%s", line)

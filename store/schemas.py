@@ -54,6 +54,7 @@ AGENT_STATE = _schema(
     ("status_changed_at", TS, True),
     ("step_started_at", TS, True),  # set while a long step is in flight
     ("heartbeat_at", TS, True),  # refreshed while that step runs
+    ("tool_step", pa.int64(), True),  # iteration whose tool results no step has consumed yet
 )
 
 AGENT_STEPS = _schema(
@@ -74,6 +75,33 @@ AGENT_STEPS = _schema(
     ("error", pa.string(), True),
     ("usage", pa.string(), True),
     ("attempts", pa.int32(), True),  # 1 + retries of transient failures
+    ("tool_calls", pa.string(), True),  # [{id, call_id, name, args}] this step asked for (StepFrame-v1)
+    ("inputs", pa.string(), True),  # {tool_results, inbox}: what this step's frame_in consumed
+)
+
+# One row per tool call a step asked for (StepFrame-v1), rewritten whole at each
+# change of status by the worker that owns the session.
+TOOL_CALLS = _schema(
+    ("id", pa.string(), False),
+    ("created_at", TS, False),
+    ("updated_at", TS, True),
+    ("agent_id", pa.string(), False),
+    ("session_id", pa.string(), False),
+    ("iteration", pa.int64(), False),  # the step that made the call
+    ("seq", pa.int32(), False),  # its place among that step's calls
+    ("call_id", pa.string(), True),  # the moniker's id for the call (frame_out), echoed in its result
+    ("name", pa.string(), False),
+    ("args", pa.string(), True),
+    # pending | waiting_approval | waiting_result | running | success | failed | denied | unknown
+    ("status", pa.string(), False),
+    ("result", pa.string(), True),
+    ("error", pa.string(), True),
+    ("attempts", pa.int32(), False),  # times the tool was started
+    ("started_at", TS, True),
+    ("finished_at", TS, True),
+    ("duration_ms", pa.float64(), True),
+    ("usage", pa.string(), True),
+    ("decided_by", pa.string(), True),  # id of the action that approved, denied or posted the result
 )
 
 # One row per agents.py process: its heartbeat tells the others it is alive.
@@ -128,12 +156,13 @@ CONVERSATION_MESSAGES = _schema(
 
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
-              conversation_messages=CONVERSATION_MESSAGES)
+              conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (FACTS.md: without it they do, every time).
-PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id"}
+PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id",
+                "tool_calls": "id"}
 
 # Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
@@ -145,12 +174,15 @@ INDEXES = {
                     ("created_at", "btree")],
     "conversation_messages": [("conversation_id", "btree"), ("created_at", "btree")],
     "conversation_participants": [("conversation_id", "btree"), ("kind", "bitmap")],
+    "tool_calls": [("id", "btree"), ("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"),
+                   ("created_at", "btree")],
 }
 
 JSON_COLUMNS = {
     "actions": {"payload"},
     "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage"},
-    "agent_steps": {"data", "state", "guidance", "usage"},
+    "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs"},
+    "tool_calls": {"args", "result", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},
     "workers": {"maintenance"},

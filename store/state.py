@@ -3,7 +3,7 @@ from concurrent.futures import Future
 
 from store import codec, filters, query
 
-STATUSES = {"running", "paused", "stopping", "stopped", "done", "error"}
+STATUSES = {"running", "waiting", "paused", "stopping", "stopped", "done", "error"}
 LIST_COLUMNS = ["session_id", "agent_id", "created_at", "updated_at", "status", "moniker", "name", "task"]
 # sort name -> (key, descending); every key ends in agent_id so equal values keep one order
 AGENT_SORTS = {
@@ -22,7 +22,7 @@ def _matches(row: dict, moniker: str | None, text: str | None) -> bool:
         needle = text.casefold()
         return any(needle in (row.get(k) or "").casefold() for k in ("name", "task", "agent_id", "session_id"))
     return True
-RESUMABLE = ("running", "paused", "stopping")
+RESUMABLE = ("running", "waiting", "paused", "stopping")
 
 
 class StateTable:

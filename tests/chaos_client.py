@@ -196,3 +196,138 @@ def snapshot_row_counts(svc: Service) -> dict[str, int]:
         return {name: table.count_rows() for name, table in store.tables.items()}
     finally:
         store.close()
+
+
+# ---- tool calls in the crash harness ---------------------------------------------
+
+def tool_script(index: int, steps: int = 60) -> list[dict]:
+    """Frames for a ``scripted`` session whose every step asks for one call that
+    needs approval (a counted, non-idempotent tool) and one external result."""
+    return [{"text": f"step {n}", "tool_calls": [
+        {"id": f"a{n}", "name": "sleep_count", "args": {"seconds": 0.1, "key": f"s{index}-{n}"}},
+        {"id": f"h{n}", "name": "human", "args": {"question": f"q{n}"}}]} for n in range(steps)]
+
+
+@dataclass
+class ToolSent:
+    """One accepted (202) approve / deny / result."""
+    session_id: str
+    tool_call_id: str
+    verb: str
+    action_id: str
+
+
+class ToolStream(threading.Thread):
+    """Answers the tool calls of some sessions from a background thread: approves
+    (or sometimes denies) calls waiting for approval and posts results to calls
+    waiting for one, now and then twice in a row, recording what was accepted."""
+
+    def __init__(self, svc: Service, session_ids: list[str], seed: int, gap_s=(0.01, 0.1)):
+        super().__init__(name="tool-stream", daemon=True)
+        self.url = svc.url
+        self.http = requests.Session()
+        self.session_ids = session_ids
+        self.rng = random.Random(seed)
+        self.gap_s = gap_s
+        self.sent: list[ToolSent] = []
+        self.conflicts = 0  # 409s: the call was no longer waiting when the request came
+        self.decided: set[str] = set()  # calls with an accepted decision
+        self.refused: list[tuple[str, int, str]] = []
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                for sid in self.session_ids:
+                    self.answer(sid)
+                self.stopping.wait(self.rng.uniform(*self.gap_s))
+        except requests.ConnectionError:
+            pass  # app.py is not what the harness kills; a blip just ends the stream
+        except BaseException as exc:
+            self.error = exc
+
+    def answer(self, session_id: str) -> None:
+        r = self.http.get(f"{self.url}/api/tool-calls", params={"session_id": session_id, "limit": 50}, timeout=30)
+        for call in r.json()["tool_calls"]:
+            if call["id"] in self.decided:
+                continue  # its decision is queued (maybe behind a restart): answering again only adds conflicts
+            if call["status"] == "waiting_approval":
+                verb = "deny" if self.rng.random() < 0.2 else "approve"
+                body = {"reason": "harness says no"} if verb == "deny" else {}
+            elif call["status"] == "waiting_result":
+                verb, body = "result", {"result": {"answer": call["call_id"]}}
+            else:
+                continue
+            for _ in range(2 if self.rng.random() < 0.3 else 1):
+                self.post(session_id, call["id"], verb, body)
+
+    def post(self, session_id: str, tool_call_id: str, verb: str, body: dict) -> None:
+        r = self.http.post(f"{self.url}/api/tool-calls/{tool_call_id}/{verb}", json=body, timeout=30)
+        if r.status_code == 202:
+            self.sent.append(ToolSent(session_id, tool_call_id, verb, r.json()["action_id"]))
+            self.decided.add(tool_call_id)
+        elif r.status_code == 409:
+            self.conflicts += 1
+        else:
+            self.refused.append((verb, r.status_code, r.text[:200]))
+
+    def stop(self) -> list[ToolSent]:
+        self.stopping.set()
+        self.join(timeout=60)
+        assert not self.is_alive(), "tool stream did not stop"
+        if self.error:
+            raise self.error
+        return self.sent
+
+
+def assert_tool_calls_exactly_once(svc: Service, sent: list[ToolSent], actions: dict[str, dict],
+                                   count_dir: str) -> dict:
+    """Of the decisions accepted for a call, exactly one applied (the one its row
+    names in ``decided_by``) and the others failed as conflicts; a counted tool
+    started at most once (once if it succeeded, never if denied); and every ended
+    call's result reached exactly one later step, none twice."""
+    from tools.builtin import read_count
+
+    by_call: dict[str, list[ToolSent]] = {}
+    for s in sent:
+        by_call.setdefault(s.tool_call_id, []).append(s)
+    rows = {}
+    for sid in {s.session_id for s in sent}:
+        for row in svc.get("/api/tool-calls", session_id=sid, limit=1000).json()["tool_calls"]:
+            rows[row["id"]] = row
+    for call_id, decisions in by_call.items():
+        row = rows[call_id]
+        done = [d.action_id for d in decisions if actions[d.action_id]["status"] == "done"]
+        assert done == [row["decided_by"]], f"call {call_id}: applied {done}, row says {row['decided_by']}: {row}"
+        for d in decisions:
+            if d.action_id != row["decided_by"]:
+                a = actions[d.action_id]
+                assert a["status"] == "failed" and a["error"].startswith("conflict"), a
+    for row in rows.values():
+        if row["name"] == "sleep_count":
+            ran = read_count(count_dir, row["args"]["key"])
+            assert ran <= 1, f"{row['id']} ran {ran} times"
+            if row["status"] == "success":
+                assert ran == 1, (row, ran)
+            elif row["status"] in ("denied", "waiting_approval", "pending"):
+                assert ran == 0, (row, ran)
+    delivered_results: dict[str, int] = {}
+    later_step: dict[str, bool] = {}
+    for sid in {s.session_id for s in sent}:
+        steps = svc.steps(sid)
+        assert_contiguous(steps, f"tool session {sid}")
+        last = steps[-1]["iteration"] if steps else -1
+        for step in steps:
+            for result in (step.get("inputs") or {}).get("tool_results") or []:
+                key = f"{sid}/{result['id']}"
+                delivered_results[key] = delivered_results.get(key, 0) + 1
+        for row in rows.values():
+            if row["session_id"] == sid:
+                later_step[f"{sid}/{row['call_id']}"] = row["iteration"] < last
+    assert all(n == 1 for n in delivered_results.values()), \
+        f"results delivered twice: {[k for k, n in delivered_results.items() if n > 1]}"
+    missing = [k for k, later in later_step.items() if later and k not in delivered_results]
+    assert not missing, f"results of ended calls never reached a step: {missing}"
+    return {"tool_calls": len(rows), "tool_decisions": len(sent),
+            "tool_conflicts": sum(actions[s.action_id]["status"] == "failed" for s in sent)}

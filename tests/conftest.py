@@ -1,12 +1,16 @@
 import pytest
 
 from tests.harness import Service
+from tools.builtin import COUNT_DIR_ENV
 
 
 def _start(tmp_path_factory, name: str) -> Service:
     root = tmp_path_factory.mktemp(name)
     (root / "logs").mkdir()
-    return Service(str(root / "data"), str(root / "logs")).start()
+    (root / "counts").mkdir()  # where the counting test tools record each execution
+    svc = Service(str(root / "data"), str(root / "logs"), env={COUNT_DIR_ENV: str(root / "counts")})
+    svc.count_dir = str(root / "counts")
+    return svc.start()
 
 
 @pytest.fixture
@@ -32,7 +36,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        for name in ("service", "shared_service"):
+        for name in ("service", "shared_service", "cluster"):
             svc = item.funcargs.get(name)
             if svc is not None:
                 report.sections.append((f"{name} logs", svc.logs()))

@@ -72,10 +72,19 @@ class Service:
         self.workers.append(proc)
         return proc
 
+    def stop_app(self) -> int:
+        self.app.send_signal(signal.SIGTERM)
+        return self.app.wait(timeout=20)
+
+    def cli(self, *args, env=None, timeout: float = 60, **popen) -> subprocess.CompletedProcess:
+        """Run the ``agentsvc`` command line against this service; its output as text."""
+        return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout, env={**self.env, "AGENTSVC_URL": self.url, **(env or {})}, **popen)
+
     def _healthy(self) -> bool:
         try:
-            return self.http.get(self.url + "/api/health", timeout=1).status_code == 200
-        except requests.ConnectionError:
+            return self.http.get(self.url + "/api/health", timeout=5).status_code == 200
+        except requests.RequestException:  # refused while starting, or slow (a loaded machine, object storage)
             return False
 
     def kill_agents(self) -> None:
@@ -108,10 +117,10 @@ class Service:
     # ---- HTTP helpers ---------------------------------------------------
 
     def get(self, path: str, **params):
-        return self.http.get(self.url + path, params=params, timeout=10)
+        return self.http.get(self.url + path, params=params, timeout=30)
 
     def post(self, path: str, json=None, data=None, headers=None):
-        return self.http.post(self.url + path, json=json, data=data, headers=headers, timeout=10)
+        return self.http.post(self.url + path, json=json, data=data, headers=headers, timeout=30)
 
     def create(self, moniker: str = "joke", task: str = "", **fields) -> dict:
         r = self.post("/api/agents", json={"moniker": moniker, "task": task, **fields})

@@ -18,6 +18,7 @@ EXPECTED = {
     "bench_soak": ["machine", "series", "verdict"],
     "bench_idle": ["machine", "idle_cpu_percent", "idle_agents", "target"],
     "bench_peers": ["machine", "runs", "per_step_ms_single_agent"],
+    "bench_tools": ["machine", "single", "many", "target"],
 }
 
 
@@ -56,6 +57,8 @@ def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
         assert result["busy"]["dispatch"]["n"] > 0, "no handler times found in agents.py's log"
     if name == "bench_soak":
         assert result["series"] and "within_1_5x" in result["verdict"]
+    if name == "bench_tools":
+        assert result["single"]["ratio_p50"] and result["many"]["tool"]["tool_calls_per_s"] > 0
     if name == "bench_peers":
         run = result["runs"][0]
         assert all(run[k]["steps_per_s"] > 0 for k in ("agentsvc", "langgraph", "naive"))

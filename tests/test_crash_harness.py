@@ -15,13 +15,14 @@ import time
 
 import pytest
 
-from tests.chaos_client import (ControlStream, assert_actions_match_model, assert_applied_in_order,
-                                assert_contiguous, delivered,
-                                model, wait_actions_finished, wait_new_steps)
+from tests.chaos_client import (ControlStream, ToolStream, assert_actions_match_model, assert_applied_in_order,
+                                assert_contiguous, assert_tool_calls_exactly_once, delivered,
+                                model, tool_script, wait_actions_finished, wait_new_steps)
 
 SEED = int(os.environ.get("AGENTSVC_CRASH_SEED", "20261122"))
 LONG = os.environ.get("AGENTSVC_LONG_TESTS") == "1"
 AGENTS = 8
+TOOL_AGENTS = 2  # scripted sessions whose calls need approvals and external results
 
 
 def run_crash_harness(svc, kills: int, seed: int) -> dict:
@@ -31,12 +32,17 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
     rng = random.Random(seed)
     agents = [svc.create("joke" if i % 2 else "echo", f"tell jokes about thing{i}",
                          config={"interval_s": round(rng.uniform(0.02, 0.1), 3)}) for i in range(AGENTS)]
-    for made in agents:
+    tool_agents = [svc.create("scripted", config={"interval_s": 0, "frames": tool_script(i),
+                                                  "tools": ["sleep_count", "human"], "approve": ["sleep_count"]})
+                   for i in range(TOOL_AGENTS)]
+    for made in agents + tool_agents:
         svc.wait_steps(made["session_id"], 1, timeout=60)
 
     destroys = rng.sample(range(3, 4 * kills), 2 if kills < 10 else 3)  # a destroy or two, mid-run
     stream = ControlStream(svc, agents, seed=seed + 1, destroy_at=destroys)
     stream.start()
+    tool_stream = ToolStream(svc, [a["session_id"] for a in tool_agents], seed=seed + 2)
+    tool_stream.start()
     try:
         for _ in range(kills):
             time.sleep(rng.uniform(0.3, 3.0))  # sometimes while it is still starting up
@@ -46,13 +52,16 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
         time.sleep(rng.uniform(1.0, 2.0))
     finally:
         sent = stream.stop()
+        tool_sent = tool_stream.stop()
     assert not stream.refused, f"app.py refused controls it should have accepted: {stream.refused[:5]}"
+    assert not tool_stream.refused, f"app.py refused tool decisions: {tool_stream.refused[:5]}"
 
     # Every accepted action ends done or failed, as the model of its session says.
     # Generous (a backlog builds up while agents.py is down); an action stranded by
     # a kill and finished only when its 60 s lease ran out shows up as out of order.
     settle = time.monotonic()
-    actions = wait_actions_finished(svc, [s.action_id for s in sent], timeout=90 + 0.5 * len(sent))
+    actions = wait_actions_finished(svc, [s.action_id for s in sent + tool_sent],
+                                    timeout=90 + 0.5 * len(sent + tool_sent))
     print(f"crash harness: all {len(sent)} actions finished {time.monotonic() - settle:.1f}s after the last restart")
     sessions = [a["session_id"] for a in agents]
     models = model(sessions, sent)
@@ -87,12 +96,14 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
                 assert used == 1, f"guidance of {s.action_id} never reached a step of running session {sid}"
             elif models[sid].status == "paused":
                 assert used == 1 or s.action_id in pending, f"guidance of {s.action_id} lost in {sid}"
+    # Tool calls: each decision applied exactly once, no tool run twice, no result lost or doubled.
+    tool_counts = assert_tool_calls_exactly_once(svc, tool_sent, actions, svc.count_dir)
     interrupted = sum(s["status"] == "interrupted" for sid in sessions for s in svc.steps(sid))
     counts = {"seed": seed, "kills": kills, "actions": len(sent), "steps": total_steps, "sessions": len(sessions),
               "destroyed": sum(m.status == "stopped" for m in models.values()),
               "interrupted_steps": interrupted,
               "failed_actions": sum(a["status"] == "failed" for a in actions.values()),
-              "retried_actions": sum(a["attempts"] > 1 for a in actions.values())}
+              "retried_actions": sum(a["attempts"] > 1 for a in actions.values()), **tool_counts}
     print("crash harness summary: " + " ".join(f"{k}={v}" for k, v in counts.items()))
     return counts
 

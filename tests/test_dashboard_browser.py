@@ -407,3 +407,33 @@ def test_every_page_is_accessible_and_fits(browser, shared_service, width):
         assert not problems, problems
     finally:
         context.close()
+
+
+def test_tool_calls_in_the_timeline_approve_and_post_a_result(page, shared_service):
+    """A step's tool calls show inside it, live: Approve runs a waiting call, the
+    result box answers an external one, and the next step follows."""
+    expect = playwright_api.expect
+    made = shared_service.create("scripted", config={"interval_s": 0, "tools": ["add", "human"], "approve": ["add"],
+                                                     "frames": [{"text": "asking", "tool_calls": [
+                                                         {"name": "add", "args": {"numbers": [2, 3]}},
+                                                         {"name": "human", "args": {"question": "colour?"}}]},
+                                                         {"text": "thanks", "done": True}]})
+    page.goto(f"{shared_service.url}/#/session/{made['session_id']}")
+    calls = page.locator("[data-testid=step][data-iteration='0'] [data-testid=tool-call]")
+    expect(calls).to_have_count(2, timeout=30_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("waiting", timeout=30_000)
+    expect(calls.nth(0)).to_contain_text("waiting_approval")
+    expect(calls.nth(1)).to_contain_text("waiting_result")
+
+    calls.nth(0).get_by_test_id("tool-approve").click()
+    expect(calls.nth(0)).to_contain_text("success", timeout=30_000)
+    calls.nth(0).locator("summary").click()
+    expect(calls.nth(0).locator(".tool-json").nth(1)).to_contain_text('"sum": 5')
+
+    calls.nth(1).locator("textarea").fill('{"colour": "blue"}')
+    calls.nth(1).get_by_test_id("tool-post-result").click()
+    expect(calls.nth(1)).to_contain_text("success", timeout=30_000)
+    expect(page.locator("[data-testid=step][data-iteration='1']")).to_contain_text("thanks", timeout=30_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
+    step1 = shared_service.steps(made["session_id"])[1]
+    assert [r["result"] for r in step1["inputs"]["tool_results"]] == [{"sum": 5}, {"colour": "blue"}]

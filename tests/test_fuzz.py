@@ -79,6 +79,11 @@ def hostile_requests(svc, t: dict, bad: str) -> list:
         post(f"/api/conversations/{cid}/participants", json={"kind": "agent", "session_id": bad}),
         post(f"/api/conversations/{cid}/participants", json={"kind": "agent", "session_id": sid, "agent_id": bad}),
         post(f"/api/conversations/{cid}/messages", json={"text": "hi", "user_id": bad}),
+        # tool calls
+        get(f"/api/tool-calls/{in_path}"), post(f"/api/tool-calls/{in_path}/approve", json={}),
+        post(f"/api/tool-calls/{in_path}/deny", json={}), post(f"/api/tool-calls/{in_path}/result", json={"result": 1}),
+        get("/api/tool-calls", session_id=bad), get("/api/tool-calls", agent_id=bad), get("/api/tool-calls", name=bad),
+        get("/api/tool-calls", status=bad), get("/api/tool-calls", since=bad), get("/api/tool-calls", limit=bad),
     ]
 
 
@@ -101,7 +106,8 @@ def test_hostile_ids_everywhere_get_4xx_and_change_nothing(shared_service, targe
 
 POST_ROUTES = ["/api/agents", "/api/agents/{aid}/pause", "/api/agents/{aid}/resume", "/api/agents/{aid}/destroy",
                "/api/agents/{aid}/interrupt", "/api/conversations", "/api/conversations/{cid}/participants",
-               "/api/conversations/{cid}/messages"]
+               "/api/conversations/{cid}/messages", "/api/tool-calls/{aid}/approve", "/api/tool-calls/{aid}/deny",
+               "/api/tool-calls/{aid}/result"]
 
 
 @pytest.mark.parametrize("route", POST_ROUTES)

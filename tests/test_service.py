@@ -239,3 +239,24 @@ def _enqueued_creates(svc) -> float:
         if line.startswith('agentsvc_actions_enqueued_total{type="create"}'):
             return float(line.split()[-1])
     return 0.0
+
+
+def test_health_reports_each_tables_shape_and_each_workers_maintenance(shared_service):
+    made = shared_service.create("countdown", config={"n": 3, "interval_s": 0})
+    shared_service.wait_status(made["session_id"], "done", timeout=60)
+
+    def storage():
+        report = shared_service.get("/api/health").json().get("storage")
+        return report if report and report["maintenance"] and report["tables"]["agent_steps"]["rows"] else None
+
+    report = wait_for(storage, what="a storage report naming a worker and the steps")
+    assert report["status"] in ("ok", "behind") and isinstance(report["warnings"], list)
+    steps = report["tables"]["agent_steps"]
+    assert steps["fragments"] >= 1 and steps["versions"] >= 1 and steps["bytes"] > 0
+    (worker, tables), = report["maintenance"].items()  # one live agents.py, with a table map from its heartbeat
+    assert set(tables) >= {"actions", "agent_state", "agent_steps"}
+    assert all({"runs", "failures", "abandoned", "last_ok_at"} <= set(t) for t in tables.values())
+    assert report["lance_cache_bytes"] >= 0 and report["age_s"] >= 0
+    gauges = [line for line in shared_service.get("/metrics").text.splitlines()
+              if line.startswith('agentsvc_table_fragments{table="agent_steps"}')]
+    assert gauges, "app.py exports the tables' shapes"

@@ -115,3 +115,42 @@ def test_latest_page_of_a_100k_step_session_uses_the_same_plan_as_a_small_one(tm
     page = store.steps.search(session_id="big", limit=50, offset=50_000)
     assert [s["iteration"] for s in page] == list(range(50_000, 50_050))
     store.close()
+
+
+def test_lance_log_lines_are_logged_at_their_level_under_their_module(caplog):
+    import logging
+
+    from store import lance_log
+
+    with caplog.at_level(logging.DEBUG):
+        lance_log.relay_line("[2026-11-23T04:20:00Z ERROR lance::io::commit] the disk is on fire")
+        lance_log.relay_line("[2026-11-23T04:20:00Z WARN  lance::dataset::optimize] Compaction commit failed; "
+                             "leaving 1 rewritten fragment(s) in place for GC")
+        lance_log.relay_line("thread 'tokio-rt-worker' panicked at src/lib.rs:1:1")
+        lance_log.relay_line("   ")
+    got = [(r.name, r.levelname, r.getMessage()[:26]) for r in caplog.records]
+    assert got == [("lance.io.commit", "ERROR", "the disk is on fire"),
+                   ("lance.dataset.optimize", "INFO", "Compaction commit failed; "),  # handled by maintenance
+                   ("native", "WARNING", "thread 'tokio-rt-worker' p")]
+
+
+def test_what_native_code_writes_to_stderr_comes_out_in_our_log_format():
+    import subprocess
+    import sys
+
+    from tests.harness import ROOT
+
+    script = (
+        "import logging, os, time\n"
+        "from store import lance_log\n"
+        "lance_log.route_to_logging()\n"
+        "logging.basicConfig(level='INFO', format='OURS %(levelname)s %(name)s: %(message)s')\n"
+        "os.write(2, b'[2026-11-23T04:20:00Z WARN  lance::io::commit] raw from native code\\n')\n"
+        "logging.getLogger('agents').info('from python')\n"
+        "time.sleep(0.5)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert "OURS WARNING lance.io.commit: raw from native code" in lines, lines
+    assert "OURS INFO agents: from python" in lines, lines
+    assert not any(line.startswith("[2026") for line in lines), lines  # nothing raw got through

@@ -11,6 +11,7 @@ survives crashes (see ``runtime`` for execution).  A plugin package exposes a
 """
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib.metadata import entry_points
 from typing import Any, Awaitable, Callable
 
@@ -31,6 +32,7 @@ class ToolContext:
     iteration: int
     config: dict = field(default_factory=dict)
     attempt: int = 1
+    created_at: datetime | None = None  # when the call was made (stable across re-runs after a crash)
 
 
 ToolFn = Callable[[BaseModel, ToolContext], Awaitable[Any]]
@@ -112,3 +114,15 @@ class ToolRegistry:
 
     def describe(self) -> list[dict]:
         return [self._tools[n].describe() for n in self.names()]
+
+
+def default_tool_registry() -> ToolRegistry:
+    """The built-in tools and every installed plugin (agents.py and app.py
+    each build one; MCP tools are added to it by the MCP bridge)."""
+    from tools import builtin
+
+    registry = ToolRegistry()
+    for tool in builtin.BUILTINS:
+        registry.register(tool)
+    registry.load_entry_points()
+    return registry

@@ -12,13 +12,15 @@
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./components/tool_calls.js";
 //                  A step part lives in web/static/js/components/ and imports
-//                  registerStepPart from "../core/registry.js".
+//                  registerStepPart from "../core/registry.js"; it may also use
+//                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
 // A page is shown in its own <section>; the router below picks the page whose
 // match() accepts the location's hash, or else the agents page (the fallback).
 import "./pages/agents.js";
 import "./pages/session.js";
 import "./pages/conversations.js";
 import "./pages/conversation.js";
+import "./components/tool_calls.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";

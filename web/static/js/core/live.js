@@ -6,6 +6,7 @@
 // carry {stream, seq, epoch}: a gap in seq or a new epoch (app.py restarted)
 // triggers another catch-up.
 import { $ } from "./dom.js";
+import { liveHandlers } from "./registry.js";
 
 const streams = new Map();
 let rooms = [];
@@ -22,11 +23,13 @@ export function connect() {
   });
   socket.on("disconnect", () => setLive(false));
   socket.on("connect_error", () => setLive(false));
-  for (const name of ["agent_state", "agent_step", "action", "conversation_message"]) {
+  const names = new Set(["agent_state", "agent_step", "action", "conversation_message", ...liveHandlers.keys()]);
+  for (const name of names) {
     socket.on(name, (event) => {
       sequenced(event);
       const handler = current && current.on && current.on[name];
       if (handler) handler(event.data, event);
+      (liveHandlers.get(name) || []).forEach((h) => h(event.data, event));
     });
   }
 }

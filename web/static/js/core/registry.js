@@ -31,3 +31,18 @@ export function registerPage(page) {
 export function registerStepPart(part) {
   stepParts.push(part);
 }
+
+// Live events beyond the four every page knows (agent_state, agent_step, action,
+// conversation_message): handler(data, event) runs for each, on every page.
+export const liveHandlers = new Map();
+export function registerLiveEvent(name, handler) {
+  if (!liveHandlers.has(name)) liveHandlers.set(name, []);
+  liveHandlers.get(name).push(handler);
+}
+
+// Called by the session page after each catch-up of a session (its first load,
+// and after every reconnect): hook(sessionId) reads what live events may have missed.
+export const sessionHooks = [];
+export function registerSessionHook(hook) {
+  sessionHooks.push(hook);
+}

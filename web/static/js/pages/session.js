@@ -5,7 +5,7 @@ import { get, post } from "../core/api.js";
 import { $, h, replace } from "../core/dom.js";
 import { agentLabel, badge, errorBlock, money, reasonWords, short, stepNumber, tokens, when } from "../core/format.js";
 import { scheduleCatchUp } from "../core/live.js";
-import { registerPage } from "../core/registry.js";
+import { registerPage, sessionHooks } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 import { jsonView } from "../components/json_view.js";
 import { timeline } from "../components/timeline.js";
@@ -197,6 +197,7 @@ async function load(params) {
     ui.body.hidden = false;
     if (!current.snapshot || (s.updated_at || "") >= (current.snapshot.updated_at || "")) render(s);
     await ui.steps.catchUp();
+    await Promise.all(sessionHooks.map((hook) => hook(id)));
   } catch (err) {
     if (id !== current.id) return;
     if (err.status === 404 || err.status === 400) {

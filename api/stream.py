@@ -1,0 +1,332 @@
+"""Resumable live events over plain HTTP: ``GET /api/stream`` (Server-Sent Events).
+
+    curl -N 'localhost:8765/api/stream?rooms=session:01J…,conversation:01J…'
+
+The events are Socket.IO's (``agent_step``, ``agent_state``, ``action``,
+``conversation_message``, shaped ``{id, stream, data}``), but every one is read
+from LanceDB, not from the live relay.  That is what makes the stream
+resumable: each event's SSE ``id`` is a *cursor*, the position of the client
+in every series it follows, and a client that reconnects with
+``Last-Event-ID: <cursor>`` (or ``?after=<cursor>``) is served everything after
+it from the record (across restarts of app.py and agents.py alike), then the
+live ones, with no gap and no duplicate.
+
+The cursor is ``;``-separated ``kind:<id>=<position>`` items (no id can hold
+``;`` or ``=``):
+
+- ``step:<session_id>=<iteration>``: steps are delivered by iteration, which a
+  session's single runner writes strictly in order.
+- ``action:<session_id>=<action_id>``: finished actions in the order they were
+  accepted (action ids are ULIDs); the cursor only moves past an action once it
+  and all before it have finished, so a later one finishing first waits.
+- ``state:<session_id>=<µs since epoch>``: the snapshot's ``updated_at``.  A
+  snapshot is the latest state, not a history: a client that was away gets the
+  current one once, not every intermediate one.
+- ``msg:<conversation_id>=<message_id>``: messages in the conversation's
+  ``(created_at, message_id)`` order, like ``GET …/messages?after=``.
+
+Rooms: ``session:<id>`` (its steps, actions and snapshot), ``agent:<id>``
+(the same for each of the agent's sessions, new ones included) and
+``conversation:<id>`` (its messages).  After the first catch-up the server
+sends one ``ready`` event (no id) so a client knows it has the past.
+
+Liveness without polling LanceDB hard: the Socket.IO hub tells the open
+streams when an event for one of their rooms passed through this process
+(:meth:`StreamHub.notify`), and they read from their cursor at once; otherwise
+each stream reads every ``poll_s`` (events relayed to another app.py instance
+arrive that way).  Each open stream holds a server thread (threading mode), so
+their number is capped (503 beyond ``max_streams``), a comment is sent every
+``keepalive_s`` (a server only learns that a client went away when it writes),
+and a stream with nothing to send for ``idle_s`` is closed (the client
+reconnects with its cursor).  Environment: ``AGENTSVC_MAX_STREAMS`` (32),
+``AGENTSVC_STREAM_POLL_S`` (1), ``AGENTSVC_STREAM_IDLE_S`` (300),
+``AGENTSVC_STREAM_KEEPALIVE_S`` (15).
+"""
+import json
+import logging
+import os
+import threading
+import time
+from datetime import datetime
+
+from flask import Blueprint, Response, current_app, request
+
+from api.errors import ApiError
+from api.live import check_room
+from store.filters import InvalidId, check_id
+
+log = logging.getLogger("api.stream")
+
+bp = Blueprint("stream", __name__, url_prefix="/api")
+
+KINDS = ("step", "action", "state", "msg")
+MAX_ROOMS = 20
+MAX_CURSOR_ITEMS = 500
+PAGE = 200
+FINISHED = ("done", "failed")
+
+
+# ---- the cursor -------------------------------------------------------------
+
+def parse_cursor(text: str | None) -> dict[tuple[str, str], object]:
+    """``kind:<id>=<position>;…`` -> {(kind, id): position}; ValueError if malformed."""
+    cursor: dict[tuple[str, str], object] = {}
+    if not text:
+        return cursor
+    items = [t for t in text.split(";") if t]
+    if len(items) > MAX_CURSOR_ITEMS:
+        raise ValueError(f"a cursor has at most {MAX_CURSOR_ITEMS} items")
+    for item in items:
+        kind, _, rest = item.partition(":")
+        key, sep, value = rest.rpartition("=")
+        if kind not in KINDS or not sep:
+            raise ValueError(f"bad cursor item {item[:80]!r}")
+        check_id(key, kind)
+        if kind in ("step", "state"):
+            position = int(value)
+            if not -1 <= position < 2 ** 62:
+                raise ValueError(f"bad cursor position in {item[:80]!r}")
+        else:
+            position = check_id(value, kind)
+        cursor[(kind, key)] = position
+    return cursor
+
+
+def format_cursor(cursor: dict[tuple[str, str], object]) -> str:
+    return ";".join(f"{kind}:{key}={value}" for (kind, key), value in cursor.items())
+
+
+def micros(iso: str | None) -> int:
+    if not iso:
+        return -1
+    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return int(when.timestamp()) * 1_000_000 + when.microsecond
+
+
+# ---- open streams and their wake-ups ----------------------------------------
+
+class StreamHub:
+    """The open streams of this process: a cap on their number, and a wake-up
+    for those following a room when an event for it passes through the hub."""
+
+    def __init__(self, max_streams: int, poll_s: float, idle_s: float, keepalive_s: float):
+        self.max_streams, self.poll_s, self.idle_s, self.keepalive_s = max_streams, poll_s, idle_s, keepalive_s
+        self._lock = threading.Lock()
+        self._open: dict[int, tuple[frozenset, threading.Event]] = {}
+        self._next = 0
+
+    def open(self, rooms: frozenset) -> tuple[int, threading.Event] | None:
+        with self._lock:
+            if len(self._open) >= self.max_streams:
+                return None
+            self._next += 1
+            wake = threading.Event()
+            self._open[self._next] = (rooms, wake)
+            return self._next, wake
+
+    def close(self, handle: int) -> None:
+        with self._lock:
+            self._open.pop(handle, None)
+
+    @property
+    def count(self) -> int:
+        return len(self._open)
+
+    def notify(self, rooms) -> None:
+        """An event for ``rooms`` was published: wake the streams that follow one."""
+        rooms = set(rooms)
+        with self._lock:
+            for followed, wake in self._open.values():
+                if followed & rooms:
+                    wake.set()
+
+
+# ---- reading one stream from the record --------------------------------------
+
+class Follower:
+    """Reads, from the store, everything a client's rooms hold after its cursor."""
+
+    def __init__(self, store, rooms: list[str], cursor: dict, tail: int | None = None):
+        self.store = store
+        self.rooms = rooms
+        self.cursor = cursor
+        self.tail = tail
+        self._last_message: dict[str, dict] = {}  # conversation -> the cursor's message row
+
+    def sessions(self) -> list[dict]:
+        """The snapshots of the sessions the rooms cover (an agent's, newest last)."""
+        out: dict[str, dict] = {}
+        for room in self.rooms:
+            kind, _, key = room.partition(":")
+            if kind == "session":
+                snapshot = self.store.states.get(key)
+                if snapshot:
+                    out[key] = snapshot
+            elif kind == "agent":
+                for snapshot in reversed(self.store.states.sessions_for_agent(key, limit=100)):
+                    out[snapshot["session_id"]] = snapshot
+        return list(out.values())
+
+    def catch_up(self):
+        """Yield ``(event, row_id, stream, data)`` for everything after the cursor,
+        advancing the cursor as each is yielded."""
+        for snapshot in self.sessions():
+            yield from self._actions(snapshot["session_id"])
+            yield from self._steps(snapshot)
+            yield from self._state(snapshot)
+        for room in self.rooms:
+            kind, _, key = room.partition(":")
+            if kind == "conversation":
+                yield from self._messages(key)
+
+    def _steps(self, snapshot: dict):
+        session_id = snapshot["session_id"]
+        key = ("step", session_id)
+        if key not in self.cursor:
+            start = -1
+            if self.tail is not None:
+                start = max(-1, (snapshot.get("iteration") or 0) - self.tail)
+            self.cursor[key] = start
+        while True:
+            rows = self.store.steps.since_iteration(session_id, self.cursor[key], limit=PAGE)
+            for step in rows:
+                if step["iteration"] <= self.cursor[key]:
+                    continue  # never send one twice, whatever the table holds
+                self.cursor[key] = step["iteration"]
+                data = dict(step, conversation_id=snapshot.get("conversation_id"))
+                yield "agent_step", step["id"], f"agent_step:{session_id}", data
+            if len(rows) < PAGE:
+                return
+
+    def _actions(self, session_id: str):
+        key = ("action", session_id)
+        while True:
+            rows = self.store.actions.of_session(session_id, after=self.cursor.get(key), limit=PAGE)
+            for action in rows:
+                if action["status"] not in FINISHED:
+                    return  # later ones wait until this one has finished: the cursor has no holes
+                self.cursor[key] = action["id"]
+                row = {k: action.get(k) for k in ("id", "type", "agent_id", "session_id", "conversation_id",
+                                                  "created_at", "status", "error", "processed_at")}
+                yield "action", action["id"], f"action:{session_id}", row
+            if len(rows) < PAGE:
+                return
+
+    def _state(self, snapshot: dict):
+        key = ("state", snapshot["session_id"])
+        stamp = micros(snapshot.get("updated_at"))
+        if stamp > self.cursor.get(key, -1):
+            self.cursor[key] = stamp
+            row = {k: v for k, v in snapshot.items() if k != "pending_guidance"}
+            yield "agent_state", snapshot["session_id"], f"agent_state:{snapshot['session_id']}", row
+
+    def _messages(self, conversation_id: str):
+        key = ("msg", conversation_id)
+        conversations = self.store.conversations
+        while True:
+            after = None
+            if key in self.cursor:
+                after = self._last_message.get(conversation_id)
+                if after is None or after["message_id"] != self.cursor[key]:
+                    after = conversations.get_message(conversation_id, self.cursor[key])
+                    if after is None:
+                        return  # a cursor naming no message of this conversation: nothing to follow from
+            rows = conversations.transcript(conversation_id, after=after, limit=PAGE)
+            for message in rows:
+                self.cursor[key] = message["message_id"]
+                self._last_message[conversation_id] = message
+                yield "conversation_message", message["message_id"], f"conversation_message:{conversation_id}", message
+            if len(rows) < PAGE:
+                return
+
+
+# ---- the route ----------------------------------------------------------------
+
+def sse(event: str, data: dict, event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+
+
+def parse_rooms(text: str | None) -> list[str]:
+    names = [r.strip() for r in (text or "").split(",") if r.strip()]
+    if not names or len(names) > MAX_ROOMS:
+        raise ApiError(400, "invalid_request", f"rooms must name 1 to {MAX_ROOMS} rooms, comma-separated")
+    try:
+        rooms = list(dict.fromkeys(check_room(r) for r in names))
+    except InvalidId as exc:
+        raise ApiError(400, "invalid_room", str(exc)) from None
+    if "all" in rooms:
+        raise ApiError(400, "invalid_room", "the stream follows session:, agent: or conversation: rooms, not 'all'")
+    return rooms
+
+
+def parse_tail(text: str | None) -> int | None:
+    if text in (None, ""):
+        return None
+    try:
+        tail = int(text)
+    except ValueError:
+        tail = -1
+    if not 0 <= tail <= 100_000:
+        raise ApiError(400, "invalid_request", "tail must be an integer from 0 to 100000")
+    return tail
+
+
+@bp.get("/stream")
+def stream():
+    rooms = parse_rooms(request.args.get("rooms"))
+    try:
+        cursor = parse_cursor(request.headers.get("Last-Event-ID") or request.args.get("after"))
+    except (ValueError, InvalidId) as exc:
+        raise ApiError(400, "invalid_cursor", str(exc)) from None
+    tail = parse_tail(request.args.get("tail"))
+    hub: StreamHub = current_app.extensions["agentsvc_streams"]
+    opened = hub.open(frozenset(rooms))
+    if opened is None:
+        raise ApiError(503, "too_many_streams", f"{hub.max_streams} streams are open; retry later")
+    follower = Follower(current_app.extensions["agentsvc"].store, rooms, cursor, tail)
+    log.info("stream %d opened rooms=%s cursor_items=%d", opened[0], ",".join(rooms), len(cursor))
+    return Response(_events(hub, opened, follower), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _events(hub: StreamHub, opened: tuple[int, threading.Event], follower: Follower):
+    handle, wake = opened
+    try:
+        yield "retry: 1000\n\n"
+        ready = False
+        last_sent = last_beat = time.monotonic()
+        while True:
+            wake.clear()  # before reading: an event from now on wakes the wait below
+            for event, row_id, stream_name, data in follower.catch_up():
+                yield sse(event, {"id": row_id, "stream": stream_name, "data": data}, format_cursor(follower.cursor))
+                last_sent = last_beat = time.monotonic()
+            if not ready:
+                ready = True
+                yield sse("ready", {"cursor": format_cursor(follower.cursor), "rooms": follower.rooms})
+            wake.wait(hub.poll_s)
+            now = time.monotonic()
+            if now - last_sent > hub.idle_s:
+                yield sse("idle", {"cursor": format_cursor(follower.cursor)})
+                return
+            if now - last_beat > hub.keepalive_s:
+                last_beat = now
+                yield ": keepalive\n\n"
+    finally:
+        hub.close(handle)
+        log.info("stream %d closed", handle)
+
+
+def install(app, live_hub=None, *, max_streams: int | None = None, poll_s: float | None = None,
+            idle_s: float | None = None, keepalive_s: float | None = None) -> StreamHub:
+    """Register the route; ``live_hub`` (api.live.LiveHub) wakes streams on its events."""
+    env = os.environ.get
+    hub = StreamHub(max_streams=max_streams or int(env("AGENTSVC_MAX_STREAMS") or 32),
+                    poll_s=poll_s or float(env("AGENTSVC_STREAM_POLL_S") or 1.0),
+                    idle_s=idle_s or float(env("AGENTSVC_STREAM_IDLE_S") or 300.0),
+                    keepalive_s=keepalive_s or float(env("AGENTSVC_STREAM_KEEPALIVE_S") or 15.0))
+    app.extensions["agentsvc_streams"] = hub
+    if live_hub is not None:
+        live_hub.listeners.append(hub.notify)
+    app.register_blueprint(bp)
+    return hub

@@ -1,0 +1,189 @@
+"""Routes of tools and tool calls (StepFrame-v1).
+
+Reads come from the store; approve, deny and result are controls like any
+other: they append an action to the queue and answer 202 with its id, and the
+worker that owns the session applies them in order with the session's other
+actions (runtime/tool_runner.py, ``ToolControls``).
+
+Where a 409 is decided: twice.  Here, at accept time, from the row's current
+status (approve/deny need ``waiting_approval``, result needs
+``waiting_result``): a request for a call that is plainly not waiting is
+refused at once.  And again when the action is applied, against the row as it
+is then: of two approvals accepted while the call was still waiting, the
+first applies and the second ends ``failed`` with a message starting with
+``conflict:`` (``GET /api/actions/<id>``), so a racing second decision can
+never apply twice.
+"""
+from datetime import datetime
+from typing import Any, Literal
+
+from flask import Blueprint, current_app, jsonify
+from pydantic import Field, field_validator, model_validator
+
+from api import schemas
+from api.errors import ApiError
+from api.routes import args, body, ctx, enqueue, not_found, path_id
+
+bp = Blueprint("tools", __name__, url_prefix="/api")
+
+STATUSES = ("pending", "waiting_approval", "waiting_result", "running", "success", "failed", "denied", "unknown")
+
+
+def registry():
+    return current_app.extensions["agentsvc_tools"]
+
+
+# ---- models ---------------------------------------------------------------
+
+class ToolCallQuery(schemas.Page):
+    session_id: schemas.Id | None = None
+    agent_id: schemas.Id | None = None
+    name: schemas.Id | None = Field(None, description="tool name")
+    status: Literal[STATUSES] | None = None
+    since: datetime | None = Field(None, description="ISO-8601; calls made at or after it")
+
+    @field_validator("since")
+    @classmethod
+    def _since_in_range(cls, value: datetime | None) -> datetime | None:
+        return schemas.StepQuery._since_in_range(value)
+
+
+class DenyRequest(schemas.Strict):
+    reason: str | None = Field(None, max_length=4000, description="told to the model")
+
+
+class ResultRequest(schemas.Strict):
+    result: Any = Field(None, description="the tool's result (any JSON); capped like any tool result")
+    error: str | None = Field(None, min_length=1, max_length=4000, description="or: why the tool failed")
+
+    @model_validator(mode="after")
+    def _one(self) -> "ResultRequest":
+        if ("result" in self.model_fields_set) == ("error" in self.model_fields_set and self.error is not None):
+            raise ValueError("give exactly one of result or error")
+        return self
+
+
+class ToolInfo(schemas.Open):
+    name: str
+    description: str
+    args_schema: dict
+    timeout_s: float
+    idempotent: bool
+    needs_approval: bool
+    external: bool
+
+
+class ToolList(schemas.Open):
+    tools: list[ToolInfo]
+
+
+class ToolCall(schemas.Open):
+    id: str
+    agent_id: str
+    session_id: str
+    iteration: int
+    seq: int
+    call_id: str | None = None
+    name: str
+    args: Any = None
+    status: Literal[STATUSES]
+    result: Any = None
+    error: str | None = None
+    attempts: int
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    duration_ms: float | None = None
+    usage: Any = None
+
+
+class ToolCallList(schemas.Open):
+    tool_calls: list[ToolCall]
+    limit: int
+    offset: int
+
+
+class ToolCallAccepted(schemas.Accepted):
+    tool_call_id: str
+
+
+MODELS = [ToolCallQuery, DenyRequest, ResultRequest, ToolInfo, ToolList, ToolCall, ToolCallList, ToolCallAccepted]
+
+
+# ---- routes ---------------------------------------------------------------
+
+@bp.get("/tools")
+def list_tools():
+    return jsonify({"tools": registry().describe()})
+
+
+@bp.get("/tool-calls")
+def list_tool_calls():
+    q: ToolCallQuery = args(ToolCallQuery)
+    rows = ctx().store.tool_calls.search(session_id=q.session_id, agent_id=q.agent_id, name=q.name,
+                                         status=q.status, since=q.since, limit=q.limit, offset=q.offset)
+    return jsonify({"tool_calls": rows, "limit": q.limit, "offset": q.offset})
+
+
+def _call(tool_call_id: str) -> dict:
+    tool_call_id = path_id(tool_call_id, "tool_call_id")
+    row = ctx().store.tool_calls.get(tool_call_id)
+    if row is None:
+        raise not_found("tool call", tool_call_id)
+    return row
+
+
+@bp.get("/tool-calls/<tool_call_id>")
+def get_tool_call(tool_call_id):
+    return jsonify(_call(tool_call_id))
+
+
+def _control(tool_call_id: str, type_: str, expected: str, payload: dict):
+    row = _call(tool_call_id)
+    if row["status"] != expected:
+        raise ApiError(409, "conflict", f"tool call {row['id']} is {row['status']}; this needs it {expected}")
+    response, status = enqueue(type_, row["agent_id"], row["session_id"], {"tool_call_id": row["id"], **payload})
+    return jsonify({**response.get_json(), "tool_call_id": row["id"]}), status
+
+
+@bp.post("/tool-calls/<tool_call_id>/approve")
+def approve_tool_call(tool_call_id):
+    body(schemas.Strict)
+    return _control(tool_call_id, "tool_approve", "waiting_approval", {})
+
+
+@bp.post("/tool-calls/<tool_call_id>/deny")
+def deny_tool_call(tool_call_id):
+    req: DenyRequest = body(DenyRequest)
+    return _control(tool_call_id, "tool_deny", "waiting_approval", {"reason": req.reason})
+
+
+@bp.post("/tool-calls/<tool_call_id>/result")
+def post_tool_result(tool_call_id):
+    req: ResultRequest = body(ResultRequest)
+    payload = {"error": req.error} if req.error is not None else {"result": req.result}
+    return _control(tool_call_id, "tool_result", "waiting_result", payload)
+
+
+# ---- OpenAPI --------------------------------------------------------------
+
+def openapi_paths(op, path, query, errors) -> dict:
+    """The paths of this module, built with api/openapi.py's helpers."""
+    tid = path("tool_call_id")
+    return {
+        "/api/tools": {"get": op("installed tools with their args' JSON schema", 200, ok_model=ToolList,
+                                 errors=())},
+        "/api/tool-calls": {"get": op("tool calls, in the order they were made", 200, ok_model=ToolCallList,
+                                      params=query(ToolCallQuery))},
+        "/api/tool-calls/{tool_call_id}": {"get": op("one tool call", 200, ok_model=ToolCall, params=[tid],
+                                                     errors=(400, 404))},
+        "/api/tool-calls/{tool_call_id}/approve": {"post": op(
+            "approve a call waiting for approval (409 unless waiting_approval)", 202, ok_model=ToolCallAccepted,
+            params=[tid], errors=(400, 404, 409))},
+        "/api/tool-calls/{tool_call_id}/deny": {"post": op(
+            "deny a call waiting for approval; the reason is told to the model", 202, ok_model=ToolCallAccepted,
+            body=DenyRequest, params=[tid], errors=(400, 404, 409))},
+        "/api/tool-calls/{tool_call_id}/result": {"post": op(
+            "post the result (or error) of a call waiting for one (409 unless waiting_result)", 202,
+            ok_model=ToolCallAccepted, body=ResultRequest, params=[tid], errors=(400, 404, 409))},
+    }

@@ -1,0 +1,135 @@
+"""Every HTTP call the CLI makes, in one place.
+
+Errors come back as :class:`ApiFailure` carrying the service's
+``{"error": {"code", "message"}}`` and the exit code the CLI ends with.
+"""
+import os
+import time
+
+import requests
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+# Exit codes (README, "The command line").
+OK, FAILED, USAGE, NOT_FOUND, REJECTED, UNREACHABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
+
+
+class ApiFailure(Exception):
+    def __init__(self, exit_code: int, code: str, message: str, status: int | None = None):
+        super().__init__(message)
+        self.exit_code, self.code, self.message, self.status = exit_code, code, message, status
+
+
+def default_url() -> str:
+    port = os.environ.get("AGENTSVC_PORT")
+    return os.environ.get("AGENTSVC_URL") or (f"http://127.0.0.1:{port}" if port else DEFAULT_URL)
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30.0):
+        self.url = (url or default_url()).rstrip("/")
+        self.timeout_s = timeout_s
+        self.http = requests.Session()
+        if token:
+            self.http.headers["Authorization"] = f"Bearer {token}"
+
+    # ---- plumbing -------------------------------------------------------
+
+    def request(self, method: str, path: str, *, json=None, params=None, ok=(200, 201, 202)) -> dict:
+        try:
+            r = self.http.request(method, self.url + path, json=json, params=params, timeout=self.timeout_s)
+        except requests.ConnectionError as exc:
+            raise ApiFailure(UNREACHABLE, "unreachable", f"cannot reach {self.url}: {exc.__class__.__name__}") from None
+        except requests.Timeout:
+            raise ApiFailure(UNREACHABLE, "timeout", f"{self.url} did not answer in {self.timeout_s}s") from None
+        if r.status_code in ok:
+            return r.json()
+        try:
+            error = r.json()["error"]
+            code, message = error["code"], error["message"]
+        except (ValueError, KeyError, TypeError):
+            code, message = "http_error", f"HTTP {r.status_code}: {r.text[:200]}"
+        exit_code = NOT_FOUND if r.status_code == 404 else REJECTED if r.status_code < 500 else UNREACHABLE
+        raise ApiFailure(exit_code, code, message, r.status_code)
+
+    def get(self, path: str, **params) -> dict:
+        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+
+    def post(self, path: str, body: dict | None = None) -> dict:
+        return self.request("POST", path, json=body or {})
+
+    # ---- agents and sessions ---------------------------------------------
+
+    def create(self, body: dict) -> dict:
+        return self.post("/api/agents", body)
+
+    def agents(self, limit: int = 100, offset: int = 0) -> list[dict]:
+        return self.get("/api/agents", limit=limit, offset=offset)["agents"]
+
+    def agent(self, agent_id: str) -> dict:
+        return self.get(f"/api/agents/{agent_id}")
+
+    def session(self, session_id: str) -> dict:
+        return self.get(f"/api/sessions/{session_id}")
+
+    def sessions(self, agent_id: str, limit: int = 100) -> list[dict]:
+        return self.get(f"/api/agents/{agent_id}/sessions", limit=limit)["sessions"]
+
+    def steps(self, session_id: str, *, min_iteration: int | None = None, status: str | None = None,
+              limit: int = 100, offset: int = 0) -> list[dict]:
+        return self.get("/api/agent-steps", session_id=session_id, min_iteration=min_iteration, status=status,
+                        limit=limit, offset=offset)["steps"]
+
+    def resolve(self, some_id: str) -> dict:
+        """A session id, or an agent id (then its latest session), as the API does:
+        the session's snapshot."""
+        try:
+            return self.session(some_id)
+        except ApiFailure as exc:
+            if exc.exit_code != NOT_FOUND:
+                raise
+        try:
+            return self.agent(some_id)
+        except ApiFailure as exc:
+            if exc.exit_code == NOT_FOUND:
+                raise ApiFailure(NOT_FOUND, "not_found", f"no session or agent {some_id}", 404) from None
+            raise
+
+    def control(self, snapshot: dict, verb: str, **body) -> dict:
+        """pause / resume / destroy / interrupt one session: the 202 answer."""
+        return self.post(f"/api/agents/{snapshot['agent_id']}/{verb}", {"session_id": snapshot["session_id"], **body})
+
+    def action(self, action_id: str) -> dict:
+        return self.get(f"/api/actions/{action_id}")
+
+    def wait_action(self, action_id: str, timeout_s: float) -> dict:
+        """Poll until the action is done or failed (backing off to 0.5 s)."""
+        deadline, pause = time.monotonic() + timeout_s, 0.02
+        while True:
+            action = self.action(action_id)
+            if action["status"] in ("done", "failed"):
+                return action
+            if time.monotonic() > deadline:
+                raise ApiFailure(TIMEOUT, "timeout", f"action {action_id} still {action['status']} after {timeout_s}s")
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.5)
+
+    # ---- conversations -----------------------------------------------------
+
+    def conversation(self, conversation_id: str) -> dict:
+        return self.get(f"/api/conversations/{conversation_id}")
+
+    def say(self, conversation_id: str, text: str, user_id: str | None = None) -> dict:
+        body = {"text": text, **({"user_id": user_id} if user_id else {})}
+        return self.post(f"/api/conversations/{conversation_id}/messages", body)
+
+    # ---- the event stream ----------------------------------------------------
+
+    def open_stream(self, rooms: list[str], cursor: str | None, tail: int | None):
+        """GET /api/stream, streaming (cli.sse reads it)."""
+        params = {"rooms": ",".join(rooms)}
+        if tail is not None and not cursor:
+            params["tail"] = tail
+        headers = {"Accept": "text/event-stream", **({"Last-Event-ID": cursor} if cursor else {})}
+        return self.http.get(self.url + "/api/stream", params=params, headers=headers, stream=True,
+                             timeout=(10, 60))  # the server sends a comment every 15 s

@@ -1,0 +1,321 @@
+"""agentsvc: run the service, or drive a running one over HTTP.
+
+\b
+    agentsvc                          # run the service (same as `agentsvc serve`)
+    agentsvc create joke "cats" --interval 2
+    agentsvc list --status running
+    agentsvc tail -f <session or agent id>
+    agentsvc pause <session or agent id>
+
+Commands that talk to a service find it at --url (AGENTSVC_URL, default
+http://127.0.0.1:8765) and send ``AGENTSVC_API_TOKEN`` as the bearer token.
+Exit codes: 0 ok, 1 the action failed, 2 bad usage, 3 not found, 4 rejected by
+the service (invalid input, unauthorized, conflict), 5 service unreachable or
+erring, 6 timed out waiting.
+"""
+import functools
+import json
+import os
+import sys
+
+import click
+
+from cli import render
+from cli.client import FAILED, NOT_FOUND, UNREACHABLE, ApiFailure, Client
+from cli.sse import follow as follow_stream
+
+SERVE_HELP = ("-h", "--help", "--version")
+FINISHED = ("done", "stopped", "error")
+
+
+def remote(command):
+    """The options every command that talks to a service has, and its error handling."""
+    @click.option("--url", envvar="AGENTSVC_URL", default=None, metavar="URL",
+                  help="the service [AGENTSVC_URL, http://127.0.0.1:8765]")
+    @click.option("--json", "as_json", is_flag=True, help="print JSON (one document, or one line per event)")
+    @functools.wraps(command)
+    def wrapper(url, as_json, **kwargs):
+        api = Client(url, token=os.environ.get("AGENTSVC_API_TOKEN") or None)
+        try:
+            return command(api, as_json, **kwargs)
+        except ApiFailure as exc:
+            if as_json:
+                render.as_json({"error": {"code": exc.code, "message": exc.message}})
+            render.err.print(f"agentsvc: {exc.message} [{exc.code}]", markup=False)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            sys.exit(0)
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, help=__doc__)
+@click.version_option(package_name="agentsvc")
+def cli():
+    pass
+
+
+# ---- the service -------------------------------------------------------------
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+             add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve(args):
+    """Run the service: agents.py and app.py (options: agentsvc serve --help)."""
+    import serve as launcher
+    sys.exit(launcher.main(list(args)))
+
+
+# ---- agents and sessions -------------------------------------------------------
+
+def parse_config(config_json: str | None, settings: tuple[str, ...], interval, max_steps) -> dict:
+    config = {}
+    if config_json:
+        text = open(config_json[1:]).read() if config_json.startswith("@") else config_json
+        try:
+            config = json.loads(text)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--config") from None
+        if not isinstance(config, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--config")
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        try:
+            config[key] = json.loads(value)
+        except ValueError:
+            config[key] = value
+    if interval is not None:
+        config["interval_s"] = interval
+    if max_steps is not None:
+        config["max_steps"] = max_steps
+    return config
+
+
+@cli.command()
+@click.argument("moniker")
+@click.argument("task", required=False, default="")
+@click.option("--config", "config_json", metavar="JSON|@FILE", help="session config as a JSON object")
+@click.option("-s", "--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="one config key (the value is parsed as JSON when it is JSON); repeatable")
+@click.option("--interval", type=float, help="seconds between steps (config interval_s)")
+@click.option("--max-steps", type=int, help="stop after this many steps (config max_steps)")
+@click.option("--name", help="a name for the agent")
+@click.option("--conversation", help="a conversation id the agent joins")
+@click.option("--agent-id", help="reuse or choose the agent id")
+@click.option("--session-id", help="choose the session id (repeating a create with it creates nothing)")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="wait until the create is applied")
+@click.option("--timeout", default=60.0, show_default=True, help="seconds to wait")
+@remote
+def create(api, as_json, moniker, task, config_json, settings, interval, max_steps, name, conversation,
+           agent_id, session_id, wait, timeout):
+    """Start an agent session running MONIKER on TASK."""
+    body = {"moniker": moniker, "task": task, "config": parse_config(config_json, settings, interval, max_steps)}
+    for key, value in (("name", name), ("conversation_id", conversation), ("agent_id", agent_id),
+                       ("session_id", session_id)):
+        if value:
+            body[key] = value
+    accepted = api.create(body)
+    action = api.wait_action(accepted["action_id"], timeout) if wait and accepted.get("action_id") else None
+    result = {**accepted, **({"status": action["status"], "error": action.get("error")} if action else {})}
+    if as_json:
+        render.as_json(result)
+    else:
+        render.table(None, ["agent", "session", "action", "status"],
+                     [[result["agent_id"], result["session_id"], result.get("action_id"), result["status"]]])
+        if result.get("error"):
+            render.err.print(f"create failed: {result['error']}", markup=False)
+    if action and action["status"] == "failed":
+        sys.exit(FAILED)
+
+
+@cli.command("list")
+@click.option("--status", multiple=True, help="only sessions in this status (repeatable)")
+@click.option("--moniker", multiple=True, help="only agents running this moniker (repeatable)")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--offset", default=0, show_default=True, type=click.IntRange(0))
+@remote
+def list_agents(api, as_json, status, moniker, limit, offset):
+    """Agents with their latest session, newest first."""
+    matches, skipped, page_offset, page = [], 0, 0, 100
+    while len(matches) < limit:
+        rows = api.agents(limit=page, offset=page_offset)
+        for row in rows:
+            if (status and row.get("status") not in status) or (moniker and row.get("moniker") not in moniker):
+                continue
+            if skipped < offset:
+                skipped += 1
+                continue
+            if len(matches) < limit:
+                matches.append(row)
+        if len(rows) < page:
+            break
+        page_offset += page
+    if as_json:
+        render.as_json({"agents": matches, "limit": limit, "offset": offset})
+    else:
+        render.sessions(matches)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@remote
+def show(api, as_json, ident):
+    """One session (by session id, or an agent id: its latest session)."""
+    snapshot = api.resolve(ident)
+    render.as_json(snapshot) if as_json else render.session(snapshot)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(1, 1000),
+              help="how many steps (the newest, unless --from)")
+@click.option("--from", "start", type=click.IntRange(0), help="the first iteration to show")
+@click.option("--status", type=click.Choice(["ok", "done", "error", "interrupted"]))
+@remote
+def steps(api, as_json, ident, limit, start, status):
+    """A session's steps (session id, or an agent id: its latest session)."""
+    snapshot = api.resolve(ident)
+    if start is None and not status:
+        start = max(0, (snapshot.get("iteration") or 0) - limit + 1)
+    rows = api.steps(snapshot["session_id"], min_iteration=start, status=status, limit=limit)
+    render.as_json({"session_id": snapshot["session_id"], "steps": rows}) if as_json else render.steps(rows)
+
+
+# ---- following live ----------------------------------------------------------------
+
+def rooms_for(api: Client, ident: str) -> list[str]:
+    """``session:…``, ``agent:…``, ``conversation:…`` as given; a bare id is looked up."""
+    kind, sep, _ = ident.partition(":")
+    if sep and kind in ("session", "agent", "conversation"):
+        return [ident]
+    for kind, lookup in (("session", api.session), ("agent", api.agent), ("conversation", api.conversation)):
+        try:
+            lookup(ident)
+            return [f"{kind}:{ident}"]
+        except ApiFailure as exc:
+            if exc.exit_code != NOT_FOUND:
+                raise
+    raise ApiFailure(NOT_FOUND, "not_found", f"no session, agent or conversation {ident}", 404)
+
+
+@cli.command()
+@click.argument("idents", metavar="ID...", nargs=-1, required=True)
+@click.option("-f", "--follow", is_flag=True, help="keep following live events (resumes after disconnects)")
+@click.option("-n", "--lines", default=10, show_default=True, type=click.IntRange(0),
+              help="steps of each session recorded before now to show first")
+@click.option("--all", "from_start", is_flag=True, help="everything recorded, not only the last --lines steps")
+@click.option("--after", metavar="CURSOR", help="resume after this event id (a cursor of /api/stream)")
+@click.option("--until-finished", is_flag=True, help="with -f: stop once every followed session is done, "
+                                                     "stopped or in error")
+@remote
+def tail(api, as_json, idents, follow, lines, from_start, after, until_finished):
+    """Events of sessions, agents or conversations: steps, state, actions, messages.
+
+    Each ID is a session, agent or conversation id, or `session:ID`, `agent:ID`,
+    `conversation:ID`."""
+    rooms = [room for ident in idents for room in rooms_for(api, ident)]
+    states: dict[str, str] = {}
+
+    def note(reason: str):
+        render.err.print(f"agentsvc: {reason}", markup=False)
+
+    for event in follow_stream(api, rooms, follow=follow, tail=None if from_start else lines, cursor=after,
+                               on_disconnect=note):
+        if as_json:
+            render.as_json({"event": event.event, "cursor": event.id, **event.data})
+        else:
+            render.out.print(render.event_line(event.event, event.data), markup=False)
+        if event.event == "agent_state":
+            states[event.data["id"]] = event.data["data"].get("status")
+            if until_finished and states and all(s in FINISHED for s in states.values()):
+                return
+
+
+# ---- control ------------------------------------------------------------------------
+
+def apply(api: Client, as_json: bool, ident: str, verb: str, wait: bool, timeout: float, **body) -> None:
+    snapshot = api.resolve(ident)
+    accepted = api.control(snapshot, verb, **body)
+    action = api.wait_action(accepted["action_id"], timeout) if wait else api.action(accepted["action_id"])
+    if as_json:
+        render.as_json(action)
+    else:
+        line = f"{verb} {action['status']} (action {action['id']}, session {accepted['session_id']})"
+        if action.get("error"):
+            line += f": {action['error']}"
+        (render.err if action["status"] == "failed" else render.out).print(line, markup=False)
+    if action["status"] == "failed":
+        sys.exit(FAILED)
+
+
+def control_options(command):
+    command = click.option("--timeout", default=60.0, show_default=True, help="seconds to wait")(command)
+    return click.option("--wait/--no-wait", default=True, show_default=True,
+                        help="wait until the action is applied, and exit 1 if it failed")(command)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@control_options
+@remote
+def pause(api, as_json, ident, wait, timeout):
+    """Pause a session at its next step boundary."""
+    apply(api, as_json, ident, "pause", wait, timeout)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@control_options
+@remote
+def resume(api, as_json, ident, wait, timeout):
+    """Resume a paused session (or retry the failed step of one in error)."""
+    apply(api, as_json, ident, "resume", wait, timeout)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@click.argument("guidance")
+@control_options
+@remote
+def interrupt(api, as_json, ident, guidance, wait, timeout):
+    """Give a session GUIDANCE for its next step."""
+    apply(api, as_json, ident, "interrupt", wait, timeout, guidance=guidance)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@control_options
+@remote
+def destroy(api, as_json, ident, wait, timeout):
+    """Stop a session for good (a hung step is cancelled after a grace period)."""
+    apply(api, as_json, ident, "destroy", wait, timeout)
+
+
+@cli.command()
+@click.argument("conversation")
+@click.argument("text")
+@click.option("--user", "user_id", help="who speaks (default 'user')")
+@remote
+def say(api, as_json, conversation, text, user_id):
+    """Post TEXT to a conversation; every agent session in it gets it as guidance."""
+    posted = api.say(conversation, text, user_id)
+    if as_json:
+        render.as_json(posted)
+    else:
+        render.out.print(f"message {posted['message']['message_id']} delivered to "
+                         f"{len(posted['deliveries'])} sessions", markup=False)
+
+
+def main(argv=None) -> int:
+    """No arguments, or options only (`agentsvc --port 9000`): run the service as
+    before; otherwise a command."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in SERVE_HELP):
+        import serve as launcher
+        return launcher.main(argv)
+    try:
+        cli.main(args=argv, prog_name="agentsvc", standalone_mode=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else UNREACHABLE)
+    return 0

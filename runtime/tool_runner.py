@@ -1,0 +1,414 @@
+"""Running the tool calls of a step (StepFrame-v1), durably.
+
+After the runner has persisted a step whose frame_out asked for tools, a
+:class:`ToolPhase` takes the step's calls through their rows in ``tool_calls``:
+
+1. **Plan.**  Each call gets a row, written before any tool starts: ``pending``
+   when it may run; ``waiting_approval`` when the tool (or the session's
+   ``approve`` list) wants a human's yes; ``waiting_result`` for an external
+   tool; or straight ``denied`` (not in the session's ``tools``) / ``failed``
+   (unknown tool, args that fail its schema or are too large), with a message
+   that tells the model what was wrong.
+2. **Run.**  Pending calls start concurrently, at most ``tool_concurrency`` at
+   once.  A row is written ``running`` (durable) before its tool starts, so a
+   row still ``pending`` after a crash certainly never ran.  A tool that
+   raises or runs past its timeout ends ``failed``; nothing a tool does can end
+   the session.  Results over the cap are truncated with a note.
+3. **Wait.**  While calls wait for approval or a result, the session's status
+   is ``waiting`` (reason ``approval`` or ``tool_result``) and no step runs.
+   Approve / deny / result arrive as actions (:class:`ToolControls`), which
+   write the row first and then hand it to the phase.
+4. **End.**  When every call has ended, the results (in call order) become the
+   next frame_in's ``tool_results``.
+
+Crash safety: the step row lists its calls (with ids), so a phase can always be
+rebuilt from it and the rows (:meth:`ToolPhase.recover`).  A row found
+``running`` was interrupted by a dying worker: an ``idempotent`` tool runs
+again; any other ends ``unknown`` and the model is told to check before
+repeating it.  Destroy stops waiting at once and cancels running tools after
+its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
+too but leaves their rows ``running``, so a restart treats them as interrupted.
+"""
+import asyncio
+import json
+import logging
+import time
+from datetime import datetime, timezone
+
+from pydantic import ValidationError
+from ulid import ULID
+
+from runtime.observers import Observers
+
+log = logging.getLogger("runtime.tools")
+
+WAITING = ("waiting_approval", "waiting_result")
+ENDED = ("success", "failed", "denied", "unknown")
+MAX_ARGS_BYTES = 64 * 1024
+MAX_RESULT_BYTES = 64 * 1024
+CANCEL_GRACE_S = 2.0
+UNKNOWN_OUTCOME = ("outcome unknown: the worker running this tool stopped before it finished; "
+                   "check whether it took effect before repeating it")
+CANCELLED = "cancelled: the session was destroyed while this call was {status}"
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _size(value) -> int:
+    return len(json.dumps(value, default=str, ensure_ascii=False).encode())
+
+
+def capped_result(value):
+    """A result as stored and shown to the model: JSON-able, at most MAX_RESULT_BYTES.
+    A larger one is truncated with a note, never dropped."""
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    value = json.loads(text)
+    if len(text.encode()) <= MAX_RESULT_BYTES:
+        return value
+    cut = text.encode()[:MAX_RESULT_BYTES - 1024].decode(errors="ignore")
+    return {"truncated": True, "original_bytes": len(text.encode()), "text": cut,
+            "note": f"result truncated to its first {len(cut.encode())} of {len(text.encode())} bytes "
+                    f"(cap {MAX_RESULT_BYTES})"}
+
+
+def result_of(row: dict) -> dict:
+    """The StepFrame-v1 ``tool_results`` entry of an ended row."""
+    out = {"id": row.get("call_id") or row["id"], "name": row["name"], "status": row["status"]}
+    if row["status"] == "success":
+        out["result"] = row.get("result")
+    if row.get("error"):
+        out["error"] = row["error"]
+    return out
+
+
+class ToolRunner:
+    """Service-wide: which tools exist, where rows go, who hears of them."""
+
+    def __init__(self, registry, persist, observers: Observers | None = None):
+        self.registry = registry
+        self.persist = persist
+        self.observers = observers or Observers()
+
+    async def write(self, rows: list[dict]) -> None:
+        """Make rows durable, then tell the observers (live events, metrics)."""
+        if not rows:
+            return
+        rows = [dict(r, updated_at=now()) for r in rows]  # live events carry it: the newest row per id wins
+        await self.persist.save_tool_calls(rows)
+        for row in rows:
+            await self.observers.notify("tool_call_updated", dict(row))
+
+    # ---- planning -------------------------------------------------------
+
+    def plan(self, agent, iteration: int, calls: list[dict]) -> list[dict]:
+        """Rows for a step's calls (``[{id, call_id, name, args}]`` as on the
+        step row), each with the status it starts in."""
+        rows = []
+        for seq, call in enumerate(calls):
+            row = {"id": call["id"], "created_at": now(), "agent_id": agent.agent_id,
+                   "session_id": agent.session_id, "iteration": iteration, "seq": seq,
+                   "call_id": call.get("call_id"), "name": call["name"], "args": call.get("args") or {},
+                   "status": "pending", "result": None, "error": None, "attempts": 0, "started_at": None,
+                   "finished_at": None, "duration_ms": None, "usage": None, "decided_by": None}
+            status, error = self.initial_status(agent.config, call["name"], row["args"])
+            row.update(status=status, error=error)
+            if status in ENDED:
+                row["finished_at"] = row["created_at"]
+            rows.append(row)
+        return rows
+
+    def initial_status(self, config, name: str, args) -> tuple[str, str | None]:
+        allowed = list(config.tools or [])
+        if name not in allowed:
+            return "denied", (f"tool {name!r} is not allowed in this session; "
+                              f"allowed tools: {allowed or 'none'}")
+        if name not in self.registry:
+            usable = [n for n in allowed if n in self.registry]
+            return "failed", f"no tool named {name!r} is installed; tools you may call: {usable or 'none'}"
+        tool = self.registry.get(name)
+        problem = self.args_problem(tool, args)
+        if problem:
+            return "failed", problem
+        if tool.needs_approval or name in (config.approve or []):
+            return "waiting_approval", None
+        if tool.external:
+            return "waiting_result", None
+        return "pending", None
+
+    @staticmethod
+    def args_problem(tool, args) -> str | None:
+        if not isinstance(args, dict):
+            return f"args of {tool.name!r} must be a JSON object"
+        if _size(args) > MAX_ARGS_BYTES:
+            return f"args of {tool.name!r} are {_size(args)} bytes; the cap is {MAX_ARGS_BYTES}"
+        if tool.args_model is None:
+            return None
+        try:
+            tool.args_model.model_validate(args)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(args)'}: {e['msg']}" for e in exc.errors()[:5])
+            schema = json.dumps(tool.schema(), separators=(",", ":"))[:2000]
+            return f"invalid args for {tool.name!r}: {problems}. Expected JSON schema: {schema}"
+        return None
+
+    # ---- running one call -----------------------------------------------
+
+    async def execute(self, agent, row: dict) -> dict:
+        """Run one pending call to its end; returns the ended row (durable)."""
+        tool = self.registry.get(row["name"]) if row["name"] in self.registry else None
+        row = dict(row, status="running", attempts=int(row.get("attempts") or 0) + 1, started_at=now(),
+                   finished_at=None, error=None)
+        await self.write([row])  # durable before the tool starts: a pending row never ran
+        started = time.perf_counter()
+        try:
+            if tool is None:
+                raise LookupError(f"tool {row['name']!r} is no longer installed")
+            result = await self._call(tool, agent, row)
+            row.update(status="success", result=capped_result(result))
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            row.update(status="failed", error=f"tool {row['name']!r} timed out after {tool.timeout_s}s")
+        except Exception as exc:
+            row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:4000])
+        row.update(finished_at=now(), duration_ms=(time.perf_counter() - started) * 1000)
+        await self.write([row])
+        log.info("tool call %s %s %s in %.1f ms session=%s iteration=%d", row["id"], row["name"], row["status"],
+                 row["duration_ms"], row["session_id"], row["iteration"])
+        return row
+
+    async def _call(self, tool, agent, row: dict):
+        from tools.registry import ToolContext  # tools/ knows nothing of runtime/
+
+        args = tool.args_model.model_validate(row["args"]) if tool.args_model is not None else dict(row["args"])
+        created = row.get("created_at")
+        if isinstance(created, str):
+            created = datetime.fromisoformat(created.replace("Z", "+00:00"))
+        ctx = ToolContext(tool_call_id=row["id"], agent_id=row["agent_id"], session_id=row["session_id"],
+                          iteration=row["iteration"], config=agent.config.model_dump(), attempt=row["attempts"],
+                          created_at=created)
+        if tool.run is None:
+            raise RuntimeError(f"tool {tool.name!r} has no function to run")
+        task = asyncio.ensure_future(tool.run(args, ctx))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=tool.timeout_s)
+            if not done:
+                raise TimeoutError
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=CANCEL_GRACE_S)  # one that ignores cancel is abandoned
+
+
+class ToolPhase:
+    """The calls of one step, from their rows to their results."""
+
+    def __init__(self, runner: ToolRunner, agent, step: dict):
+        self.runner = runner
+        self.agent = agent
+        self.iteration = step["iteration"]
+        self.calls = list(step.get("tool_calls") or [])
+        self.rows: dict[str, dict] = {}
+        self.delivered: dict[str, dict] = {}  # rows changed by controls before the phase had loaded
+        self.changed = asyncio.Event()
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.loaded = False
+
+    # ---- controls hand rows over here ------------------------------------
+
+    def row(self, tool_call_id: str) -> dict | None:
+        return self.rows.get(tool_call_id) if self.loaded else None
+
+    def deliver(self, row: dict) -> None:
+        """A control changed a row (already durable): take it into account."""
+        if self.loaded:
+            self.rows[row["id"]] = row
+        else:
+            self.delivered[row["id"]] = row
+        self.changed.set()
+
+    def waiting_reason(self) -> str | None:
+        statuses = {r["status"] for r in self.rows.values()}
+        if "waiting_approval" in statuses:
+            return "approval"
+        if "waiting_result" in statuses:
+            return "tool_result"
+        return None
+
+    # ---- the phase --------------------------------------------------------
+
+    async def load(self, fresh: bool) -> None:
+        """Rows for the step's calls: planned now (``fresh``: the step was just
+        persisted), or read back and recovered after a restart."""
+        if fresh:
+            rows = self.runner.plan(self.agent, self.iteration, self.calls)
+            changed = rows
+        else:
+            stored = {r["id"]: r for r in await self.runner.persist.tool_calls_of_step(
+                self.agent.session_id, self.iteration)}
+            rows, changed = self.recover(stored)
+        self.rows = {r["id"]: r for r in rows}
+        self.rows.update({k: v for k, v in self.delivered.items() if k in self.rows})
+        self.loaded = True
+        await self.runner.write([self.rows[r["id"]] for r in changed])
+
+    def recover(self, stored: dict[str, dict]) -> tuple[list[dict], list[dict]]:
+        missing = [c for c in self.calls if c["id"] not in stored]
+        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, missing)}
+        rows, changed = [], list(planned.values())
+        for call in self.calls:
+            row = stored.get(call["id"]) or planned[call["id"]]
+            if row["status"] == "running":
+                row = self._interrupted(row)
+                changed.append(row)
+            rows.append(row)
+        return rows, changed
+
+    def _interrupted(self, row: dict) -> dict:
+        tool = self.runner.registry.get(row["name"]) if row["name"] in self.runner.registry else None
+        if tool is not None and tool.idempotent:
+            log.warning("tool call %s (%s) was running when its worker stopped; idempotent, running it again",
+                        row["id"], row["name"])
+            return dict(row, status="pending")
+        log.warning("tool call %s (%s) was running when its worker stopped; outcome unknown", row["id"], row["name"])
+        return dict(row, status="unknown", error=UNKNOWN_OUTCOME, finished_at=now())
+
+    async def run(self) -> list[dict] | None:
+        """Take every call to its end; the results in call order, or None when
+        the session was stopped first."""
+        try:
+            while True:
+                self._start_pending()
+                if self.agent.stop_requested:
+                    await self._cancel_waits()
+                    if not self.tasks:
+                        return None
+                await self.agent.reflect_waiting(self.waiting_reason())
+                if all(r["status"] in ENDED for r in self.rows.values()):
+                    return [result_of(self.rows[c["id"]]) for c in self.calls]
+                await self._wait_for_change()
+        except asyncio.CancelledError:
+            await self._on_cancel()
+            raise
+
+    def _start_pending(self) -> None:
+        for call in self.calls:
+            row = self.rows[call["id"]]
+            if row["status"] == "pending" and call["id"] not in self.tasks:
+                self.tasks[call["id"]] = asyncio.create_task(self._run_one(row), name=f"tool:{row['id']}")
+
+    async def _run_one(self, row: dict) -> None:
+        async with self.agent.tool_slots:
+            ended = await self.runner.execute(self.agent, row)
+        self.rows[ended["id"]] = ended
+
+    async def _wait_for_change(self) -> None:
+        self.changed.clear()
+        waiters = {asyncio.ensure_future(self.changed.wait())}
+        if not self.agent.stop_requested:  # once stopping, only the running tools are waited for
+            waiters.add(asyncio.ensure_future(self.agent.stopped()))
+        running = set(self.tasks.values())
+        done, _ = await asyncio.wait(waiters | running, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        for call_id, task in list(self.tasks.items()):
+            if task.done():
+                del self.tasks[call_id]
+                if not task.cancelled() and task.exception() is not None:  # could not even record it
+                    raise task.exception()
+
+    async def _cancel_waits(self) -> None:
+        """Destroy: calls that wait (for approval, a result, a slot) will not get one."""
+        cancelled = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
+                     for r in self.rows.values()
+                     if r["status"] in WAITING or (r["status"] == "pending" and r["id"] not in self.tasks)]
+        for row in cancelled:
+            self.rows[row["id"]] = row
+        await self.runner.write(cancelled)
+
+    async def _on_cancel(self) -> None:
+        """The runner is cancelled: destroy's grace ran out, or the worker shuts down."""
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
+        if not self.agent.stop_requested:
+            return  # shutdown: rows stay running; the restart treats them as interrupted
+        ended = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
+                 for r in self.rows.values() if r["status"] not in ENDED]
+        if ended:
+            await asyncio.shield(self.runner.write(ended))
+
+
+class ToolControls:
+    """Approve, deny and post results: handlers of the ``tool_approve``,
+    ``tool_deny`` and ``tool_result`` actions.
+
+    Each checks the call's current status and refuses (the action ends
+    ``failed`` with a ``conflict`` message) when it does not accept the
+    request, so of two approvals racing through the queue the second fails
+    cleanly.  The row is written first, then handed to the session's phase.
+    The action id is kept on the row (``decided_by``): an action applied
+    again after a crash finds its own decision there and changes nothing.
+    """
+
+    def __init__(self, sessions, runner: ToolRunner, error_type):
+        self.sessions = sessions
+        self.runner = runner
+        self.ActionError = error_type
+
+    def handlers(self) -> dict:
+        return {"tool_approve": self.approve, "tool_deny": self.deny, "tool_result": self.result}
+
+    async def _row(self, action: dict) -> tuple[object, dict] | tuple[object, None]:
+        tool_call_id = action["payload"].get("tool_call_id")
+        if not isinstance(tool_call_id, str):
+            raise self.ActionError("payload names no tool_call_id")
+        agent = self.sessions.get(action["session_id"])
+        row = agent.tool_phase.row(tool_call_id) if agent and agent.tool_phase else None
+        if row is None:
+            row = await self.runner.persist.get_tool_call(tool_call_id)
+        if row is None or row["session_id"] != action["session_id"]:
+            raise self.ActionError(f"unknown tool call {tool_call_id} in session {action['session_id']}")
+        return agent, row
+
+    async def _decide(self, action: dict, expected: str, verb: str, change) -> None:
+        agent, row = await self._row(action)
+        if row.get("decided_by") == action["id"]:
+            return  # applied already (this action again, after a crash)
+        if row["status"] != expected:
+            raise self.ActionError(f"conflict: cannot {verb} tool call {row['id']}: it is {row['status']}")
+        if agent is None or agent.finished:
+            status = agent.status if agent else "not running here"
+            raise self.ActionError(f"cannot {verb} tool call {row['id']}: its session is {status}")
+        row = dict(row, decided_by=action["id"], **change(row))
+        await self.runner.write([row])
+        if agent.tool_phase is not None:
+            agent.tool_phase.deliver(row)
+        log.info("tool call %s %s -> %s action=%s session=%s", row["id"], verb, row["status"], action["id"],
+                 row["session_id"])
+
+    async def approve(self, action: dict, payload: dict) -> None:
+        def change(row):
+            tool = self.runner.registry.get(row["name"]) if row["name"] in self.runner.registry else None
+            return {"status": "waiting_result" if tool is not None and tool.external else "pending"}
+        await self._decide(action, "waiting_approval", "approve", change)
+
+    async def deny(self, action: dict, payload: dict) -> None:
+        reason = payload.get("reason")
+        text = "denied by a human" + (f": {reason}" if isinstance(reason, str) and reason else "")
+        await self._decide(action, "waiting_approval", "deny",
+                           lambda row: {"status": "denied", "error": text[:4000], "finished_at": now()})
+
+    async def result(self, action: dict, payload: dict) -> None:
+        error = payload.get("error")
+        if error is not None:
+            change = {"status": "failed", "error": str(error)[:4000]}
+        else:
+            change = {"status": "success", "result": capped_result(payload.get("result"))}
+        await self._decide(action, "waiting_result", "post the result of",
+                           lambda row: dict(change, finished_at=now()))

@@ -1,0 +1,77 @@
+"""tool_calls: one row per tool call a step asked for (StepFrame-v1).
+
+A row is written ``pending`` (or straight to its final ``denied``/``failed``
+when the call cannot run, or to ``waiting_approval``/``waiting_result``) once
+the step that made it is durable, and rewritten whole at each change of status
+by the worker that owns the session (an upsert on the declared primary key
+``id``; app.py never writes here, it queues actions).  Reads decode the JSON
+columns (``args``, ``result``, ``usage``).
+"""
+from concurrent.futures import Future
+from datetime import datetime
+
+from store import codec, filters, query
+
+STATUSES = {"pending", "waiting_approval", "waiting_result", "running", "success", "failed", "denied", "unknown"}
+WAITING = ("waiting_approval", "waiting_result")
+ENDED = ("success", "failed", "denied", "unknown")
+
+
+TIMES = ("created_at", "updated_at", "started_at", "finished_at")
+
+
+def _times(row: dict) -> dict:
+    """Rows read back carry ISO-8601 strings; written again, they must be timestamps."""
+    for key in TIMES:
+        if isinstance(row.get(key), str):
+            row[key] = datetime.fromisoformat(row[key].replace("Z", "+00:00"))
+    return row
+
+
+class ToolCallTable:
+    name = "tool_calls"
+    key = "id"
+
+    def __init__(self, table, writer):
+        self.table = table
+        self.writer = writer
+
+    def submit(self, rows: list[dict]) -> Future:
+        """Queue insert-or-replace of whole rows; the future resolves once durable."""
+        now = codec.utcnow()
+        rows = [_times(dict(r, updated_at=r["updated_at"] if isinstance(r.get("updated_at"), datetime) else now))
+                for r in rows]  # the writer's own time of the change, when it gives one (live events carry it)
+        return self.writer.submit_upsert(self.name, self.key, rows)
+
+    def save(self, rows: list[dict]) -> None:
+        self.submit(rows).result()
+
+    def get(self, tool_call_id: str) -> dict | None:
+        return query.first(self.table, self.name, filters.eq_id("id", tool_call_id))
+
+    def of_step(self, session_id: str, iteration: int) -> list[dict]:
+        """The calls one step made, in call order."""
+        where = filters.all_of(filters.eq_id("session_id", session_id), filters.int_cmp("iteration", "=", iteration))
+        return query.rows(self.table, self.name, where, order=[("seq", True)])
+
+    def search(self, *, session_id: str | None = None, agent_id: str | None = None, name: str | None = None,
+               status: str | None = None, since: datetime | None = None, limit: int = 100,
+               offset: int = 0) -> list[dict]:
+        """In the order they were made (created_at, then call order); a tool name
+        is matched like an id (names are ``[A-Za-z0-9][A-Za-z0-9_.:-]*``)."""
+        where = filters.all_of(
+            filters.eq_id("session_id", session_id) if session_id else None,
+            filters.eq_id("agent_id", agent_id) if agent_id else None,
+            filters.eq_id("name", name) if name else None,
+            filters.eq_word("status", status, STATUSES) if status else None,
+            filters.ts_cmp("created_at", ">=", since) if since is not None else None,
+        )
+        order = [("created_at", True), ("iteration", True), ("seq", True), ("id", True)]
+        return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
+
+    def count(self, status: str | None = None) -> int:
+        return query.count(self.table, filters.eq_word("status", status, STATUSES) if status else None)
+
+    def delete_sessions(self, session_ids: list[str]) -> None:
+        if session_ids:
+            self.writer.delete(self.name, filters.in_ids("session_id", session_ids))

@@ -1,0 +1,110 @@
+"""Two agents.py workers (and app.py) on LanceDB in an S3-compatible object
+store (moto_server on 127.0.0.1), and one of them killed.
+
+What this proves, with the assertions of tests/test_workers.py: on object
+storage too, sessions spread over both workers, every action is applied
+exactly once by the owner of its session, each guidance reaches one step; after
+kill -9 of one worker the other adopts its sessions (paused stay paused,
+running keep stepping, iterations 0..n without gap or duplicate) and applies
+the actions sent meanwhile.  There is no inotify on object storage: the
+dispatcher looks at the queue table's version every --watch-interval.
+"""
+import json
+import time
+import uuid
+
+import pytest
+
+from store import Store
+from tests.chaos_client import assert_contiguous, wait_new_steps
+from tests.harness import Service, wait_for
+from tests.servers import moto_s3
+from tests.test_workers import assert_applied_once, assert_guidance_once, owner, send
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def s3_settings(endpoint: str) -> tuple[str, dict]:
+    """A fresh bucket on the local server; the LanceDB URI and storage options for it."""
+    import boto3
+    bucket = f"agentsvc-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket=bucket)
+    options = {"aws_endpoint": endpoint, "aws_region": "us-east-1", "aws_access_key_id": "testing",
+               "aws_secret_access_key": "testing", "allow_http": "true"}
+    return f"s3://{bucket}/agents", options
+
+
+@pytest.fixture
+def service(tmp_path_factory):
+    """moto_server, and app.py on a bucket of it; the test starts the workers."""
+    root = tmp_path_factory.mktemp("s3")
+    (root / "logs").mkdir()
+    moto, endpoint = moto_s3(str(root))  # its request log stays out of the service logs
+    uri, options = s3_settings(endpoint)
+    env = {**S3_ENV, "AGENTSVC_DB_URI": uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(options)}
+    svc = Service(str(root / "data"), str(root / "logs"), env=env)
+    svc.s3 = (uri, options)
+    yield svc
+    svc.stop()
+    moto.stop()
+
+
+def running_workers(svc) -> dict[str, dict]:
+    uri, options = svc.s3
+    store = Store(uri, storage_options=options)
+    try:
+        return {w["worker_id"]: w for w in store.workers.all() if w["status"] == "running"}
+    finally:
+        store.close()
+
+
+def test_two_workers_on_object_storage_and_a_kill(service):
+    svc = service
+    # Commits to object storage take tens of ms (seconds on a loaded machine):
+    # a worker is declared dead only after 10 s of silence, so a slow heartbeat
+    # is not mistaken for a death (tests/test_workers.py uses 3 s on local disk).
+    svc.agents_args = ["--dead-after", "10", "--watch-interval", "0.1"]
+    svc.start()
+    first = wait_for(lambda: running_workers(svc), timeout=60, what="the first worker")
+    svc.start_worker()
+    both = wait_for(lambda: len(w := running_workers(svc)) >= 2 and w, timeout=60, what="two workers")
+    assert len(set(both) - set(first)) == 1
+
+    agents: list[dict] = []
+    while len(agents) < 4 or len({owner(svc, a["session_id"]) for a in agents}) < 2:
+        assert len(agents) < 16, "every session went to the same worker"
+        agents.append(svc.create("echo", config={"interval_s": 1.0}))
+        svc.wait_status(agents[-1]["session_id"], "running", timeout=60)
+        time.sleep(0.1)
+    owners = {a["session_id"]: owner(svc, a["session_id"]) for a in agents}
+    by_session = {a["session_id"]: a for a in agents}
+    paused = agents[::3]
+    interrupts = {send(svc, a, "interrupt", guidance=f"before kill {i}"): a["session_id"]
+                  for i, a in enumerate(agents) if a not in paused}
+    assert_applied_once(svc, [*interrupts, *(send(svc, a, "pause") for a in paused)])
+    assert_guidance_once(svc, interrupts)
+
+    victim = max(set(owners.values()), key=lambda w: list(owners.values()).count(w))
+    survivor = (set(owners.values()) - {victim}).pop()
+    orphans = [by_session[sid] for sid, w in owners.items() if w == victim]
+    victim_proc = svc.agents if svc.agents.pid == both[victim]["pid"] else svc.workers[0]
+    assert victim_proc.pid == both[victim]["pid"]
+    paused_counts = {a["session_id"]: len(svc.steps(a["session_id"])) for a in paused}
+    victim_proc.kill()
+    victim_proc.wait(timeout=10)
+
+    running_orphans = [a for a in orphans if a not in paused]
+    late = {send(svc, a, "interrupt", guidance=f"after kill {i}"): a["session_id"]
+            for i, a in enumerate(running_orphans)}
+    for a in orphans:
+        wait_for(lambda: owner(svc, a["session_id"]) == survivor, timeout=60,
+                 what=f"{survivor} to adopt {a['session_id']}")
+    assert_applied_once(svc, list(late), by=survivor)
+    assert_guidance_once(svc, late)
+    wait_new_steps(svc, [a["session_id"] for a in agents if a not in paused], n=2, timeout=60)
+    for a in paused:
+        assert svc.session(a["session_id"])["status"] == "paused"
+        assert len(svc.steps(a["session_id"])) == paused_counts[a["session_id"]]
+    for a in agents:
+        assert_contiguous(svc.steps(a["session_id"]), a["session_id"])
