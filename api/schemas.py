@@ -19,7 +19,7 @@ Id = Annotated[str, StringConstraints(pattern=ID_PATTERN.pattern)]
 ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
 EARLIEST = datetime(1000, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
-MAX_CONFIG_BYTES = 16_384
+MAX_CONFIG_BYTES = 262_144  # a create's config as JSON (scripted frames can be long); bodies cap at 1 MiB
 MAX_TEXT = 20_000
 
 

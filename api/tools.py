@@ -42,6 +42,11 @@ class ToolCallQuery(schemas.Page):
     status: Literal[STATUSES] | None = None
     since: datetime | None = Field(None, description="ISO-8601; calls made at or after it")
 
+    @field_validator("since", mode="before")
+    @classmethod
+    def _since_is_iso(cls, value):
+        return schemas.StepQuery._since_is_iso(value)
+
     @field_validator("since")
     @classmethod
     def _since_in_range(cls, value: datetime | None) -> datetime | None:
