@@ -48,7 +48,7 @@ class SessionConfig(BaseModel):
                                   description="tools this session may call (StepFrame-v1 tool_calls); default none")
     approve: list[ToolName] = Field(default_factory=list, max_length=256,
                                     description="tools whose calls wait for a human's approval first")
-    tool_concurrency: int = Field(4, ge=1, le=64, description="calls of one step running at once")
+    tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
 
 
 class CreatePayload(BaseModel):
