@@ -23,7 +23,8 @@ from runtime.health import HealthServer
 from runtime.service import AgentService
 from store import Store, lance_log
 from store.maintenance import Maintainer
-from tools.registry import default_tool_registry
+from tools import catalog
+from tools.mcp import McpBridge, load_config
 
 log = logging.getLogger("agents")
 
@@ -76,8 +77,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--events-url", default=live_observers.default_events_url(),
                         help="app.py to relay live events to, 'off' for none "
                              "[AGENTSVC_EVENTS_URL, http://127.0.0.1:$AGENTSVC_PORT]")
+    settings.add_tool_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
+
+
+async def start_tools(args: argparse.Namespace, store: Store, worker_id: str):
+    """The tools this worker can run: built-ins, plugins, and the tools of the
+    operator's MCP servers (connected here, before any session steps, so a
+    resumed session finds them).  The catalog is recorded in the store for
+    app.py's GET /api/tools, again whenever an MCP server's tools or status change."""
+    tools = catalog.installed_registry(settings.fetch_policy(args))
+    bridge = None
+    if args.mcp_config:
+        config = load_config(args.mcp_config)  # a bad file stops the start, saying why
+        bridge = McpBridge(config, tools, on_change=lambda: catalog.publish(store, worker_id, tools, bridge))
+        known = [entry for row in await asyncio.to_thread(store.tool_catalog.all)
+                 for entry in (row.get("tools") if isinstance(row.get("tools"), list) else [])]
+        await bridge.start(known=known)  # publishes the catalog
+    else:
+        catalog.publish(store, worker_id, tools)
+    return tools, bridge
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -88,7 +108,7 @@ async def serve(args: argparse.Namespace) -> None:
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
-    tools = default_tool_registry()
+    tools, mcp_bridge = await start_tools(args, store, identity.worker_id)
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
     service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
@@ -119,6 +139,8 @@ async def serve(args: argparse.Namespace) -> None:
             health.close()
         if relay is not None:
             await relay.close()
+        if mcp_bridge is not None:
+            await mcp_bridge.close()
         store.close()
 
 

@@ -26,7 +26,7 @@ from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from runtime.events import events_token
 from store import Store, lance_log
-from tools.registry import default_tool_registry
+from tools.catalog import installed_registry
 
 log = logging.getLogger("app")
 
@@ -46,10 +46,10 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     storage_health = StorageHealth(store)
     metrics.registry.register(StorageCollector(storage_health))
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
+    app.extensions[tool_routes.EXTENSION] = tools if tools is not None else installed_registry()
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
-    app.extensions["agentsvc_tools"] = tools if tools is not None else default_tool_registry()
     app.register_blueprint(tool_routes.bp)
     app.register_blueprint(dashboard.bp)
     _, hub = live.install(app, events_token, message_queue=message_queue)

@@ -26,8 +26,17 @@ def parse_args(argv=None):
     settings.add_storage_args(parser)
     parser.add_argument("--host", default=os.environ.get("AGENTSVC_HOST", settings.DEFAULT_HOST))
     parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT))
+    settings.add_tool_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
+
+
+def tool_args(args) -> list[str]:
+    """agents.py's tool options (it alone runs tools and MCP servers)."""
+    out = ["--http-fetch-allow", args.http_fetch_allow, "--http-fetch-max-bytes", str(args.http_fetch_max_bytes),
+           "--http-fetch-max-chars", str(args.http_fetch_max_chars),
+           "--http-fetch-timeout", str(args.http_fetch_timeout)]
+    return out + (["--mcp-config", args.mcp_config] if args.mcp_config else [])
 
 
 def child_args(args) -> list[str]:
@@ -56,7 +65,7 @@ def main(argv=None) -> int:
     env = child_env()
     events_url = f"http://{local_address(args.host)}:{args.port}"
     children = {
-        "agents.py": subprocess.Popen([sys.executable, os.path.join(HERE, "agents.py"), *common,
+        "agents.py": subprocess.Popen([sys.executable, os.path.join(HERE, "agents.py"), *common, *tool_args(args),
                                        "--events-url", events_url], env=env),
         "app.py": subprocess.Popen([sys.executable, os.path.join(HERE, "app.py"), *common,
                                     "--host", args.host, "--port", str(args.port)], env=env),

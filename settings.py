@@ -45,6 +45,34 @@ def add_logging_args(parser: argparse.ArgumentParser) -> None:
                         help="[AGENTSVC_LOG_LEVEL, INFO]")
 
 
+def add_tool_args(parser: argparse.ArgumentParser) -> None:
+    """What tools may reach: set by the operator only, never by a session's config."""
+    parser.add_argument("--mcp-config", default=os.environ.get("AGENTSVC_MCP_CONFIG") or None, metavar="FILE",
+                        help="JSON or TOML file listing the MCP servers whose tools agents may call "
+                             "(README: MCP servers) [AGENTSVC_MCP_CONFIG, none]")
+    parser.add_argument("--http-fetch-allow", default=os.environ.get("AGENTSVC_HTTP_FETCH_ALLOW", ""),
+                        metavar="HOSTS",
+                        help="comma-separated hosts the http_fetch tool may GET: example.com, *.example.com, "
+                             "127.0.0.1:8080 [AGENTSVC_HTTP_FETCH_ALLOW, none: every URL is refused]")
+    parser.add_argument("--http-fetch-max-bytes", type=int,
+                        default=env_int("AGENTSVC_HTTP_FETCH_MAX_BYTES", 1 << 20),
+                        help="http_fetch refuses bodies larger than this [AGENTSVC_HTTP_FETCH_MAX_BYTES, 1048576]")
+    parser.add_argument("--http-fetch-max-chars", type=int,
+                        default=env_int("AGENTSVC_HTTP_FETCH_MAX_CHARS", 20_000),
+                        help="http_fetch cuts the text it returns at this many characters, with a note "
+                             "[AGENTSVC_HTTP_FETCH_MAX_CHARS, 20000]")
+    parser.add_argument("--http-fetch-timeout", type=float,
+                        default=env_float("AGENTSVC_HTTP_FETCH_TIMEOUT_S", 20.0),
+                        help="seconds for a whole http_fetch, redirects included [AGENTSVC_HTTP_FETCH_TIMEOUT_S, 20]")
+
+
+def fetch_policy(args: argparse.Namespace):
+    from tools.http_fetch import FetchPolicy
+
+    return FetchPolicy(allow=tuple(args.http_fetch_allow.split(",")), max_bytes=args.http_fetch_max_bytes,
+                       max_chars=args.http_fetch_max_chars, timeout_s=args.http_fetch_timeout)
+
+
 def db_uri(args: argparse.Namespace) -> str:
     if args.db_uri:
         return args.db_uri

@@ -175,6 +175,8 @@ def build(monikers=None) -> dict:
         "/api/actions/{action_id}": {"get": _op("an action's status and error", 200, ok_model=schemas.Action,
                                                 params=[_path("action_id")], errors=(400, 404))},
         "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
+        "/api/tools": {"get": _op("tools agents can call (built-ins, plugins, MCP servers' tools), "
+                                  "with the JSON schema of their args", 200, ok_model=tools.ToolList, errors=())},
         "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
         **_conversation_paths(),
         **tools.openapi_paths(_op, _path, _query, _errors),

@@ -23,14 +23,18 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from api import schemas
 from api.errors import ApiError
 from api.routes import args, body, ctx, enqueue, not_found, path_id
+from tools import catalog
 
 bp = Blueprint("tools", __name__, url_prefix="/api")
 
 STATUSES = ("pending", "waiting_approval", "waiting_result", "running", "success", "failed", "denied", "unknown")
 
 
+EXTENSION = "agentsvc_tools"  # app.extensions key of this app's own ToolRegistry
+
+
 def registry():
-    return current_app.extensions["agentsvc_tools"]
+    return current_app.extensions[EXTENSION]
 
 
 # ---- models ---------------------------------------------------------------
@@ -74,6 +78,13 @@ class ResultRequest(schemas.Strict):
         return self
 
 
+class McpToolInfo(schemas.Open):
+    server: str
+    tool: str
+    status: str
+    error: str | None = None
+
+
 class ToolInfo(schemas.Open):
     name: str
     description: str
@@ -82,6 +93,9 @@ class ToolInfo(schemas.Open):
     idempotent: bool
     needs_approval: bool
     external: bool
+    source: Literal["installed", "mcp"] = Field("installed", description="mcp: offered by an operator's MCP server")
+    mcp: McpToolInfo | None = Field(None, description="the MCP server's status as the worker last saw it")
+    workers: list[str] = Field(default_factory=list, description="agents.py workers that offer it")
 
 
 class ToolList(schemas.Open):
@@ -118,14 +132,16 @@ class ToolCallAccepted(schemas.Accepted):
     tool_call_id: str
 
 
-MODELS = [ToolCallQuery, DenyRequest, ResultRequest, ToolInfo, ToolList, ToolCall, ToolCallList, ToolCallAccepted]
+MODELS = [McpToolInfo, ToolCallQuery, DenyRequest, ResultRequest, ToolInfo, ToolList, ToolCall, ToolCallList, ToolCallAccepted]
 
 
 # ---- routes ---------------------------------------------------------------
 
 @bp.get("/tools")
 def list_tools():
-    return jsonify({"tools": registry().describe()})
+    """Every worker's recorded catalog (MCP tools included: app.py starts no
+    MCP server) over this app's own built-ins and plugins (tools/catalog.py)."""
+    return jsonify({"tools": catalog.list_tools(ctx().store, registry())})
 
 
 @bp.get("/tool-calls")

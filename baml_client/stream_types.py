@@ -23,7 +23,7 @@ class StreamState(BaseModel, typing.Generic[StreamStateValueT]):
     value: StreamStateValueT
     state: typing_extensions.Literal["Pending", "Incomplete", "Complete"]
 # #########################################################################
-# Generated classes (2)
+# Generated classes (3)
 # #########################################################################
 
 class StepFrameIn(BaseModel):
@@ -31,6 +31,9 @@ class StepFrameIn(BaseModel):
     state_json: typing.Optional[str] = Field(default=None, description='the agent\'s state as a JSON object text')
     guidance: typing.Optional[str] = Field(default=None, description='steering from a human, if any')
     reask: typing.Optional[str] = Field(default=None, description='why the previous reply was rejected, when re-asking')
+    tools_json: typing.Optional[str] = Field(default=None, description='JSON list of the tools this agent may call: name, description, args_schema')
+    tool_results_json: typing.Optional[str] = Field(default=None, description='JSON list of the outcomes of the previous step\'s tool calls')
+    inbox_json: typing.Optional[str] = Field(default=None, description='JSON list of other items that arrived since the previous step')
 
 class StepFrameOut(BaseModel):
     step: typing.Optional[str] = Field(default=None, description='the step token you were given')
@@ -40,6 +43,11 @@ class StepFrameOut(BaseModel):
     data: typing.Optional["JsonValue"] = Field(default=None, description='structured result of this step, or null')
     done: typing.Optional[bool] = Field(default=None, description='true when the task is complete')
     notes: typing.Optional[str] = Field(default=None, description='short reasoning or remarks, optional')
+    tool_calls: typing.List["ToolCall"] = Field(description='tools to run before your next step, in order; [] for none')
+
+class ToolCall(BaseModel):
+    name: typing.Optional[str] = Field(default=None, description='the name of one of the tools you were given')
+    args: typing.Dict[str, "JsonValue"] = Field(description='arguments that match that tool\'s args_schema')
 
 # #########################################################################
 # Generated type aliases (1)

@@ -20,7 +20,7 @@ from .globals import DO_NOT_USE_DIRECTLY_UNLESS_YOU_KNOW_WHAT_YOURE_DOING_RUNTIM
 class TypeBuilder(type_builder.TypeBuilder):
     def __init__(self):
         super().__init__(classes=set(
-          ["StepFrameIn","StepFrameOut",]
+          ["StepFrameIn","StepFrameOut","ToolCall",]
         ), enums=set(
           []
         ), runtime=DO_NOT_USE_DIRECTLY_UNLESS_YOU_KNOW_WHAT_YOURE_DOING_RUNTIME)
@@ -31,7 +31,7 @@ class TypeBuilder(type_builder.TypeBuilder):
 
 
     # #########################################################################
-    # Generated classes 2
+    # Generated classes 3
     # #########################################################################
 
     @property
@@ -42,6 +42,10 @@ class TypeBuilder(type_builder.TypeBuilder):
     def StepFrameOut(self) -> "StepFrameOutViewer":
         return StepFrameOutViewer(self)
 
+    @property
+    def ToolCall(self) -> "ToolCallViewer":
+        return ToolCallViewer(self)
+
 
 
 # #########################################################################
@@ -50,14 +54,14 @@ class TypeBuilder(type_builder.TypeBuilder):
 
 
 # #########################################################################
-# Generated classes 2
+# Generated classes 3
 # #########################################################################
 
 class StepFrameInAst:
     def __init__(self, tb: type_builder.TypeBuilder):
         _tb = tb._tb # type: ignore (we know how to use this private attribute)
         self._bldr = _tb.class_("StepFrameIn")
-        self._properties: typing.Set[str] = set([  "step",  "state_json",  "guidance",  "reask",  ])
+        self._properties: typing.Set[str] = set([  "step",  "state_json",  "guidance",  "reask",  "tools_json",  "tool_results_json",  "inbox_json",  ])
         self._props = StepFrameInProperties(self._bldr, self._properties)
 
     def type(self) -> baml_py.FieldType:
@@ -101,6 +105,18 @@ class StepFrameInProperties:
     def reask(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("reask"))
     
+    @property
+    def tools_json(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("tools_json"))
+    
+    @property
+    def tool_results_json(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("tool_results_json"))
+    
+    @property
+    def inbox_json(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("inbox_json"))
+    
     
 
 
@@ -108,7 +124,7 @@ class StepFrameOutAst:
     def __init__(self, tb: type_builder.TypeBuilder):
         _tb = tb._tb # type: ignore (we know how to use this private attribute)
         self._bldr = _tb.class_("StepFrameOut")
-        self._properties: typing.Set[str] = set([  "step",  "next_step",  "state",  "text",  "data",  "done",  "notes",  ])
+        self._properties: typing.Set[str] = set([  "step",  "next_step",  "state",  "text",  "data",  "done",  "notes",  "tool_calls",  ])
         self._props = StepFrameOutProperties(self._bldr, self._properties)
 
     def type(self) -> baml_py.FieldType:
@@ -163,6 +179,53 @@ class StepFrameOutProperties:
     @property
     def notes(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("notes"))
+    
+    @property
+    def tool_calls(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("tool_calls"))
+    
+    
+
+
+class ToolCallAst:
+    def __init__(self, tb: type_builder.TypeBuilder):
+        _tb = tb._tb # type: ignore (we know how to use this private attribute)
+        self._bldr = _tb.class_("ToolCall")
+        self._properties: typing.Set[str] = set([  "name",  "args",  ])
+        self._props = ToolCallProperties(self._bldr, self._properties)
+
+    def type(self) -> baml_py.FieldType:
+        return self._bldr.field()
+
+    @property
+    def props(self) -> "ToolCallProperties":
+        return self._props
+
+
+class ToolCallViewer(ToolCallAst):
+    def __init__(self, tb: type_builder.TypeBuilder):
+        super().__init__(tb)
+
+    
+    def list_properties(self) -> typing.List[typing.Tuple[str, type_builder.ClassPropertyViewer]]:
+        return [(name, type_builder.ClassPropertyViewer(self._bldr.property(name))) for name in self._properties]
+    
+
+
+class ToolCallProperties:
+    def __init__(self, bldr: baml_py.ClassBuilder, properties: typing.Set[str]):
+        self.__bldr = bldr
+        self.__properties = properties # type: ignore (we know how to use this private attribute) # noqa: F821
+
+    
+    
+    @property
+    def name(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("name"))
+    
+    @property
+    def args(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("args"))
     
     
 

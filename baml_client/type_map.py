@@ -22,5 +22,8 @@ type_map = {
     "types.StepFrameOut": types.StepFrameOut,
     "stream_types.StepFrameOut": stream_types.StepFrameOut,
 
+    "types.ToolCall": types.ToolCall,
+    "stream_types.ToolCall": stream_types.ToolCall,
+
 
 }

@@ -30,6 +30,18 @@ re-asked up to ``max_reasks`` times, telling the model what was wrong; then
 the step fails with the last raw reply kept on the error step row.  Every ask
 is reported with ``ctx.record_usage`` (tokens from BAML's Collector).
 
+Tools (StepFrame-v1): the prompt lists the tools the session may call
+(``ctx.tools``: name, description, JSON schema of the args, from the session's
+``config.tools``) and the reply may carry ``tool_calls: [{name, args}]``, which
+become ``frame_out.tool_calls``; the runner validates and runs them, and the
+next step's prompt shows their ``tool_results`` (and any non-guidance
+``inbox`` items).  One generic call shape rather than a BAML dynamic type per
+tool: tools' args schemas are arbitrary JSON Schema (MCP servers' included)
+that BAML types cannot express faithfully, and the runner's validation tells
+the model exactly what was wrong.  Calls are read from the raw reply, because
+BAML's lenient parser would drop a malformed call or blank its args (see
+:func:`reply_tool_calls`); a malformed call is re-asked like any bad reply.
+
 Prompt logging contract: BAML prints every prompt and reply to stderr at its
 default ``BAML_LOG=info``, and at ``warn`` it still prints the whole prompt of
 every failed call.  Before the generated client is first imported this module
@@ -232,11 +244,111 @@ def _short(text: str, limit: int = REASK_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def to_frame_out(frame: FrameIn, out) -> FrameOut:
+class BadToolCalls(ValueError):
+    """The reply's tool_calls are malformed; the model is asked again, told why."""
+
+
+def raw_reply(collector) -> str | None:
+    return collector.last.raw_llm_response if collector.last else None
+
+
+def _reply_object(raw: str | None) -> dict | None:
+    """The frame object in a raw reply (bare JSON, fenced, or inside prose), or
+    None when there is no JSON object with a ``next_step`` to be read."""
+    if not raw:
+        return None
+    decoder, start = json.JSONDecoder(), 0
+    for _ in range(200):
+        start = raw.find("{", start)
+        if start < 0:
+            return None
+        try:
+            value, _end = decoder.raw_decode(raw, start)
+        except ValueError:
+            start += 1
+            continue
+        if isinstance(value, dict) and "next_step" in value:
+            return value
+        start += 1
+    return None
+
+
+def _one_call(i: int, call) -> dict:
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
+        raise BadToolCalls(f"tool_calls[{i}] must be an object with a non-empty string name and an args object")
+    args = call.get("args")
+    if isinstance(args, str):  # OpenAI-style arguments as JSON text
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            raise BadToolCalls(f"tool_calls[{i}].args is a string that is not JSON; give a JSON object") from None
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise BadToolCalls(f"tool_calls[{i}].args must be a JSON object, not {type(args).__name__}")
+    return {"name": call["name"], "args": args}
+
+
+def reply_tool_calls(raw: str | None, parsed) -> list[dict]:
+    """The tool calls exactly as the model wrote them.
+
+    BAML's lenient parser drops a list element it cannot read (a call without
+    a name) and turns args it cannot read into ``{}``: running a call the model
+    did not ask for, or silently not running one it did, is worse than asking
+    again.  So the calls come from the raw reply when it holds readable JSON,
+    and BAML's parse is used only when it does not (JSON that only BAML's
+    repairs could read)."""
+    obj = _reply_object(raw)
+    if obj is None:
+        return [{"name": call.name, "args": call.args} for call in parsed or []]
+    calls = obj.get("tool_calls")
+    if calls is None:
+        return []
+    if isinstance(calls, dict):
+        calls = [calls]
+    if not isinstance(calls, list):
+        raise BadToolCalls("tool_calls must be a list of {name, args} objects ([] for none)")
+    return [_one_call(i, call) for i, call in enumerate(calls)]
+
+
+def to_frame_out(frame: FrameIn, out, raw: str | None = None) -> FrameOut:
     """The model's frame as the runner's FrameOut.  ``step`` is the token that
-    was run, whatever the model echoed."""
+    was run, whatever the model echoed.  Tool calls pass through as the model
+    wrote them: the runner checks each against the session's allowed tools and
+    the tool's args schema, and tells the model in ``tool_results`` what was
+    wrong.  A step with tool calls is never the last (the model sees the
+    results next step), so ``done`` is dropped from such a reply."""
+    calls = reply_tool_calls(raw, out.tool_calls)
+    done = out.done and not calls
     return FrameOut(step=frame.step, next_step=out.next_step, state=out.state, text=out.text,
-                    data=out.data, done=out.done, notes=out.notes)
+                    data=out.data, done=done, notes=out.notes, tool_calls=calls)
+
+
+def _json_text(items) -> str | None:
+    """Items (pydantic models or dicts) as stable JSON text for the prompt, or
+    None when there are none (so the prompt leaves the section out)."""
+    if not items:
+        return None
+    plain = [item.model_dump(exclude_none=True) if isinstance(item, BaseModel) else item for item in items]
+    return json.dumps(plain, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def tools_text(tools: list) -> str | None:
+    """What the model is told of each allowed tool: name, description, args schema."""
+    return _json_text([{"name": t["name"], "description": t.get("description") or "",
+                        "args_schema": t.get("args_schema") or {"type": "object"}} for t in tools or []])
+
+
+def prompt_frame(api, frame: FrameIn, ctx: StepContext, state_json: str, reask: str | None):
+    """The BAML frame_in: v0's fields, plus the allowed tools, the previous
+    step's tool results and the inbox (guidance items are already in
+    ``guidance``, so they are not repeated)."""
+    inbox = [item for item in getattr(frame, "inbox", None) or []
+             if (item.kind if isinstance(item, BaseModel) else item.get("kind")) != "guidance"]
+    return api.StepFrameIn(step=frame.step, state_json=state_json, guidance=frame.guidance, reask=reask,
+                           tools_json=tools_text(getattr(ctx, "tools", None)),
+                           tool_results_json=_json_text(getattr(frame, "tool_results", None)),
+                           inbox_json=_json_text(inbox))
 
 
 async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
@@ -247,13 +359,15 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
     reask, raw = None, None
     for attempt in range(settings.max_reasks + 1):
         collector = api.Collector(name=f"{ctx.session_id}:{ctx.iteration}:{attempt}")
-        frame_in = api.StepFrameIn(step=frame.step, state_json=state_json, guidance=frame.guidance, reask=reask)
+        frame_in = prompt_frame(api, frame, ctx, state_json, reask)
         try:
             out = await api.b.RunMonikerStep(frame_in, ctx.task,
                                              baml_options={"client_registry": registry, "collector": collector})
-            return to_frame_out(frame, out)
+            return to_frame_out(frame, out, raw_reply(collector))
         except api.errors.BamlValidationError as exc:
             raw, reask = exc.raw_output, _short(exc.message)
+        except BadToolCalls as exc:
+            raw, reask = raw_reply(collector), _short(str(exc))
         except ValidationError as exc:  # parsed, but not a valid StepFrame (e.g. a 300-character token)
             raw = collector.last.raw_llm_response if collector.last else None
             reask = _short("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]))

@@ -99,6 +99,10 @@ class StepContext:
     A moniker that calls a model reports each call with :meth:`record_usage`;
     the runner puts the calls on the step row and adds them to the session's
     running totals, also when the step then fails.
+
+    ``tools`` describes the tools this session may call (its ``config.tools``,
+    each as ``Tool.describe()``: name, description, args_schema...), for a
+    moniker that shows them to a model; empty when it may call none.
     """
 
     task: str
@@ -107,6 +111,7 @@ class StepContext:
     iteration: int
     config: Json = field(default_factory=dict)
     usage_calls: list = field(default_factory=list)
+    tools: list = field(default_factory=list)
 
     def record_usage(self, *, model: str | None = None, input_tokens: int = 0, output_tokens: int = 0,
                      duration_ms: float = 0.0, cost: float | None = None, **extra) -> None:

@@ -268,7 +268,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                            guidance="\n".join(g["text"] for g in guidance if _kind(g) == "guidance") or None,
                            tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
-                          iteration=iteration, config=self.config.model_dump())
+                          iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config))
         started = time.perf_counter()
         outcome = await call_moniker(self.moniker, frame_in, ctx, timeout_s=self.config.step_timeout_s,
                                      policy=self.config.retries, heartbeat_s=self.heartbeat_s,

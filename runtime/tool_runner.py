@@ -100,6 +100,11 @@ class ToolRunner:
         for row in rows:
             await self.observers.notify("tool_call_updated", dict(row))
 
+    def allowed(self, config) -> list[dict]:
+        """The descriptions of the tools a session may call and that are
+        installed, for StepContext.tools (a moniker shows them to its model)."""
+        return [self.registry.get(n).describe() for n in (config.tools or []) if n in self.registry]
+
     # ---- planning -------------------------------------------------------
 
     def plan(self, agent, iteration: int, calls: list[dict]) -> list[dict]:
@@ -144,7 +149,7 @@ class ToolRunner:
         if _size(args) > MAX_ARGS_BYTES:
             return f"args of {tool.name!r} are {_size(args)} bytes; the cap is {MAX_ARGS_BYTES}"
         if tool.args_model is None:
-            return None
+            return ToolRunner.schema_problem(tool, args)
         try:
             tool.args_model.model_validate(args)
         except ValidationError as exc:
@@ -152,6 +157,23 @@ class ToolRunner:
             schema = json.dumps(tool.schema(), separators=(",", ":"))[:2000]
             return f"invalid args for {tool.name!r}: {problems}. Expected JSON schema: {schema}"
         return None
+
+    @staticmethod
+    def schema_problem(tool, args) -> str | None:
+        """A tool with only a JSON schema (an MCP tool) is checked against it here
+        too, so a bad call ends ``failed`` without ever running."""
+        if not tool.args_schema:
+            return None
+        from tools import schema  # tools/ knows nothing of runtime/
+
+        try:
+            problem = schema.args_problem(tool.args_schema, args)
+        except schema.BadSchema:
+            return None  # the tool validates (or not) in its own run
+        if problem is None:
+            return None
+        expected = json.dumps(tool.args_schema, separators=(",", ":"))[:2000]
+        return f"invalid args for {tool.name!r}: {problem}. Expected JSON schema: {expected}"
 
     # ---- running one call -----------------------------------------------
 
@@ -283,8 +305,9 @@ class ToolPhase:
             while True:
                 self._start_pending()
                 if self.agent.stop_requested:
-                    await self._cancel_waits()
-                    if not self.tasks:
+                    if self._destroyed():
+                        await self._cancel_waits()
+                    if not self.tasks:  # shutdown: waits stay open, the restart picks them up
                         return None
                 await self.agent.reflect_waiting(self.waiting_reason())
                 if all(r["status"] in ENDED for r in self.rows.values()):
@@ -320,6 +343,11 @@ class ToolPhase:
                 if not task.cancelled() and task.exception() is not None:  # could not even record it
                     raise task.exception()
 
+    def _destroyed(self) -> bool:
+        """Destroy asks the runner to stop *and* sets status stopping; a worker
+        shutting down only asks it to stop, and the session lives on elsewhere."""
+        return self.agent.stop_requested and self.agent.status == "stopping"
+
     async def _cancel_waits(self) -> None:
         """Destroy: calls that wait (for approval, a result, a slot) will not get one."""
         cancelled = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
@@ -336,7 +364,7 @@ class ToolPhase:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
-        if not self.agent.stop_requested:
+        if not self._destroyed():
             return  # shutdown: rows stay running; the restart treats them as interrupted
         ended = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
                  for r in self.rows.values() if r["status"] not in ENDED]

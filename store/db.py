@@ -24,6 +24,7 @@ from store.schemas import PRIMARY_KEYS, TABLES
 from store.state import StateTable
 from store.steps import StepLog
 from store.tool_calls import ToolCallTable
+from store.tool_catalog import ToolCatalogTable
 from store.workers import WorkerTable
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
@@ -57,6 +58,7 @@ class Store:
         self.workers = WorkerTable(self.tables["workers"], self.writer)
         self.conversations = Conversations(self.tables, self.writer)
         self.tool_calls = ToolCallTable(self.tables["tool_calls"], self.writer)
+        self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
 
     def _open_or_create(self, name, schema):
         try:

@@ -154,15 +154,24 @@ CONVERSATION_MESSAGES = _schema(
     ("notes", pa.string(), True),
 )
 
+# One row per agents.py process: the tools it can run (built-ins, plugins and
+# what its MCP servers offered), for app.py's GET /api/tools.
+TOOL_CATALOG = _schema(
+    ("worker_id", pa.string(), False),
+    ("updated_at", TS, False),
+    ("tools", pa.string(), True),  # JSON list of tool descriptions
+)
+
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
               conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS)
+TABLES.update(tool_catalog=TOOL_CATALOG)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (FACTS.md: without it they do, every time).
 PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id",
-                "tool_calls": "id"}
+                "tool_calls": "id", "tool_catalog": "worker_id"}
 
 # Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
@@ -185,5 +194,6 @@ JSON_COLUMNS = {
     "tool_calls": {"args", "result", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},
+    "tool_catalog": {"tools"},
     "workers": {"maintenance"},
 }

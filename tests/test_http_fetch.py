@@ -1,0 +1,173 @@
+"""The http_fetch tool against a local HTTP server on 127.0.0.1: what it returns
+for allowed hosts, and what it refuses (hosts not allowed, redirects out of
+the list, oversize bodies, slow servers, other schemes)."""
+import asyncio
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tools.http_fetch import FetchArgs, FetchPolicy, FetchRefused, fetch, make_tool
+from tools.registry import ToolContext
+
+CTX = ToolContext(tool_call_id="t1", agent_id="a1", session_id="s1", iteration=0)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.server.paths.append(self.path)
+        route = self.path.split("?")[0]
+        if route == "/text":
+            return self.send(200, "text/plain; charset=utf-8", "héllo wörld".encode())
+        if route == "/json":
+            return self.send(404, "application/json", b'{"error": "nothing here"}')
+        if route == "/long":
+            return self.send(200, "text/html", b"<p>" + b"x" * 5000 + b"</p>")
+        if route == "/big":
+            return self.send(200, "text/plain", b"y" * 20_000)
+        if route == "/big-chunked":  # no Content-Length: the cap must hold while streaming
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for _ in range(10):
+                chunk = b"z" * 4096
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if route == "/binary":
+            return self.send(200, "image/png", b"\x89PNG\r\n\x1a\n" + bytes(100))
+        if route == "/slow":
+            time.sleep(3)
+            return self.send(200, "text/plain", b"late")
+        if route.startswith("/redirect"):
+            target = {"/redirect-in": "/text", "/redirect-out": "http://localhost:1/secret",
+                      "/redirect-loop": "/redirect-loop", "/redirect-ftp": "ftp://127.0.0.1/x"}[route]
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send(404, "text/plain", b"no such page")
+
+    def send(self, status, content_type, body):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that gave up (the timeout test)
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    server = QuietServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.paths = []
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def base(site) -> str:
+    return f"http://127.0.0.1:{site.server_address[1]}"
+
+
+def policy(site, **caps) -> FetchPolicy:
+    return FetchPolicy(allow=(f"127.0.0.1:{site.server_address[1]}",), **{"max_bytes": 10_000, **caps})
+
+
+def get(url, pol):
+    return asyncio.run(fetch(url, pol))
+
+
+def test_fetches_text_and_reports_status_and_type(site):
+    result = get(base(site) + "/text", policy(site))
+    assert result == {"url": base(site) + "/text", "status": 200, "content_type": "text/plain",
+                      "bytes": len("héllo wörld".encode()), "truncated": False, "text": "héllo wörld"}
+    error_page = get(base(site) + "/json", policy(site))  # a 404 is a result the model can read
+    assert error_page["status"] == 404 and error_page["text"] == '{"error": "nothing here"}'
+
+
+def test_long_text_is_truncated_with_a_note(site):
+    result = get(base(site) + "/long", policy(site, max_chars=100))
+    assert result["truncated"] is True and len(result["text"]) == 100
+    assert result["note"] == "text truncated to the first 100 of 5007 characters"
+
+
+def test_binary_content_is_not_shown(site):
+    result = get(base(site) + "/binary", policy(site))
+    assert result["text"] is None and "binary content (image/png, 108 bytes)" in result["note"]
+
+
+def test_oversize_bodies_are_refused(site):
+    with pytest.raises(FetchRefused, match="20000 bytes, over the 10000-byte cap"):
+        get(base(site) + "/big", policy(site))
+    with pytest.raises(FetchRefused, match="exceeds the 10000-byte cap"):
+        get(base(site) + "/big-chunked", policy(site))
+
+
+def test_redirects_are_followed_only_within_the_allowlist(site):
+    result = get(base(site) + "/redirect-in", policy(site))
+    assert result["url"] == base(site) + "/text" and result["text"] == "héllo wörld"
+    before = len(site.paths)
+    with pytest.raises(FetchRefused, match="redirect from .*/redirect-out to http://localhost:1/secret refused: "
+                                           "host localhost:1 is not on the operator's allowlist"):
+        get(base(site) + "/redirect-out", policy(site))
+    assert site.paths[before:] == ["/redirect-out"]
+    with pytest.raises(FetchRefused, match="only http and https"):
+        get(base(site) + "/redirect-ftp", policy(site))
+    with pytest.raises(FetchRefused, match="more than 5 redirects"):
+        get(base(site) + "/redirect-loop", policy(site))
+
+
+def test_hosts_not_allowed_are_refused_without_a_request(site):
+    before = len(site.paths)
+    port = site.server_address[1]
+    with pytest.raises(FetchRefused, match=r"allowed: none \(the operator has not allowed any host\)"):
+        get(base(site) + "/text", FetchPolicy())  # the default: nothing allowed
+    with pytest.raises(FetchRefused, match="host localhost"):
+        get(f"http://localhost:{port}/text", policy(site))
+    with pytest.raises(FetchRefused, match="not on the operator's allowlist"):  # another port of an allowed host
+        get("http://127.0.0.1:1/text", policy(site))
+    with pytest.raises(FetchRefused, match="credentials"):
+        get(f"http://user:pw@127.0.0.1:{port}/text", policy(site))
+    with pytest.raises(FetchRefused, match="only http and https"):
+        get("file:///etc/passwd", policy(site))
+    assert len(site.paths) == before
+
+
+def test_allowlist_entries():
+    pol = FetchPolicy(allow=("example.com", "*.wiki.org", "api.test:8443", " ", ""))
+    assert pol.allow == ("example.com", "*.wiki.org", "api.test:8443")
+    assert pol.allows("example.com", 443) and pol.allows("EXAMPLE.com.", 80)
+    assert not pol.allows("sub.example.com", 443)
+    assert pol.allows("en.wiki.org", 443) and not pol.allows("wiki.org", 443)
+    assert not pol.allows("evilwiki.org", 443)
+    assert pol.allows("api.test", 8443) and not pol.allows("api.test", 443)
+
+
+def test_a_slow_server_is_cut_off(site):
+    with pytest.raises(FetchRefused, match="no complete response within 0.5s"):
+        get(base(site) + "/slow", policy(site, timeout_s=0.5))
+
+
+def test_the_tool(site):
+    tool = make_tool(policy(site))
+    assert tool.name == "http_fetch" and tool.idempotent and not tool.needs_approval
+    assert f"127.0.0.1:{site.server_address[1]}" in tool.description
+    assert tool.schema()["required"] == ["url"]
+    result = asyncio.run(tool.run(FetchArgs(url=base(site) + "/text"), CTX))
+    assert result["text"] == "héllo wörld"
+    assert asyncio.run(tool.run({"url": base(site) + "/text"}, CTX))["status"] == 200
+    assert "none yet" in make_tool(FetchPolicy()).description
