@@ -60,7 +60,7 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     stream.install(app, hub)
     errors.install(app)
     metrics.install(app)
-    spec = openapi.build()
+    spec = openapi.build(app.extensions["agentsvc"].monikers)
 
     @app.get("/api/openapi.json")
     def openapi_document():

@@ -63,7 +63,10 @@ def join(conversation_id):
     if req.kind == "agent":
         view = session_view(req.session_id)
         if view is None or (agent_id and view["agent_id"] != agent_id):
-            raise not_found("agent session", req.session_id)
+            # 409, not 404: the conversation (the path) exists; the session named in the body does not,
+            # so the join conflicts with what the service holds (a 404 would say the conversation is gone).
+            raise ApiError(409, "unknown_session", f"no agent session {req.session_id}"
+                           + (f" of agent {agent_id}" if agent_id else ""))
         agent_id = view["agent_id"]
     row = ctx().store.conversations.join(conversation_id, kind=req.kind, user_id=req.user_id, agent_id=agent_id,
                                          session_id=req.session_id, role=req.role)
@@ -111,6 +114,6 @@ def list_messages(conversation_id):
     if q.after:
         after = store.conversations.get_message(conversation_id, q.after)
         if after is None:
-            raise ApiError(400, "invalid_cursor", f"no message {q.after} in conversation {conversation_id}")
+            raise ApiError(404, "unknown_cursor", f"no message {q.after} in conversation {conversation_id}")
     rows = store.conversations.transcript(conversation_id, after=after, limit=q.limit)
     return jsonify({"messages": rows, "limit": q.limit, "after": q.after})

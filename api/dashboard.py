@@ -1,5 +1,6 @@
 """The dashboard at ``/``: one page (web/templates) and its static files
-(web/static, including the vendored socket.io client), all served by the app
+(web/static: the page and component modules under js/, the vendored libraries
+under vendor/), and the API reference at ``/api/docs``, all served by the app
 itself so that a browser never fetches anything from another host."""
 import os
 
@@ -14,3 +15,9 @@ bp = Blueprint("dashboard", __name__, template_folder=os.path.join(WEB, "templat
 @bp.get("/")
 def index():
     return render_template("index.html")
+
+
+@bp.get("/api/docs")
+def api_docs():
+    """The OpenAPI document (/api/openapi.json) drawn by the vendored Swagger UI."""
+    return render_template("api_docs.html")

@@ -7,7 +7,7 @@ import logging
 
 from flask import Flask, jsonify
 from pydantic import ValidationError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from store.filters import InvalidId
 
@@ -48,7 +48,10 @@ def install(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):
         code = (exc.name or "error").lower().replace(" ", "_")
-        return error_response(exc.code or 500, code, exc.description or exc.name)
+        body, status = error_response(exc.code or 500, code, exc.description or exc.name)
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:  # RFC 9110: a 405 says what is allowed
+            body.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        return body, status
 
     @app.errorhandler(Exception)
     def _bug(exc: Exception):

@@ -1,5 +1,8 @@
 """The OpenAPI 3.1 document of the API, built from the pydantic models that
 also validate the requests, so the two cannot drift apart."""
+import copy
+import re
+
 from pydantic import BaseModel
 
 from api import schemas, tools
@@ -30,17 +33,33 @@ def _path(name: str) -> dict:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "pattern": schemas.ID_PATTERN.pattern}}
 
 
-def _op(summary, ok, *, ok_model, body=None, params=(), errors=(400,)) -> dict:
+def _op(summary, ok, *, ok_model, body=None, params=(), errors=(400,), body_required=None) -> dict:
+    """One operation.  A body is required when its model has a required field
+    (an empty body is then a 400), unless ``body_required`` says otherwise."""
     op = {"summary": summary, "parameters": list(params),
           "responses": {str(ok): {"description": "ok", **_json(ok_model)}, **_errors(*errors)}}
     if body is not None:
-        op["requestBody"] = {"required": False, **_json(body)}
+        required = body_required if body_required is not None else any(
+            f.is_required() for f in body.model_fields.values())
+        op["requestBody"] = {"required": required, **_json(body)}
     return op
 
 
 def _control(verb: str, model=schemas.ControlRequest) -> dict:
-    return {"post": _op(f"{verb} the agent's session (default: its latest)", 202, ok_model=schemas.Accepted,
-                        body=model, params=[_path("agent_id")], errors=(400, 404))}
+    return {"post": _op(f"{verb} the agent's session (default: its latest; 409: the agent has no such session)",
+                        202, ok_model=schemas.Accepted, body=model, params=[_path("agent_id")],
+                        errors=(400, 404, 409))}
+
+
+def _links_from_create() -> dict:
+    """What a create answers leads to (schemathesis follows these in its stateful phase)."""
+    agent = {"agent_id": "$response.body#/agent_id"}
+    links = {"GetAgent": ("getAgent", agent), "GetSessions": ("listSessions", agent),
+             "GetSession": ("getSession", {"session_id": "$response.body#/session_id"}),
+             "GetAction": ("getAction", {"action_id": "$response.body#/action_id"}),
+             "Pause": ("pauseAgent", agent), "Resume": ("resumeAgent", agent), "Destroy": ("destroyAgent", agent),
+             "Interrupt": ("interruptAgent", agent)}
+    return {name: {"operationId": op, "parameters": params} for name, (op, params) in links.items()}
 
 
 CONVERSATION_MODELS = [schemas.CreateConversationRequest, schemas.JoinRequest, schemas.PostMessageRequest,
@@ -60,8 +79,9 @@ def _conversation_paths() -> dict:
         "/api/conversations/{conversation_id}": {
             "get": _op("one conversation", 200, ok_model=schemas.Conversation, params=[cid], errors=(400, 404))},
         "/api/conversations/{conversation_id}/participants": {
-            "post": _op("join a user, or an agent session, to the conversation", 201, ok_model=schemas.Participant,
-                        body=schemas.JoinRequest, params=[cid], errors=(400, 404)),
+            "post": _op("join a user, or an agent session, to the conversation (409: the session named does "
+                        "not exist)", 201, ok_model=schemas.Participant,
+                        body=schemas.JoinRequest, params=[cid], errors=(400, 404, 409)),
             "get": _op("the conversation's participants", 200, ok_model=schemas.ParticipantList,
                        params=[cid, *_query(schemas.Page)], errors=(400, 404)),
         },
@@ -75,8 +95,52 @@ def _conversation_paths() -> dict:
     }
 
 
-def build() -> dict:
-    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.InterruptRequest, schemas.Accepted,
+OPERATION_IDS = {("get", "/api/agents/{agent_id}"): "getAgent",
+                 ("get", "/api/agents/{agent_id}/sessions"): "listSessions",
+                 ("get", "/api/sessions/{session_id}"): "getSession", ("get", "/api/actions/{action_id}"): "getAction",
+                 ("post", "/api/agents/{agent_id}/pause"): "pauseAgent",
+                 ("post", "/api/agents/{agent_id}/resume"): "resumeAgent",
+                 ("post", "/api/agents/{agent_id}/destroy"): "destroyAgent",
+                 ("post", "/api/agents/{agent_id}/interrupt"): "interruptAgent"}
+
+
+def _operation_id(method: str, path: str) -> str:
+    words = [w.strip("{}").replace("-", "_") for w in path.removeprefix("/api/").split("/")]
+    return method + "_" + "_".join(words)
+
+
+def _create_variants(components: dict, monikers) -> None:
+    """A create's body, one shape per installed moniker (oneOf on ``moniker``):
+    its ``config`` takes the runner's keys plus the moniker's own, and nothing
+    else, exactly as api/session_config.py checks it.  A moniker with no
+    ``config_model`` takes any further keys."""
+    base = components["CreateAgentRequest"]
+    runner = components["SessionConfig"]
+    variants, mapping = [], {}
+    for name in monikers.names():
+        model = monikers.get(name).config_model
+        variant = copy.deepcopy(base)
+        variant["title"] = f"CreateAgentRequest ({name})"
+        variant["properties"]["moniker"] = {"type": "string", "const": name}
+        if model is not None:
+            own = model.model_json_schema(ref_template=REF)
+            components.update(own.pop("$defs", {}))
+            variant["properties"]["config"] = {
+                "type": "object", "additionalProperties": False,
+                "properties": {**runner["properties"], **own.get("properties", {})}}
+        key = "CreateAgentRequest_" + re.sub(r"[^A-Za-z0-9._-]", "_", name)
+        components[key] = variant
+        variants.append({"$ref": REF.format(model=key)})
+        mapping[name] = REF.format(model=key)
+    components["CreateAgentRequest"] = {"oneOf": variants,
+                                        "discriminator": {"propertyName": "moniker", "mapping": mapping}}
+
+
+def build(monikers=None) -> dict:
+    """The document.  ``monikers``: the registry of installed monikers, whose
+    names and config models shape a create's body (any other name is a 400)."""
+    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.ResumeRequest, schemas.InterruptRequest,
+              schemas.Accepted, schemas.ActionList,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
               *CONVERSATION_MODELS, *tools.MODELS]
@@ -88,13 +152,15 @@ def build() -> dict:
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
+    if monikers is not None and monikers.names():
+        _create_variants(components, monikers)
     paths = {
         "/api/agents": {
             "post": {**_op("create an agent session (idempotent by session_id)", 202, ok_model=schemas.Accepted,
                            body=schemas.CreateAgentRequest, errors=(400, 404, 409)),
                      },
-            "get": _op("agents with their latest session", 200, ok_model=schemas.AgentList,
-                       params=_query(schemas.Page)),
+            "get": _op("agents with their latest session: filtered, sorted, one page, and the total",
+                       200, ok_model=schemas.AgentList, params=_query(schemas.AgentQuery)),
         },
         "/api/agents/{agent_id}": {"get": _op("the agent's latest session", 200, ok_model=schemas.Snapshot,
                                               params=[_path("agent_id")], errors=(400, 404))},
@@ -102,13 +168,15 @@ def build() -> dict:
                                                        params=[_path("agent_id"), *_query(schemas.Page)],
                                                        errors=(400, 404))},
         "/api/agents/{agent_id}/pause": _control("pause"),
-        "/api/agents/{agent_id}/resume": _control("resume"),
+        "/api/agents/{agent_id}/resume": _control("resume (optionally raising its budget)", schemas.ResumeRequest),
         "/api/agents/{agent_id}/destroy": _control("destroy"),
         "/api/agents/{agent_id}/interrupt": _control("send guidance to", schemas.InterruptRequest),
         "/api/sessions/{session_id}": {"get": _op("one session's snapshot", 200, ok_model=schemas.Snapshot,
                                                   params=[_path("session_id")], errors=(400, 404))},
         "/api/agent-steps": {"get": _op("step history, ordered by iteration", 200, ok_model=schemas.StepList,
                                         params=_query(schemas.StepQuery), errors=(400, 404))},
+        "/api/actions": {"get": _op("control requests, newest first: the audit log", 200,
+                                    ok_model=schemas.ActionList, params=_query(schemas.ActionQuery))},
         "/api/actions/{action_id}": {"get": _op("an action's status and error", 200, ok_model=schemas.Action,
                                                 params=[_path("action_id")], errors=(400, 404))},
         "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
@@ -124,6 +192,10 @@ def build() -> dict:
                                                        **_json(schemas.Accepted)}
     paths["/api/conversations"]["post"]["responses"]["200"] = {"description": "the conversation exists already",
                                                               **_json(schemas.Conversation)}
+    paths["/api/agents"]["post"]["responses"]["202"]["links"] = _links_from_create()
+    for path, operations in paths.items():
+        for method, op in operations.items():
+            op["operationId"] = OPERATION_IDS.get((method, path)) or _operation_id(method, path)
     for operations in paths.values():  # writes may need the optional API token
         if "post" in operations:
             operations["post"]["responses"].update(_errors(401, 413))

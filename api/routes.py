@@ -11,7 +11,7 @@ from flask import Blueprint, current_app, jsonify, request
 from pydantic import BaseModel
 from ulid import ULID
 
-from api import schemas
+from api import schemas, session_config
 from api.errors import ApiError
 from api.storage_health import StorageHealth
 from store.filters import check_id
@@ -67,6 +67,7 @@ def pending_snapshot(create: dict) -> dict:
     payload = create.get("payload") or {}
     return {
         "agent_id": create["agent_id"], "session_id": create["session_id"], "moniker": payload.get("moniker"),
+        "name": payload.get("name"),
         "task": payload.get("task"), "config": payload.get("config"), "status": "pending", "iteration": -1,
         "conversation_id": create.get("conversation_id"), "created_at": create["created_at"],
         "updated_at": create["created_at"], "action_id": create["id"], "action_status": create["status"],
@@ -107,6 +108,7 @@ def create_agent():
     req: schemas.CreateAgentRequest = body(schemas.CreateAgentRequest)
     if req.moniker not in ctx().monikers:
         raise ApiError(400, "unknown_moniker", f"no moniker {req.moniker!r}; installed: {ctx().monikers.names()}")
+    config = session_config.check(req.config, ctx().monikers.get(req.moniker))
     if req.conversation_id and ctx().store.conversations.get(req.conversation_id) is None:
         raise not_found("conversation", req.conversation_id)
     with ctx().create_lock:
@@ -115,8 +117,10 @@ def create_agent():
             return repeated_create(req, existing)
         agent_id = req.agent_id or str(ULID())
         session_id = req.session_id or str(ULID())
-        payload = {"moniker": req.moniker, "task": req.task, "config": req.config.model_dump(),
+        payload = {"moniker": req.moniker, "task": req.task, "config": config,
                    "conversation_id": req.conversation_id}
+        if req.name:
+            payload["name"] = req.name
         accepted = enqueue("create", agent_id, session_id, payload, conversation_id=req.conversation_id)
         if req.conversation_id:  # a participant from now on, so messages posted before it starts reach it
             ctx().store.conversations.join(req.conversation_id, kind="agent", agent_id=agent_id, session_id=session_id)
@@ -136,9 +140,10 @@ def repeated_create(req: schemas.CreateAgentRequest, existing: dict):
 
 @bp.get("/agents")
 def list_agents():
-    page: schemas.Page = args(schemas.Page)
-    agents = ctx().store.states.agents(limit=page.limit, offset=page.offset)
-    return jsonify({"agents": agents, "limit": page.limit, "offset": page.offset})
+    q: schemas.AgentQuery = args(schemas.AgentQuery)
+    found = ctx().store.states.agents(status=q.status, moniker=q.moniker, text=q.q, sort=q.sort,
+                                      limit=q.limit, offset=q.offset)
+    return jsonify({**found, "limit": q.limit, "offset": q.offset})
 
 
 @bp.get("/agents/<agent_id>")
@@ -166,7 +171,10 @@ def control(agent_id: str, type_: str, model=schemas.ControlRequest, payload_of=
     if req.session_id:
         view = session_view(req.session_id)
         if view is None or view["agent_id"] != agent_id:
-            raise not_found(f"session of agent {agent_id}:", req.session_id)
+            if latest_session_id(agent_id) is None:
+                raise not_found("agent", agent_id)
+            # 409, not 404: the agent (the path) exists; the session named in the body is not one of its.
+            raise ApiError(409, "unknown_session", f"agent {agent_id} has no session {req.session_id}")
         session_id = req.session_id
     else:
         session_id = latest_session_id(agent_id)
@@ -182,7 +190,8 @@ def pause_agent(agent_id):
 
 @bp.post("/agents/<agent_id>/resume")
 def resume_agent(agent_id):
-    return control(agent_id, "resume")
+    return control(agent_id, "resume", schemas.ResumeRequest,
+                   lambda req: req.model_dump(include={"budget_tokens", "budget_cost"}, exclude_none=True))
 
 
 @bp.post("/agents/<agent_id>/destroy")
@@ -211,7 +220,7 @@ def list_steps():
     q: schemas.StepQuery = args(schemas.StepQuery)
     store = ctx().store
     last_iteration = None
-    if q.order == "desc":
+    if q.order == "desc" and q.session_id:
         snapshot = store.states.get(q.session_id)
         if snapshot is None:
             raise not_found("session", q.session_id)
@@ -221,6 +230,15 @@ def list_steps():
         max_iteration=q.max_iteration, since=q.since, status=q.status, limit=q.limit, offset=q.offset,
         newest_first=q.order == "desc", last_iteration=last_iteration)
     return jsonify({"steps": steps, "limit": q.limit, "offset": q.offset})
+
+
+@bp.get("/actions")
+def list_actions():
+    q: schemas.ActionQuery = args(schemas.ActionQuery)
+    actions = ctx().store.actions.search(session_id=q.session_id, agent_id=q.agent_id, type=q.type,
+                                         status=q.status, newest_first=q.order == "newest",
+                                         limit=q.limit, offset=q.offset)
+    return jsonify({"actions": actions, "limit": q.limit, "offset": q.offset})
 
 
 @bp.get("/actions/<action_id>")
@@ -236,7 +254,8 @@ def get_action(action_id):
 
 @bp.get("/monikers")
 def list_monikers():
-    return jsonify({"monikers": ctx().monikers.describe()})
+    return jsonify({"monikers": ctx().monikers.describe(),
+                    "session_config_schema": session_config.runner_schema()})
 
 
 @bp.get("/health")

@@ -5,6 +5,7 @@ responses are described by them in the OpenAPI document.  Every string has a
 length cap and every id a strict pattern (the same one ``store/`` enforces).
 """
 import json
+import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -14,7 +15,11 @@ from runtime.config import SessionConfig
 from store.filters import ID_PATTERN
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN.pattern)]
-MAX_CONFIG_BYTES = 16_384
+# RFC 3339 date-time (what the document's "format: date-time" means): seconds and an offset required
+ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+EARLIEST = datetime(1000, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+MAX_CONFIG_BYTES = 262_144  # a create's config as JSON (scripted frames can be long); bodies cap at 1 MiB
 MAX_TEXT = 20_000
 
 
@@ -22,8 +27,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# no control characters, no leading or trailing space
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200,
+                                        pattern=r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$")]
+
+
 class CreateAgentRequest(Strict):
-    moniker: str = Field(min_length=1, max_length=128)
+    moniker: str = Field(min_length=1, max_length=128, description="one of GET /api/monikers")
+    name: Name | None = Field(None, description="a name for people; shown instead of the id where there is room")
     task: str = Field("", max_length=MAX_TEXT)
     agent_id: Id | None = None
     session_id: Id | None = Field(None, description="client-supplied id makes the create idempotent")
@@ -42,6 +53,11 @@ class ControlRequest(Strict):
     session_id: Id | None = Field(None, description="default: the agent's latest session")
 
 
+class ResumeRequest(ControlRequest):
+    budget_tokens: int | None = Field(None, ge=1, le=10**15, description="raise the session's token budget")
+    budget_cost: float | None = Field(None, gt=0, le=10**12, description="raise the session's cost budget")
+
+
 class InterruptRequest(ControlRequest):
     guidance: str = Field(min_length=1, max_length=MAX_TEXT)
 
@@ -58,6 +74,28 @@ class Page(Strict):
     offset: int = Field(0, ge=0, le=1_000_000)
 
 
+AGENT_STATUSES = ("running", "waiting", "paused", "stopping", "stopped", "done", "error")
+AGENT_SORTS = ("newest", "oldest", "updated", "name")
+
+
+class AgentQuery(Page):
+    status: Literal[AGENT_STATUSES] | None = Field(None, description="the latest session's status")
+    moniker: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
+                                description="only agents whose latest session runs this moniker")
+    q: str | None = Field(None, min_length=1, max_length=200,
+                          description="text in the name, task, agent_id or session_id (case-insensitive)")
+    sort: Literal[AGENT_SORTS] = Field("newest", description="newest/oldest by creation, updated = most "
+                                                             "recently changed first, name = by name (then id)")
+
+
+class ActionQuery(Page):
+    session_id: Id | None = None
+    agent_id: Id | None = None
+    type: Literal["create", "pause", "resume", "interrupt", "destroy"] | None = None
+    status: Literal["pending", "processing", "done", "failed"] | None = None
+    order: Literal["newest", "oldest"] = Field("newest", description="by acceptance time")
+
+
 class StepQuery(Page):
     session_id: Id | None = None
     agent_id: Id | None = None
@@ -65,28 +103,33 @@ class StepQuery(Page):
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
     status: Literal["ok", "done", "error", "interrupted"] | None = None
-    order: Literal["asc", "desc"] = Field("asc", description="by iteration; desc (newest first) needs session_id")
+    # desc without session_id sorts what matches, newest iteration first (a 400 there
+    # would be a constraint the OpenAPI document cannot state, which schemathesis flags)
+    order: Literal["asc", "desc"] = Field("asc", description="by iteration; desc = newest first (with "
+                                                              "session_id: 404 if the session is unknown)")
 
-    @model_validator(mode="after")
-    def _desc_needs_session(self):
-        if self.order == "desc" and not self.session_id:
-            raise ValueError("order=desc needs session_id")
-        return self
+    @field_validator("since", mode="before")
+    @classmethod
+    def _since_is_iso(cls, value):
+        """Only an RFC 3339 date-time, as documented (pydantic alone would also
+        take a number as a Unix time)."""
+        if value is not None and (not isinstance(value, str) or not ISO_DATETIME.fullmatch(value)):
+            raise ValueError("since must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
+        return value
 
     @field_validator("since")
     @classmethod
     def _since_in_range(cls, value: datetime | None) -> datetime | None:
-        """Years 1000-9999 in UTC: the store writes timestamps as %Y, which is not
-        zero-padded below 1000, and converting an edge date to UTC can overflow."""
+        """Clamped to the years 1000-9999 in UTC: the store writes timestamps as
+        %Y, which is not zero-padded below 1000, and converting an edge date to
+        UTC can overflow.  No step is older or newer, so the answer is the same."""
         if value is None:
             return value
         try:
-            year = (value.astimezone(timezone.utc) if value.tzinfo else value).year
+            utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
         except OverflowError:
-            year = 0
-        if not 1000 <= year <= 9999:
-            raise ValueError("since must be between the years 1000 and 9999 (UTC)")
-        return value
+            utc = EARLIEST if value.year < 5000 else LATEST
+        return min(max(utc, EARLIEST), LATEST)
 
 
 class CreateConversationRequest(Strict):
@@ -98,6 +141,14 @@ class CreateConversationRequest(Strict):
 
 
 class JoinRequest(Strict):
+    """One shape per kind; the document says so with oneOf."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"properties": {"kind": {"const": "user"}, "user_id": {"type": "string"}}, "required": ["kind", "user_id"]},
+        {"properties": {"kind": {"const": "agent"}, "session_id": {"type": "string"}},
+         "required": ["kind", "session_id"]},
+    ]})
+
     kind: Literal["user", "agent"]
     user_id: Id | None = Field(None, description="for kind=user")
     agent_id: Id | None = Field(None, description="for kind=agent; default: the session's agent")
@@ -166,8 +217,11 @@ class Action(Open):
 class Snapshot(Open):
     agent_id: str
     session_id: str
+    name: str | None = None
     moniker: str
-    status: str
+    status: str = Field(description="pending, running, paused, stopping, stopped, done or error")
+    status_reason: str | None = None
+    usage: Any = None
     iteration: int
     task: str | None = None
     next_step_token: str | None = None
@@ -195,6 +249,14 @@ class Step(Open):
 
 class AgentList(Open):
     agents: list[Snapshot]
+    total: int = Field(description="agents matching the filters (all pages)")
+    counts: dict[str, int] = Field(description="agents per status, over the moniker and text filters")
+    limit: int
+    offset: int
+
+
+class ActionList(Open):
+    actions: list[Action]
     limit: int
     offset: int
 
@@ -215,10 +277,13 @@ class MonikerInfo(Open):
     name: str
     description: str
     initial_step: str
+    config_schema: dict | None = Field(description="JSON Schema of the moniker's own config keys; null when "
+                                                   "it declares none (its keys are then not checked)")
 
 
 class MonikerList(Open):
     monikers: list[MonikerInfo]
+    session_config_schema: dict = Field(description="JSON Schema of the keys every session accepts")
 
 
 class TableShape(Open):

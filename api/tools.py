@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from flask import Blueprint, current_app, jsonify
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from api import schemas
 from api.errors import ApiError
@@ -46,6 +46,11 @@ class ToolCallQuery(schemas.Page):
     status: Literal[STATUSES] | None = None
     since: datetime | None = Field(None, description="ISO-8601; calls made at or after it")
 
+    @field_validator("since", mode="before")
+    @classmethod
+    def _since_is_iso(cls, value):
+        return schemas.StepQuery._since_is_iso(value)
+
     @field_validator("since")
     @classmethod
     def _since_in_range(cls, value: datetime | None) -> datetime | None:
@@ -57,6 +62,12 @@ class DenyRequest(schemas.Strict):
 
 
 class ResultRequest(schemas.Strict):
+    # the document states the rule below: a result (error absent or null), or an error and no result
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["result"], "properties": {"error": {"type": "null"}}},
+        {"required": ["error"], "properties": {"error": {"type": "string"}}, "not": {"required": ["result"]}},
+    ]})
+
     result: Any = Field(None, description="the tool's result (any JSON); capped like any tool result")
     error: str | None = Field(None, min_length=1, max_length=4000, description="or: why the tool failed")
 

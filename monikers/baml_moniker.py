@@ -57,10 +57,13 @@ import functools
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from monikers.config_types import JsonInt, json_int
 
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
 
@@ -73,7 +76,7 @@ REASK_CHARS = 600  # how much of a parse error is shown to the model when re-ask
 
 
 class Prices(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     input_per_1k: float = Field(0.0, ge=0, description="price of 1,000 prompt tokens")
     output_per_1k: float = Field(0.0, ge=0, description="price of 1,000 completion tokens")
@@ -82,15 +85,15 @@ class Prices(BaseModel):
 class LLMConfig(BaseModel):
     """The ``llm`` object of a session's config."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     base_url: str | None = Field(None, pattern=r"^https?://\S+$", max_length=2000)
     model: str | None = Field(None, min_length=1, max_length=200)
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_s: float | None = Field(None, gt=0, le=3600)
-    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+    max_tokens: json_int(ge=1, le=1_000_000) | None = Field(None)
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-    max_reasks: int = Field(2, ge=0, le=10)
+    max_reasks: JsonInt = Field(2, ge=0, le=10)
     prices: Prices | None = None
 
     @model_validator(mode="before")
@@ -100,6 +103,15 @@ class LLMConfig(BaseModel):
             raise ValueError("llm.api_key is not accepted (config is stored); "
                              "put the key in an environment variable and name it in llm.api_key_env")
         return data
+
+
+class BamlConfig(BaseModel):
+    """The ``baml`` moniker's own session-config keys."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    llm: LLMConfig | None = Field(None, description="the LLM endpoint and model; unset keys come from "
+                                                    "AGENTSVC_LLM_* and the defaults")
 
 
 @dataclass(frozen=True)
@@ -207,14 +219,24 @@ def record_ask(ctx: StepContext, collector, settings: LLMSettings, attempt: int)
                      attempt=attempt, http_calls=len(entry.calls))
 
 
+UNREACHABLE = re.compile(r"connection refused|error sending request|tcp connect|failed to connect|dns error|"
+                         r"connecterror|no route to host|name or service not known", re.IGNORECASE)
+
+
 def endpoint_error(api, exc: Exception, settings: LLMSettings) -> StepError:
+    """One plain sentence first (what failed, where, what to do), then the details
+    on the next line (the dashboard shows the first line and folds the rest)."""
     where = f"{settings.model} at {settings.base_url}"
+    if UNREACHABLE.search(str(exc)):
+        return StepError(f"cannot reach the LLM at {settings.base_url} — start Ollama, or set "
+                         f"AGENTSVC_LLM_BASE_URL (or config.llm.base_url) to a running OpenAI-compatible server\n"
+                         f"{type(exc).__name__}: {_short(str(exc))}")
     if isinstance(exc, api.errors.BamlTimeoutError):
         return StepError(f"LLM call timed out after {settings.timeout_s:g}s, also on every retry ({where})")
     if isinstance(exc, api.errors.BamlClientHttpError):
-        return StepError(f"LLM endpoint answered HTTP {exc.status_code} after retries ({where}): "
+        return StepError(f"LLM endpoint answered HTTP {exc.status_code} after retries ({where})\n"
                          f"{_short(exc.message)}")
-    return StepError(f"LLM call failed ({where}): {type(exc).__name__}: {_short(str(exc))}")
+    return StepError(f"LLM call failed ({where})\n{type(exc).__name__}: {_short(str(exc))}")
 
 
 def _short(text: str, limit: int = REASK_CHARS) -> str:
@@ -360,7 +382,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
 
 BAML = Moniker("baml", baml_step,
                "Thinks with an LLM via BAML RunMonikerStep on any OpenAI-compatible endpoint "
-               "(env AGENTSVC_LLM_*, or config.llm per session).")
+               "(env AGENTSVC_LLM_*, or config.llm per session).", config_model=BamlConfig)
 
 
 def register(registry) -> bool:

@@ -12,19 +12,62 @@
 """
 import asyncio
 import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from monikers.config_types import JsonInt, json_int
 
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 
+
+class _Config(BaseModel):
+    """A moniker's own config keys; anything else (besides the runner's keys) is refused at create."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class JokeConfig(_Config):
+    jokes: json_int(ge=1, le=1_000_000) | None = Field(None,
+                                                       description="be done after this many jokes (empty: never)")
+
+
+class CountdownConfig(_Config):
+    n: JsonInt = Field(3, ge=1, le=1_000_000, description="how many steps to count down")
+
+
+class EchoConfig(_Config):
+    pass
+
+
+class ChaosConfig(_Config):
+    fail_at: JsonInt = Field(1, ge=1, le=1_000_000, description="the step (counting from 1) that fails")
+    mode: Literal["raise", "hang", "garbage", "transient"] = Field("raise", description="how it fails")
+    failures: JsonInt = Field(2, ge=0, le=100, description="mode transient: failures before it succeeds")
+
+
+class SleepyConfig(_Config):
+    sleep_s: float = Field(1.0, ge=0, le=3600, description="seconds each step takes")
+
+# Every joke names the subject in the plural, as it was given ("cats"), so that
+# the grammar holds ("Three cats walk", never "A cats walks").
 JOKES = [
-    "Why did the {s} sit on the computer? To keep an eye on the mouse.",
-    "I told my {s} a joke about infinity. It is still laughing.",
-    "What do you call a {s} that tells jokes? A pun-{s}.",
-    "My {s} asked for a raise. I said: only in the next iteration.",
-    "A {s} walks into a bar. The bartender says: we don't serve your kind here. The {s} replies: that's fine, I'm just here for the punchline.",
-    "Why was the {s} so calm? It had excellent exception handling.",
-    "How many {s} does it take to change a light bulb? Just one, but it takes three steps.",
-    "The {s} stopped telling jokes about UDP. Nobody got them.",
+    "Why do {p} sit on computers? To keep an eye on the mouse.",
+    "I told some {p} a joke about infinity. They are still laughing.",
+    "What do you call {p} that tell jokes? Pun-{p}.",
+    "My {p} asked for a raise. I said: only in the next iteration.",
+    "Three {p} walk into a bar. The bartender says: we don't serve your kind here. They reply: that's fine, "
+    "we're just here for the punchline.",
+    "Why were the {p} so calm? They had excellent exception handling.",
+    "How many {p} does it take to change a light bulb? Just one, but it takes three steps.",
+    "The {p} stopped telling jokes about UDP. Nobody got them.",
 ]
+
+
+def plural(subject: str) -> str:
+    """'cats' stays 'cats'; 'a penguin' becomes 'penguins' (a naive rule, good enough for jokes)."""
+    subject = re.sub(r"^(a|an|the)\s+", "", subject, flags=re.IGNORECASE) or subject
+    return subject if subject.lower().endswith("s") else subject + "s"
 
 _ABOUT = re.compile(r"\babout\s+(.+)$", re.IGNORECASE)
 
@@ -46,7 +89,7 @@ async def joke_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         notes = f"subject changed from {subject!r} to {new_subject!r}"
         subject = new_subject
     told = int(state.get("told", 0))
-    text = JOKES[told % len(JOKES)].format(s=subject)
+    text = JOKES[told % len(JOKES)].format(p=plural(subject))
     told += 1
     limit = ctx.config.get("jokes")
     done = isinstance(limit, int) and told >= limit
@@ -70,7 +113,7 @@ async def echo_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         heard.append(frame.guidance)
     n = int(frame.state.get("n", 0)) + 1
     return FrameOut(step=frame.step, next_step=str(n), state={"n": n, "heard": heard[-20:]},
-                    text=frame.guidance or "(nothing to echo)", data={"guidance": frame.guidance})
+                    text=frame.guidance, data={"guidance": frame.guidance})
 
 
 class TransientError(RuntimeError):
@@ -106,11 +149,15 @@ async def sleepy_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
     return FrameOut(step=frame.step, next_step=str(n), state={"n": n}, text=f"slept through step {n}")
 
 
-JOKE = Moniker("joke", joke_step, "Tells jokes about its task's subject; guidance changes the subject.")
-COUNTDOWN = Moniker("countdown", countdown_step, "Counts down from config.n (default 3), then is done.")
-ECHO = Moniker("echo", echo_step, "Repeats the guidance it receives at each step.")
+JOKE = Moniker("joke", joke_step, "Tells jokes about its task's subject; guidance changes the subject.",
+               config_model=JokeConfig)
+COUNTDOWN = Moniker("countdown", countdown_step, "Counts down from config.n (default 3), then is done.",
+                    config_model=CountdownConfig)
+ECHO = Moniker("echo", echo_step, "Repeats the guidance it receives at each step.", config_model=EchoConfig)
 CHAOS = Moniker("chaos", chaos_step,
-                "Test moniker: fails at step config.fail_at (mode raise | hang | garbage | transient).")
-SLEEPY = Moniker("sleepy", sleepy_step, "Test moniker: each step takes config.sleep_s seconds (default 1).")
+                "Test moniker: fails at step config.fail_at (mode raise | hang | garbage | transient).",
+                config_model=ChaosConfig)
+SLEEPY = Moniker("sleepy", sleepy_step, "Test moniker: each step takes config.sleep_s seconds (default 1).",
+                 config_model=SleepyConfig)
 
 BUILTINS = (JOKE, COUNTDOWN, ECHO, CHAOS, SLEEPY)

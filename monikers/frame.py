@@ -148,4 +148,9 @@ class Moniker:
     config_model: type[BaseModel] | None = None
 
     def describe(self) -> Json:
-        return {"name": self.name, "description": self.description, "initial_step": self.initial_step}
+        """What ``GET /api/monikers`` shows: ``config_schema`` is the JSON Schema of
+        the moniker's own config keys, or None when it declares none (a plugin
+        without ``config_model``: its keys are then passed through unchecked)."""
+        schema = self.config_model.model_json_schema() if self.config_model is not None else None
+        return {"name": self.name, "description": self.description, "initial_step": self.initial_step,
+                "config_schema": schema}

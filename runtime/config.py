@@ -1,7 +1,9 @@
 """Per-session configuration and the payload of a create action.
 
-Unknown config keys are allowed and handed to the moniker (``countdown`` reads
-``n``, ``chaos`` reads ``fail_at`` and ``mode``); the keys below are the runner's.
+Other config keys are handed to the moniker (``countdown`` reads ``n``,
+``chaos`` reads ``fail_at`` and ``mode``); the keys below are the runner's.
+app.py checks both kinds at create time (api/session_config.py): a key that is
+neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
 from typing import Annotated
 
@@ -9,40 +11,44 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
+from monikers.config_types import JsonInt, json_int
+
 
 class RetryPolicy(BaseModel):
     """How often a failed step is tried again before it becomes an error step,
     per class of failure, with exponential backoff and full jitter."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    transient: int = Field(3, ge=0, le=20, description="errors marked transient, connection errors")
-    timeout: int = Field(0, ge=0, le=20, description="steps that ran past step_timeout_s")
-    invalid_output: int = Field(0, ge=0, le=20, description="frame_out that failed validation")
-    error: int = Field(0, ge=0, le=20, description="any other exception")
+    transient: JsonInt = Field(3, ge=0, le=20, description="errors marked transient, connection errors")
+    timeout: JsonInt = Field(0, ge=0, le=20, description="steps that ran past step_timeout_s")
+    invalid_output: JsonInt = Field(0, ge=0, le=20, description="frame_out that failed validation")
+    error: JsonInt = Field(0, ge=0, le=20, description="any other exception")
     base_delay_s: float = Field(0.5, ge=0, le=600)
     max_delay_s: float = Field(30.0, ge=0, le=3600)
 
 
 class SessionConfig(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # strict: a JSON false or "5" is not a number (the API says so at create time)
+    model_config = ConfigDict(extra="allow", strict=True)
 
     interval_s: float = Field(1.0, ge=0, le=86_400, description="pause between two steps")
-    max_steps: int | None = Field(None, ge=1, le=100_000_000, description="finish after this many steps")
+    max_steps: json_int(ge=1, le=100_000_000) | None = Field(None, description="finish after this many steps")
     max_runtime_s: float | None = Field(None, gt=0, le=365 * 86_400, description="finish after this long")
     stop_on_done: bool = Field(True, description="finish when the moniker says done")
     step_timeout_s: float = Field(300.0, gt=0, le=86_400, description="a step running longer is an error")
     retries: RetryPolicy = Field(default_factory=RetryPolicy)
-    repeat_limit: int | None = Field(None, ge=2, le=10_000,
+    repeat_limit: json_int(ge=2, le=10_000) | None = Field(None,
                                      description="stop when the same text comes out this many times in a row")
-    budget_tokens: int | None = Field(None, ge=1, description="pause (reason budget) before tokens exceed this")
+    budget_tokens: json_int(ge=1) | None = Field(None,
+                                                 description="pause (reason budget) before tokens exceed this")
     budget_cost: float | None = Field(None, gt=0, description="pause (reason budget) before cost exceeds this")
     pause_expiry_s: float | None = Field(None, gt=0, description="stop when paused this long (default: service's)")
     tools: list[ToolName] = Field(default_factory=list, max_length=256,
                                   description="tools this session may call (StepFrame-v1 tool_calls); default none")
     approve: list[ToolName] = Field(default_factory=list, max_length=256,
                                     description="tools whose calls wait for a human's approval first")
-    tool_concurrency: int = Field(4, ge=1, le=64, description="calls of one step running at once")
+    tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
 
 
 class CreatePayload(BaseModel):
@@ -51,6 +57,7 @@ class CreatePayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     moniker: str = Field(min_length=1, max_length=128)
+    name: str | None = Field(None, max_length=200)
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None

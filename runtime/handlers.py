@@ -73,7 +73,7 @@ class Handlers:
         except UnknownMoniker:
             raise ActionError(f"unknown moniker {payload.get('moniker')!r}") from None
         snapshot = {
-            "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task,
+            "agent_id": action["agent_id"], "session_id": session_id, "task": spec.task, "name": spec.name,
             "config": spec.config.model_dump(), "status": "running", "iteration": -1,
             "next_step_token": moniker.initial_step, "state": {},
             "conversation_id": spec.conversation_id or action.get("conversation_id"),

@@ -64,7 +64,8 @@ class EventRelay:
         self.publish("tool_call", row["id"], row)
 
     async def action_finished(self, action: dict, ok: bool, error: str | None) -> None:
-        row = {k: action.get(k) for k in ("id", "type", "agent_id", "session_id", "conversation_id", "created_at")}
+        row = {k: action.get(k) for k in ("id", "type", "agent_id", "session_id", "conversation_id", "created_at",
+                                          "payload")}
         row.update(status="done" if ok else "failed", error=error)
         self.publish("action", action["id"], row)
 

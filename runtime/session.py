@@ -68,7 +68,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
         self.repetition = limits.RepetitionWatch(self.config.repeat_limit)
-        self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from")}
+        self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name")}
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight

@@ -72,6 +72,19 @@ class ActionQueue:
     def get(self, action_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("id", action_id))
 
+    def search(self, *, session_id: str | None = None, agent_id: str | None = None, type: str | None = None,
+               status: str | None = None, newest_first: bool = True, limit: int = 100,
+               offset: int = 0) -> list[dict]:
+        """The audit log of control requests, filtered by checked ids and closed words."""
+        where = filters.all_of(
+            filters.eq_id("session_id", session_id) if session_id else None,
+            filters.eq_id("agent_id", agent_id) if agent_id else None,
+            filters.eq_word("type", type, TYPES) if type else None,
+            filters.eq_word("status", status, STATUSES) if status else None,
+        )
+        order = [("created_at", not newest_first), ("id", not newest_first)]
+        return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
+
     def pending(self, limit: int = 100) -> list[dict]:
         """Pending actions, most urgent first, then in the order they were accepted."""
         order = [("priority", False), ("created_at", True), ("id", True)]

@@ -31,6 +31,7 @@ AGENT_STATE = _schema(
     ("agent_id", pa.string(), False),
     ("moniker", pa.string(), False),
     ("task", pa.string(), True),
+    ("name", pa.string(), True),  # optional, for people (POST /api/agents {name})
     ("config", pa.string(), True),
     ("status", pa.string(), False),
     ("status_reason", pa.string(), True),

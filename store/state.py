@@ -4,6 +4,24 @@ from concurrent.futures import Future
 from store import codec, filters, query
 
 STATUSES = {"running", "waiting", "paused", "stopping", "stopped", "done", "error"}
+LIST_COLUMNS = ["session_id", "agent_id", "created_at", "updated_at", "status", "moniker", "name", "task"]
+# sort name -> (key, descending); every key ends in agent_id so equal values keep one order
+AGENT_SORTS = {
+    "newest": (lambda r: (r["created_at"] or "", r["agent_id"]), True),
+    "oldest": (lambda r: (r["created_at"] or "", r["agent_id"]), False),
+    "updated": (lambda r: (r["updated_at"] or "", r["agent_id"]), True),
+    "name": (lambda r: (r.get("name") is None, (r.get("name") or "").casefold(), r["agent_id"]), False),
+}
+
+
+def _matches(row: dict, moniker: str | None, text: str | None) -> bool:
+    """The moniker and text filters, on already-read values (no filter string)."""
+    if moniker and row["moniker"] != moniker:
+        return False
+    if text:
+        needle = text.casefold()
+        return any(needle in (row.get(k) or "").casefold() for k in ("name", "task", "agent_id", "session_id"))
+    return True
 RESUMABLE = ("running", "waiting", "paused", "stopping")
 
 
@@ -52,12 +70,34 @@ class StateTable:
                            order=[("created_at", False)], limit=limit)
         return [r["session_id"] for r in found]
 
-    def agents(self, limit: int = 100, offset: int = 0) -> list[dict]:
-        """Each agent once, with its latest session's snapshot, newest agents first."""
+    def agents(self, *, status: str | None = None, moniker: str | None = None, text: str | None = None,
+               sort: str = "newest", limit: int = 100, offset: int = 0) -> dict:
+        """One page of agents, each with its latest session's snapshot.
+
+        Filters apply to the latest session (an agent whose old session failed
+        but whose new one runs is running), so they are applied after picking
+        each agent's latest session, on a narrow read of a few columns; only
+        the page's rows are then read whole.  Every order ends in agent_id, so
+        the order is the same on every read.  Returns ``{agents, total,
+        counts}``: ``counts`` per status over the moniker and text filters.
+        """
+        if sort not in AGENT_SORTS:
+            raise ValueError(f"sort must be one of {sorted(AGENT_SORTS)}")
         latest: dict[str, dict] = {}
-        for row in query.rows(self.table, self.name, None, order=[("created_at", False), ("session_id", False)]):
+        for row in query.rows(self.table, self.name, None, columns=LIST_COLUMNS,
+                              order=[("created_at", False), ("session_id", False)]):
             latest.setdefault(row["agent_id"], row)
-        return list(latest.values())[offset:offset + limit]
+        rows = [r for r in latest.values() if _matches(r, moniker, text)]
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        if status:
+            rows = [r for r in rows if r["status"] == status]
+        rows.sort(key=AGENT_SORTS[sort][0], reverse=AGENT_SORTS[sort][1])
+        page = [r["session_id"] for r in rows[offset:offset + limit]]
+        full = {r["session_id"]: r for r in query.rows(self.table, self.name, filters.in_ids("session_id", page),
+                                                       limit=len(page))} if page else {}
+        return {"agents": [full[s] for s in page if s in full], "total": len(rows), "counts": counts}
 
     def adopt(self, session_id: str, new_owner: str, expected_owner: str | None) -> bool:
         """Take a session over from ``expected_owner`` (a dead worker, or nobody).

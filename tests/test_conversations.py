@@ -42,11 +42,11 @@ def test_routes_validate_and_page_with_a_cursor(shared_service):
         "blank text": (svc.post(f"/api/conversations/{cid}/messages", json={"text": "  "}), 400),
         "text too long": (svc.post(f"/api/conversations/{cid}/messages", json={"text": "x" * 20_001}), 400),
         "unknown field": (svc.post(f"/api/conversations/{cid}/messages", json={"text": "hi", "x": 1}), 400),
-        "bad cursor": (svc.get(f"/api/conversations/{cid}/messages", after="01ZZZ"), 400),
+        "unknown cursor": (svc.get(f"/api/conversations/{cid}/messages", after="01ZZZ"), 404),
         "limit cap": (svc.get(f"/api/conversations/{cid}/messages", limit=1001), 400),
         "agent without session": (svc.post(f"/api/conversations/{cid}/participants", json={"kind": "agent"}), 400),
         "unknown session": (svc.post(f"/api/conversations/{cid}/participants",
-                                     json={"kind": "agent", "session_id": "nosuch"}), 404),
+                                     json={"kind": "agent", "session_id": "nosuch"}), 409),
         "create in unknown conversation": (svc.post("/api/agents", json={"moniker": "echo",
                                                                           "conversation_id": "nosuch"}), 404),
     }

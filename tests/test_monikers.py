@@ -71,3 +71,29 @@ def test_plugins_load_from_entry_points_and_broken_ones_are_skipped(tmp_path, mo
     assert out.text == "HELLO"
     assert "shout" in default_registry().names()
     sys.modules.pop("shouty_plugin", None)
+
+
+def test_jokes_are_grammatical_and_echo_says_nothing_without_guidance():
+    """Found by hand (issue 14): 'a programmers', 'A dogs walks', and an echo agent
+    that flooded its conversation with '(nothing to echo)'."""
+    registry = default_registry()
+    joke = registry.get("joke")
+    state, texts = {}, []
+    for i in range(8):
+        out = run(joke, FrameIn(step=str(i), state=state), ctx("tell jokes about dogs"))
+        state, texts = out.state, texts + [out.text]
+    joined = " ".join(texts)
+    assert "Three dogs walk" in joined and "call dogs that tell" in joined and "How many dogs" in joined
+    assert "dogs walks" not in joined and "a dogs" not in joined and "A dogs" not in joined
+    penguin = run(joke, FrameIn(step="0", state={}), ctx("tell jokes about a penguin"))
+    assert "penguins" in penguin.text and "a penguins" not in penguin.text
+    echo = registry.get("echo")
+    assert run(echo, FrameIn(step="0", state={}), ctx("x")).text is None
+    assert run(echo, FrameIn(step="0", state={}, guidance="hi"), ctx("x")).text == "hi"
+
+
+def test_every_builtin_moniker_declares_its_config():
+    """So the API can refuse keys that are neither the runner's nor the moniker's."""
+    registry = default_registry()
+    for name in registry.names():
+        assert registry.get(name).config_model is not None, name

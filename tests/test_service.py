@@ -206,7 +206,7 @@ def test_malformed_bodies_get_clean_errors(shared_service):
         (f"/api/agents/{aid}/interrupt", {"json": {}}, 400),
         (f"/api/agents/{aid}/interrupt", {"json": {"guidance": "   "}}, 400),
         (f"/api/agents/{aid}/interrupt", {"json": {"guidance": 5}}, 400),
-        (f"/api/agents/{aid}/pause", {"json": {"session_id": "unknown-session"}}, 404),
+        (f"/api/agents/{aid}/pause", {"json": {"session_id": "unknown-session"}}, 409),
         ("/api/agents/unknown-agent/pause", {"json": {}}, 404),
         ("/api/agents/unknown-agent/destroy", {"json": {}}, 404),
     ]

@@ -1,0 +1,62 @@
+"""Checking a session's config at create time, so a misspelt key or a wrong
+type is a 400 naming it instead of a session that fails later.
+
+A config holds two kinds of keys:
+
+- the runner's keys, declared by ``runtime.config.SessionConfig``
+  (``interval_s``, ``max_steps``, budgets, retries; other parts of the service
+  add theirs there, e.g. ``tools``);
+- the moniker's own keys, declared by its ``Moniker.config_model`` (a pydantic
+  model with ``extra="forbid"``: ``countdown``'s ``n``, ``baml``'s ``llm``).
+
+A key that is in neither is refused.  A plugin moniker that declares no
+``config_model`` gets its keys passed through unchecked (as before config
+models existed), so installed plugins keep working; ``GET /api/monikers``
+shows its ``config_schema`` as null.
+"""
+from pydantic import BaseModel, ValidationError
+
+from api.errors import ApiError
+from monikers.frame import Moniker
+from runtime.config import SessionConfig
+
+RUNNER_KEYS = frozenset(SessionConfig.model_fields)
+
+
+def _problems(exc: ValidationError, prefix: str = "config") -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join([prefix, *(str(p) for p in err["loc"])])
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def unknown_key_message(key: str, moniker: Moniker) -> str:
+    own = sorted(moniker.config_model.model_fields) if moniker.config_model else []
+    mine = f"{moniker.name} accepts {', '.join(own)}" if own else f"{moniker.name} accepts no keys of its own"
+    return (f"config.{key}: unknown key ({mine}; every session accepts "
+            f"{', '.join(sorted(RUNNER_KEYS))})")
+
+
+def check(config: SessionConfig, moniker: Moniker) -> dict:
+    """The config as it will be stored: runner keys already validated by
+    ``SessionConfig``, the rest validated against the moniker's model (values
+    normalised, e.g. ``"5"`` -> ``5``).  Raises a 400 naming the first bad key."""
+    runner = config.model_dump(exclude=set(config.model_extra or {}))
+    extra = dict(config.model_extra or {})
+    model: type[BaseModel] | None = moniker.config_model
+    if model is None:
+        return {**runner, **extra}
+    for key in extra:
+        if key not in model.model_fields:
+            raise ApiError(400, "invalid_config", unknown_key_message(key, moniker))
+    try:
+        own = model.model_validate(extra)
+    except ValidationError as exc:
+        raise ApiError(400, "invalid_config", _problems(exc)) from None
+    return {**runner, **own.model_dump(mode="json", include=set(extra))}
+
+
+def runner_schema() -> dict:
+    """JSON Schema of the keys every session accepts (for GET /api/monikers and the form)."""
+    return SessionConfig.model_json_schema()

@@ -1,0 +1,115 @@
+// The form that starts an agent.  Its config fields come from the schemas of
+// GET /api/monikers: the chosen moniker's own keys, a few of the keys every
+// session accepts, and a JSON box for the rest.  The API checks the whole
+// config and names a bad key; that message is shown here.
+import { get, post } from "../core/api.js";
+import { h, replace } from "../core/dom.js";
+import { fieldsFor, read } from "./schema_fields.js";
+
+const COMMON_KEYS = ["interval_s", "max_steps", "stop_on_done", "budget_tokens", "budget_cost"];
+
+export function createForm() {
+  let monikers = [];
+  let sessionSchema = null;
+  const error = h("p.form-error", { role: "alert", dataset: { testid: "create-error" } });
+  const monikerSelect = h("select", { id: "create-moniker", name: "moniker", required: true,
+    dataset: { testid: "create-moniker" }, onchange: () => drawMonikerFields() });
+  const monikerHelp = h("p.hint", { id: "moniker-help" });
+  const monikerFields = h("div.moniker-fields", { dataset: { testid: "moniker-fields" } });
+  const commonFields = h("div.common-fields");
+  const conversation = h("select", { id: "create-conversation", name: "conversation_id",
+    dataset: { testid: "create-conversation" } });
+  const json = h("textarea", { id: "create-json", name: "config_json", rows: 3, spellcheck: false,
+    placeholder: '{"retries": {"transient": 5}}', dataset: { testid: "create-json" } });
+
+  const nameInput = h("input", { id: "create-name", name: "agent_name", maxlength: "200",
+    dataset: { testid: "create-name" } });
+  const taskInput = h("textarea", { id: "create-task", name: "task", rows: 2, placeholder: "tell jokes about cats",
+    dataset: { testid: "create-task" } });
+  const form = h("form.panel.side", { id: "create-form", autocomplete: "off", dataset: { testid: "create-form" },
+    "aria-labelledby": "create-title", onsubmit: submit, oninput: () => (error.textContent = "") },
+  h("h2", { id: "create-title" }, "Start an agent"),
+  h("label", { for: "create-name" }, "Name ", h("small", "optional; shown instead of the id"),
+    nameInput),
+  h("label", { for: "create-moniker" }, "Moniker ", h("small", "what it does at each step"), monikerSelect),
+  monikerHelp,
+  h("label", { for: "create-task" }, "Task ", h("small", "what it should do"),
+    taskInput),
+  h("label", { for: "create-conversation" }, "Conversation ",
+    h("small", "optional; it posts its steps there and hears messages"), conversation),
+  h("fieldset", h("legend", "Settings of this moniker"), monikerFields),
+  h("fieldset", h("legend", "Every session"), commonFields),
+  h("label", { for: "create-json" }, "More settings (JSON) ",
+    h("small", "any other config keys; merged over the fields above"), json),
+  h("button.primary", { type: "submit", dataset: { testid: "create-submit" } }, "Start agent"),
+  error);
+
+  function drawMonikerFields() {
+    const moniker = monikers.find((m) => m.name === monikerSelect.value);
+    monikerHelp.textContent = moniker ? moniker.description : "";
+    if (!moniker) return replace(monikerFields);
+    if (moniker.config_schema === null) {
+      return replace(monikerFields, h("p.hint", "This moniker declares no settings; put its keys in the JSON box "
+        + "(they are passed through unchecked)."));
+    }
+    const fields = fieldsFor(moniker.config_schema, null, "cfg");
+    replace(monikerFields, fields.length ? fields : h("p.hint", "No settings of its own."));
+  }
+
+  async function load() {
+    const [m, c] = await Promise.all([get("/api/monikers"), get("/api/conversations", { limit: 200 })]);
+    monikers = m.monikers;
+    sessionSchema = m.session_config_schema;
+    const keep = monikerSelect.value || "joke";
+    replace(monikerSelect, monikers.map((x) => h("option", { value: x.name, selected: x.name === keep }, x.name)));
+    replace(conversation, h("option", { value: "" }, "— none —"),
+      c.conversations.map((x) => h("option", { value: x.conversation_id }, x.title || x.conversation_id)));
+    if (!commonFields.childElementCount) replace(commonFields, fieldsFor(sessionSchema, COMMON_KEYS, "run"));
+    drawMonikerFields();
+    clearUnreachable();
+  }
+
+  function config() {
+    const values = { ...read(commonFields), ...read(monikerFields) };
+    const text = json.value.trim();
+    if (!text) return values;
+    let extra;
+    try {
+      extra = JSON.parse(text);
+    } catch (err) {
+      throw new Error("More settings: not valid JSON (" + err.message + ")");
+    }
+    if (typeof extra !== "object" || Array.isArray(extra) || extra === null) {
+      throw new Error("More settings: must be a JSON object, e.g. {\"max_runtime_s\": 60}");
+    }
+    return { ...values, ...extra };
+  }
+
+  async function submit(event) {
+    event.preventDefault();
+    error.textContent = "";
+    delete error.dataset.unreachable;
+    try {
+      const body = { moniker: monikerSelect.value, task: taskInput.value, config: config() };
+      if (nameInput.value.trim()) body.name = nameInput.value.trim();
+      if (conversation.value) body.conversation_id = conversation.value;
+      const made = await post("/api/agents", body);
+      form.reset();
+      json.value = "";
+      location.hash = "#/session/" + made.session_id;
+    } catch (err) {
+      error.textContent = err.message;
+      if (err.code === "unreachable") error.dataset.unreachable = "1";
+    }
+  }
+
+  // The service is back (the page caught up): a "cannot be reached" message is over.
+  function clearUnreachable() {
+    if (error.dataset.unreachable) {
+      error.textContent = "";
+      delete error.dataset.unreachable;
+    }
+  }
+
+  return { form, load, clearUnreachable };
+}

@@ -1,0 +1,116 @@
+// Tool calls in the session timeline (StepFrame-v1), live.
+//
+// Each call is shown inside the step that made it: name, status, duration, and
+// its args and result in an expandable box.  A call waiting for approval has
+// Approve / Deny buttons; a call waiting for an external result has a box to
+// post it.  Rows come over HTTP on every catch-up of the session
+// (GET /api/tool-calls?session_id=…) and live as `tool_call` events, one per
+// change of a row; the newest row per id wins (by updated_at), so an event seen
+// both ways is shown once.
+//
+// Plugged in with one import in main.js; it uses three hooks of core/registry.js:
+// a step part (the box inside each step), a live event, and a session catch-up.
+import { get, post } from "../core/api.js";
+import { $, h } from "../core/dom.js";
+import { badge } from "../core/format.js";
+import { registerLiveEvent, registerSessionHook, registerStepPart } from "../core/registry.js";
+import { toast } from "../core/toast.js";
+
+const rows = new Map();  // tool call id -> newest row (open session)
+let sessionId = null;
+
+function reset(id) {
+  if (id === sessionId) return;
+  sessionId = id;
+  rows.clear();
+}
+
+function merge(row) {
+  if (row.session_id !== sessionId) return;
+  const known = rows.get(row.id);
+  if (known && (row.updated_at || "") < (known.updated_at || "")) return;
+  rows.set(row.id, row);
+  render(row);
+}
+
+function boxOf(iteration) {
+  return $(`[data-testid=steps] li.step[data-iteration="${iteration}"] .tool-calls`);
+}
+
+function render(row) {
+  const list = boxOf(row.iteration);
+  if (!list) return;  // its step is not shown yet: the step part draws it
+  const node = list.querySelector(`[data-call="${row.id}"]`);
+  const open = node ? Boolean(node.querySelector("details")?.open) : false;
+  const fresh = callNode(row, open);
+  if (node) node.replaceWith(fresh);
+  else {
+    const later = [...list.children].find((n) => Number(n.dataset.seq) > row.seq);
+    list.insertBefore(fresh, later || null);
+  }
+}
+
+function callNode(row, open) {
+  return h("div.tool-call." + row.status, { dataset: { call: row.id, seq: String(row.seq), testid: "tool-call" } },
+    h("div.tool-head", h("span.tool-name", "🔧 " + row.name), badge(row.status),
+      row.duration_ms != null ? h("span.hint", ` ${Math.round(row.duration_ms)} ms`) : null,
+      row.attempts > 1 ? h("span.hint", ` · attempt ${row.attempts}`) : null,
+      row.error ? h("div.step-error", row.error) : null),
+    h("details", { open }, h("summary", "args and result"),
+      h("div.hint", "args"), h("pre.tool-json", JSON.stringify(row.args, null, 2)),
+      row.status === "success" ? [h("div.hint", "result"), h("pre.tool-json", JSON.stringify(row.result, null, 2))]
+        : null),
+    controls(row));
+}
+
+function controls(row) {
+  if (row.status === "waiting_approval") {
+    const reason = h("input", { placeholder: "reason (told to the model)", name: "reason",
+      "aria-label": "Reason for denying " + row.name });
+    return h("div.tool-actions",
+      h("button", { type: "button", dataset: { testid: "tool-approve" }, onclick: () => decide(row, "approve", {}) },
+        "Approve"),
+      h("button.danger", { type: "button", dataset: { testid: "tool-deny" },
+        onclick: () => decide(row, "deny", reason.value ? { reason: reason.value } : {}) }, "Deny"),
+      reason);
+  }
+  if (row.status === "waiting_result") {
+    const text = h("textarea", { placeholder: "result: JSON or plain text", name: "result", rows: 2,
+      "aria-label": "Result of " + row.name });
+    return h("form.tool-actions", { onsubmit: (e) => {
+      e.preventDefault();
+      let result = text.value;
+      try { result = JSON.parse(text.value); } catch (err) { /* plain text is a fine result */ }
+      decide(row, "result", { result });
+    } }, text, h("button", { type: "submit", dataset: { testid: "tool-post-result" } }, "Post result"));
+  }
+  return null;
+}
+
+async function decide(row, verb, body) {
+  try {
+    await post(`/api/tool-calls/${row.id}/${verb}`, body);
+    toast(`${verb} of ${row.name} requested`);
+  } catch (err) {
+    toast(`${verb} of ${row.name} failed: ${err.message}`, true);
+  }
+}
+
+async function catchUp(id) {
+  reset(id);
+  for (let offset = 0; ; offset += 1000) {
+    const data = await get("/api/tool-calls", { session_id: id, limit: 1000, offset });
+    if (id !== sessionId) return;
+    data.tool_calls.forEach(merge);
+    if (data.tool_calls.length < 1000) break;
+  }
+}
+
+// The box inside every step; the calls already known for it are drawn at once.
+registerStepPart((step) => {
+  reset(step.session_id);
+  const known = [...rows.values()].filter((r) => r.iteration === step.iteration).sort((a, b) => a.seq - b.seq);
+  return h("div.tool-calls", known.map((row) => callNode(row, false)));
+});
+registerLiveEvent("tool_call", (row) => merge(row));
+registerSessionHook(catchUp);

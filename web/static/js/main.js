@@ -1,0 +1,73 @@
+// The agentsvc dashboard: plain ES modules, no build step, every file served by
+// the app (nothing from another host).
+//
+// How it is put together (one file per page or component):
+//   core/      dom helpers, the HTTP client, formatting, live events, the registry
+//   pages/     one module per page; each calls registerPage({...}) when imported
+//   components/ pieces used by pages (the create form, the timeline, JSON views)
+//
+// To add a page or a component, write its module and import it below: ONE line.
+//   - a page:      registerPage({name, match, nav?, mount, enter, rooms, catchUp, on})
+//                  (see core/registry.js); e.g. import "./pages/search.js";
+//   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
+//                  every step of a session's timeline; e.g. import "./components/tool_calls.js";
+//                  A step part lives in web/static/js/components/ and imports
+//                  registerStepPart from "../core/registry.js"; it may also use
+//                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
+// A page is shown in its own <section>; the router below picks the page whose
+// match() accepts the location's hash, or else the agents page (the fallback).
+import "./pages/agents.js";
+import "./pages/session.js";
+import "./pages/conversations.js";
+import "./pages/conversation.js";
+import "./components/tool_calls.js";
+
+import { $, h } from "./core/dom.js";
+import { connect, follow } from "./core/live.js";
+import { navLinks, pages } from "./core/registry.js";
+
+const sections = new Map();  // page name -> its <section>
+
+function route() {
+  const parts = (location.hash || "#/").replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  let page = null;
+  let params = null;
+  for (const candidate of pages) {
+    params = candidate.match(parts);
+    if (params) {
+      page = candidate;
+      break;
+    }
+  }
+  if (!page) {
+    page = pages.find((p) => p.fallback);
+    params = {};
+  }
+  for (const [name, section] of sections) section.hidden = name !== page.name;
+  let section = sections.get(page.name);
+  if (!section) {
+    section = h("section.view", { id: "view-" + page.name });
+    $("main").appendChild(section);
+    sections.set(page.name, section);
+    page.mount(section, params);
+  }
+  document.querySelectorAll("nav a[data-page]").forEach((a) => {
+    if (a.dataset.page === page.name) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  });
+  page.enter(params);
+  follow({ rooms: () => page.rooms(params), catchUp: () => page.catchUp(params), on: page.on || {} });
+}
+
+function buildNav() {
+  const nav = $("nav.pages");
+  for (const link of navLinks) {
+    nav.insertBefore(h("a", { href: link.href, dataset: { page: link.name, testid: "nav-" + link.name } },
+      link.label), nav.querySelector("[data-static]"));
+  }
+}
+
+buildNav();
+connect();
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,243 @@
+// One session: who and what it is, its usage and cost, its controls (with the
+// reason when one cannot apply), a budget pause explained with a way to raise
+// the budget and resume, and its timeline of steps and control actions.
+import { get, post } from "../core/api.js";
+import { $, h, replace } from "../core/dom.js";
+import { agentLabel, badge, errorBlock, money, reasonWords, short, stepNumber, tokens, when } from "../core/format.js";
+import { scheduleCatchUp } from "../core/live.js";
+import { registerPage, sessionHooks } from "../core/registry.js";
+import { toast } from "../core/toast.js";
+import { jsonView } from "../components/json_view.js";
+import { timeline } from "../components/timeline.js";
+
+const FINISHED = ["stopped", "done", "error"];
+let ui = null;
+let current = { id: null, snapshot: null };
+
+function mount(section) {
+  const steps = timeline();
+  const button = (verb, label, cls) => h("button" + (cls ? "." + cls : ""), { type: "button",
+    dataset: { verb, testid: "btn-" + verb }, onclick: () => verb === "destroy" ? confirmDestroy() : control(verb) },
+  label);
+  ui = {
+    steps,
+    title: h("h2", { id: "s-title", tabindex: "-1" }),
+    facts: h("dl.facts"),
+    notice: h("div.notice", { hidden: true, dataset: { testid: "session-notice" } }),
+    usage: h("dl.facts.usage", { dataset: { testid: "session-usage" } }),
+    json: h("div.step-json"),
+    controls: h("div.controls", button("pause", "Pause"), button("resume", "Resume"),
+      button("destroy", "Destroy", "danger")),
+    why: h("p.hint", { dataset: { testid: "controls-why" } }),
+    guidance: h("input", { name: "guidance", required: true, "aria-label": "Guidance for the next step",
+      placeholder: "Guidance for the next step, e.g. tell jokes about dogs", dataset: { testid: "interrupt-text" } }),
+    missing: h("p.empty", { hidden: true, dataset: { testid: "session-missing" } }),
+    dialog: destroyDialog(),
+  };
+  ui.sendGuidance = h("button", { type: "submit", dataset: { testid: "btn-interrupt" } }, "Send guidance");
+  ui.body = h("div",
+    h("div.panel", ui.title, ui.facts, ui.notice,
+      ui.controls, ui.why,
+      h("form.inline", { id: "interrupt-form", dataset: { testid: "interrupt-form" }, onsubmit: sendGuidance },
+        ui.guidance, ui.sendGuidance)),
+    h("div.panel", h("h2", "Usage ", h("small", "model calls of this session")), ui.usage, ui.json),
+    h("div.panel", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), steps.root));
+  replace(section, h("a.back", { href: "#/" }, "← all agents"), ui.missing, ui.body, ui.dialog);
+}
+
+function destroyDialog() {
+  const dialog = h("dialog", { "aria-labelledby": "destroy-title", dataset: { testid: "destroy-dialog" } },
+    h("form", { method: "dialog" },
+      h("h2", { id: "destroy-title" }, "Destroy this agent?"),
+      h("p", "It stops at its next step boundary (a step that hangs is cancelled after a grace period). ",
+        "Its steps stay readable, but it cannot be resumed."),
+      h("div.controls",
+        h("button", { value: "cancel", dataset: { testid: "destroy-cancel" } }, "Cancel"),
+        h("button.danger", { value: "destroy", dataset: { testid: "destroy-confirm" } }, "Destroy"))));
+  dialog.addEventListener("close", () => {
+    if (dialog.returnValue === "destroy") control("destroy");
+  });
+  return dialog;
+}
+
+function confirmDestroy() {
+  ui.dialog.returnValue = "";
+  ui.dialog.showModal();
+}
+
+async function control(verb, extra = {}) {
+  const s = current.snapshot;
+  if (!s) return false;
+  try {
+    await post(`/api/agents/${s.agent_id}/${verb}`, { session_id: s.session_id, ...extra });
+    toast(verb === "interrupt" ? "guidance sent" : verb + " requested");
+    return true;
+  } catch (err) {
+    toast(verb + " failed: " + err.message, true);
+    return false;
+  }
+}
+
+async function sendGuidance(event) {
+  event.preventDefault();
+  if (await control("interrupt", { guidance: ui.guidance.value })) ui.guidance.value = "";
+}
+
+function fact(label, ...value) {
+  return h("div", h("dt", label), h("dd", ...value));
+}
+
+function render(s) {
+  current.snapshot = s;
+  ui.steps.setSession(s);
+  ui.title.replaceChildren(agentLabel(s), " ", badge(s.status),
+    s.status_reason ? h("small", { dataset: { testid: "session-reason" } }, " " + reasonWords(s.status_reason)) : "");
+  replace(ui.facts,
+    fact("Status", h("span", { dataset: { testid: "session-status" } }, s.status)),
+    fact("Agent", h("code", { title: s.agent_id }, short(s.agent_id))),
+    fact("Session", h("code", { title: s.session_id }, short(s.session_id))),
+    fact("Moniker", s.moniker || ""),
+    fact("Steps", h("span", { dataset: { testid: "session-iteration" } }, s.iteration >= 0 ? String(stepNumber(s.iteration)) : "none yet")),
+    fact("Task", s.task || "—"),
+    fact("Conversation", s.conversation_id
+      ? h("a", { href: "#/conversation/" + s.conversation_id }, short(s.conversation_id)) : "—"),
+    fact("Created", when(s.created_at)),
+    fact("Updated", when(s.updated_at)));
+  renderNotice(s);
+  renderUsage(s);
+  renderControls(s);
+  replace(ui.json, jsonView("config", s.config, "session-config"), jsonView("state", s.state),
+    jsonView("pending guidance", s.pending_guidance && s.pending_guidance.length ? s.pending_guidance : null));
+  $("#s-count").textContent = s.iteration >= 0 ? `${stepNumber(s.iteration)} steps, newest first` : "";
+}
+
+// A budget pause says what was spent and offers to raise the budget; an error
+// says what failed in one sentence, with the details folded.
+function renderNotice(s) {
+  const cfg = s.config || {};
+  if (s.status === "paused" && s.status_reason === "budget") {
+    const used = s.usage || {};
+    const spentTokens = (used.input_tokens || 0) + (used.output_tokens || 0);
+    const tokensIn = h("input", { type: "number", min: "1", step: "1", id: "raise-tokens",
+      value: cfg.budget_tokens ? String(Math.max(cfg.budget_tokens * 2, spentTokens * 2)) : "",
+      dataset: { testid: "raise-tokens" } });
+    const costIn = h("input", { type: "number", min: "0", step: "any", id: "raise-cost",
+      value: cfg.budget_cost ? String(Math.max(cfg.budget_cost * 2, (used.cost || 0) * 2)) : "",
+      dataset: { testid: "raise-cost" } });
+    const raise = async (e) => {
+      e.preventDefault();
+      const extra = {};
+      if (tokensIn.value) extra.budget_tokens = Number(tokensIn.value);
+      if (costIn.value) extra.budget_cost = Number(costIn.value);
+      await control("resume", extra);
+    };
+    ui.notice.hidden = false;
+    ui.notice.className = "notice warn";
+    replace(ui.notice,
+      h("p", h("strong", "Paused: its budget is reached. "),
+        `It has used ${tokens(spentTokens)} tokens` + (used.cost != null ? ` and ${money(used.cost)}` : "") +
+        `; the next step would pass the budget (${cfg.budget_tokens ? tokens(cfg.budget_tokens) + " tokens" : ""}` +
+        `${cfg.budget_tokens && cfg.budget_cost ? ", " : ""}${cfg.budget_cost ? money(cfg.budget_cost) : ""}).`),
+      s.last_error ? h("p.hint", s.last_error.replace(/^budget: /, "")) : null,
+      h("form.inline.raise", { onsubmit: raise, dataset: { testid: "raise-form" } },
+        cfg.budget_tokens ? h("label", { for: "raise-tokens" }, "Token budget", tokensIn) : null,
+        cfg.budget_cost ? h("label", { for: "raise-cost" }, "Cost budget ($)", costIn) : null,
+        h("button.primary", { type: "submit", dataset: { testid: "raise-budget" } }, "Raise budget and resume")));
+  } else if (s.status === "error" && s.last_error) {
+    ui.notice.hidden = false;
+    ui.notice.className = "notice bad";
+    replace(ui.notice, h("p", h("strong", "It failed: ")), errorBlock(s.last_error),
+      h("p.hint", "Resume retries the failed step."));
+  } else {
+    ui.notice.hidden = true;
+  }
+}
+
+function renderUsage(s) {
+  const u = s.usage;
+  if (!u) return replace(ui.usage, fact("Model calls", "none yet (this moniker may not call a model)"));
+  replace(ui.usage,
+    fact("Tokens in", h("span", { dataset: { testid: "usage-input" } }, tokens(u.input_tokens))),
+    fact("Tokens out", h("span", { dataset: { testid: "usage-output" } }, tokens(u.output_tokens))),
+    fact("Cost", h("span", { dataset: { testid: "usage-cost" } }, money(u.cost))),
+    fact("Calls", tokens(u.calls)),
+    fact("Model time", u.duration_ms != null ? (u.duration_ms / 1000).toFixed(1) + " s" : "—"),
+    s.config && s.config.budget_tokens ? fact("Token budget", tokens(s.config.budget_tokens)) : null,
+    s.config && s.config.budget_cost ? fact("Cost budget", money(s.config.budget_cost)) : null);
+}
+
+// Controls that cannot apply are disabled, and the page says why.
+function renderControls(s) {
+  const finished = FINISHED.includes(s.status) && s.status !== "error";
+  const reasons = {
+    pause: s.status === "paused" ? "it is paused already" : s.status === "error" ? "it has failed (resume retries)"
+      : finished ? "it has finished" : s.status === "pending" ? "it has not started yet" : "",
+    resume: s.status === "running" ? "it is running" : finished ? "it has finished" : "",
+    destroy: finished ? "it has finished" : s.status === "stopping" ? "it is stopping" : "",
+  };
+  const why = [];
+  for (const [verb, reason] of Object.entries(reasons)) {
+    const button = ui.controls.querySelector(`[data-verb="${verb}"]`);
+    button.disabled = Boolean(reason);
+    button.title = reason ? `Cannot ${verb}: ${reason}` : "";
+    if (reason) why.push(`${verb[0].toUpperCase() + verb.slice(1)} is off: ${reason}.`);
+  }
+  const noGuidance = finished ? "it has finished" : s.status === "stopping" ? "it is stopping" : "";
+  ui.guidance.disabled = ui.sendGuidance.disabled = Boolean(noGuidance);
+  ui.guidance.placeholder = noGuidance ? `No guidance: ${noGuidance}` : "Guidance for the next step, e.g. tell jokes about dogs";
+  ui.why.textContent = why.join(" ");
+}
+
+async function load(params) {
+  const id = params.id;
+  try {
+    const s = await get("/api/sessions/" + encodeURIComponent(id));
+    if (id !== current.id) return;
+    ui.missing.hidden = true;
+    ui.body.hidden = false;
+    if (!current.snapshot || (s.updated_at || "") >= (current.snapshot.updated_at || "")) render(s);
+    await ui.steps.catchUp();
+    await Promise.all(sessionHooks.map((hook) => hook(id)));
+  } catch (err) {
+    if (id !== current.id) return;
+    if (err.status === 404 || err.status === 400) {
+      ui.body.hidden = true;
+      ui.missing.hidden = false;
+      ui.missing.textContent = `There is no session ${id}. It may have been removed after its retention period.`;
+    } else {
+      toast("Could not load the session: " + err.message, true);
+    }
+  }
+}
+
+registerPage({
+  name: "session",
+  match: (parts) => (parts[0] === "session" && parts[1] ? { id: parts[1] } : null),
+  mount,
+  enter(params) {
+    if (params.id === current.id) return;
+    current = { id: params.id, snapshot: null };
+    ui.steps.reset(params.id);
+    ui.body.hidden = true;  // nothing of the previous session stays on screen
+    ui.missing.hidden = true;
+    ui.title.textContent = "";
+  },
+  rooms: (params) => ["session:" + params.id],
+  catchUp: (params) => load(params),
+  on: {
+    agent_state(s) {
+      if (s.session_id !== current.id) return;
+      if (!current.snapshot || (s.updated_at || "") >= (current.snapshot.updated_at || "")) render(s);
+      ui.body.hidden = false;
+    },
+    agent_step(step) {
+      ui.steps.onStep(step, scheduleCatchUp);
+    },
+    action(action) {
+      if (action.session_id !== current.id) return;
+      ui.steps.onAction(action);
+      if (action.type !== "create" && action.status === "failed") toast(`${action.type} failed: ${action.error}`, true);
+      else if (action.type !== "create" && action.status === "done") toast(action.type + " applied");
+    },
+  },
+});
