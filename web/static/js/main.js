@@ -10,17 +10,26 @@
 //   - a page:      registerPage({name, match, nav?, mount, enter, rooms, catchUp, on})
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
-//                  every step of a session's timeline; e.g. import "./components/tool_calls.js";
+//                  every step of a session's timeline; e.g. import "./pages/search.js";
+import "./components/tool_calls.js";
+import "./components/fork.js";
+import "./components/search_box.js";
 //                  A step part lives in web/static/js/components/ and imports
 //                  registerStepPart from "../core/registry.js"; it may also use
 //                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
 // A page is shown in its own <section>; the router below picks the page whose
 // match() accepts the location's hash, or else the agents page (the fallback).
+// A hash may end in a query ("#/session/ID?iteration=3", "#/search?q=words"): it
+// is not part of the path that match() sees, and reaches the page as params.query
+// (a URLSearchParams), so a link can point into a page.
 import "./pages/agents.js";
 import "./pages/session.js";
 import "./pages/conversations.js";
 import "./pages/conversation.js";
+import "./pages/search.js";
 import "./components/tool_calls.js";
+import "./components/fork.js";
+import "./components/search_box.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";
@@ -29,7 +38,8 @@ import { navLinks, pages } from "./core/registry.js";
 const sections = new Map();  // page name -> its <section>
 
 function route() {
-  const parts = (location.hash || "#/").replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  const [path, search] = splitHash(location.hash);
+  const parts = path.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
   let page = null;
   let params = null;
   for (const candidate of pages) {
@@ -43,6 +53,7 @@ function route() {
     page = pages.find((p) => p.fallback);
     params = {};
   }
+  params = { ...params, query: new URLSearchParams(search) };
   for (const [name, section] of sections) section.hidden = name !== page.name;
   let section = sections.get(page.name);
   if (!section) {
@@ -57,6 +68,12 @@ function route() {
   });
   page.enter(params);
   follow({ rooms: () => page.rooms(params), catchUp: () => page.catchUp(params), on: page.on || {} });
+}
+
+// "#/search?q=a?b" -> ["#/search", "q=a?b"]: only the first "?" starts the query.
+function splitHash(hash) {
+  const at = (hash || "#/").indexOf("?");
+  return at < 0 ? [hash || "#/", ""] : [hash.slice(0, at), hash.slice(at + 1)];
 }
 
 function buildNav() {

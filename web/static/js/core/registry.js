@@ -8,7 +8,8 @@ export const navLinks = [];
 
 // page = {
 //   name,                         unique, e.g. "agents"
-//   match(parts) -> params|null   parts of the hash: "#/session/ID" -> ["session", "ID"]
+//   match(parts) -> params|null   parts of the hash: "#/session/ID" -> ["session", "ID"]; the
+//                                 router adds params.query, the hash's "?…" part (URLSearchParams)
 //   fallback: true?               shown when no page matches (the agents page)
 //   nav: {label, href, order?}?   adds a link to the top bar (lower order first; agents 10,
 //                                 conversations 20)
