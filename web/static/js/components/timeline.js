@@ -8,6 +8,8 @@
 // the top; a gap (a live step beyond the newest shown) is filled from HTTP.
 // Follow: while the top of the timeline is in view new steps simply appear
 // there; when you have scrolled down, a "jump to latest" button counts them.
+// Reveal: a link to one step (#/session/ID?iteration=N, from search) pages older
+// steps in until that step is shown, then marks it and scrolls to it.
 import { get } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { errorBlock, money, reasonWords, stepNumber, tokens, when } from "../core/format.js";
@@ -206,9 +208,32 @@ export function timeline() {
     return loadingOlder;
   }
 
+  // Show step `iteration` (paging older steps in as needed), mark it (and the
+  // tool call `callId` inside it, when given) as the linked one, scroll to it.
+  async function reveal(iteration, callId) {
+    const mine = generation;
+    while (lo !== null && iteration < lo && mine === generation) {
+      const before = lo;
+      await loadOlder();
+      if (lo === before) break;  // nothing older came: the step does not exist
+    }
+    if (mine !== generation) return false;
+    const node = list.querySelector(`li.step[data-iteration="${iteration}"]`);
+    if (!node) return false;
+    list.querySelectorAll(".linked").forEach((n) => n.classList.remove("linked"));
+    node.classList.add("linked");
+    const call = callId ? node.querySelector(`[data-call="${CSS.escape(callId)}"]`) : null;
+    if (call) call.classList.add("linked");
+    node.tabIndex = -1;
+    node.scrollIntoView({ block: "center" });
+    node.focus({ preventScroll: true });
+    return true;
+  }
+
   return {
     root,
     reset,
+    reveal,
     setSession: (s) => (session = s),
     catchUp: loadNewest,
     onStep(step, scheduleCatchUp) {

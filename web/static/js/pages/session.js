@@ -1,6 +1,8 @@
 // One session: who and what it is, its usage and cost, its controls (with the
 // reason when one cannot apply), a budget pause explained with a way to raise
-// the budget and resume, and its timeline of steps and control actions.
+// the budget and resume, its record (summary, where a fork came from), and its
+// timeline of steps and control actions.  A link may point into the page:
+// ?iteration=N (&tool_call=ID) scrolls to that step, ?summary=1 to the summary.
 import { get, post } from "../core/api.js";
 import { $, h, replace } from "../core/dom.js";
 import { agentLabel, badge, errorBlock, money, reasonWords, short, stepNumber, tokens, when } from "../core/format.js";
@@ -8,19 +10,29 @@ import { scheduleCatchUp } from "../core/live.js";
 import { registerPage, sessionHooks } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 import { jsonView } from "../components/json_view.js";
+import { sessionRecord } from "../components/session_record.js";
 import { timeline } from "../components/timeline.js";
 
 const FINISHED = ["stopped", "done", "error"];
 let ui = null;
-let current = { id: null, snapshot: null };
+let current = { id: null, snapshot: null, linked: null };
+
+// What a link asks to be shown: {iteration, callId} or {summary: true}, or null.
+function linkedOf(query) {
+  const iteration = query.get("iteration");
+  if (iteration !== null && /^\d+$/.test(iteration)) return { iteration: Number(iteration), callId: query.get("tool_call") };
+  return query.get("summary") ? { summary: true } : null;
+}
 
 function mount(section) {
   const steps = timeline();
+  const record = sessionRecord();
   const button = (verb, label, cls) => h("button" + (cls ? "." + cls : ""), { type: "button",
     dataset: { verb, testid: "btn-" + verb }, onclick: () => verb === "destroy" ? confirmDestroy() : control(verb) },
   label);
   ui = {
     steps,
+    record,
     title: h("h2", { id: "s-title", tabindex: "-1" }),
     facts: h("dl.facts"),
     notice: h("div.notice", { hidden: true, dataset: { testid: "session-notice" } }),
@@ -41,6 +53,7 @@ function mount(section) {
       h("form.inline", { id: "interrupt-form", dataset: { testid: "interrupt-form" }, onsubmit: sendGuidance },
         ui.guidance, ui.sendGuidance)),
     h("div.panel", h("h2", "Usage ", h("small", "model calls of this session")), ui.usage, ui.json),
+    record.root,
     h("div.panel", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), steps.root));
   replace(section, h("a.back", { href: "#/" }, "← all agents"), ui.missing, ui.body, ui.dialog);
 }
@@ -90,6 +103,7 @@ function fact(label, ...value) {
 function render(s) {
   current.snapshot = s;
   ui.steps.setSession(s);
+  ui.record.update(s);
   ui.title.replaceChildren(agentLabel(s), " ", badge(s.status),
     s.status_reason ? h("small", { dataset: { testid: "session-reason" } }, " " + reasonWords(s.status_reason)) : "");
   replace(ui.facts,
@@ -198,6 +212,7 @@ async function load(params) {
     if (!current.snapshot || (s.updated_at || "") >= (current.snapshot.updated_at || "")) render(s);
     await ui.steps.catchUp();
     await Promise.all(sessionHooks.map((hook) => hook(id)));
+    await showLinked(id);
   } catch (err) {
     if (id !== current.id) return;
     if (err.status === 404 || err.status === 400) {
@@ -210,14 +225,30 @@ async function load(params) {
   }
 }
 
+// Once per link followed (not on every catch-up): scroll to what it points at.
+async function showLinked(id) {
+  const linked = current.linked;
+  if (!linked || id !== current.id) return;
+  current.linked = null;
+  if (linked.summary) ui.record.focus();
+  else if (!(await ui.steps.reveal(linked.iteration, linked.callId)) && id === current.id) {
+    toast(`Step ${stepNumber(linked.iteration)} is not in this session's timeline.`, true);
+  }
+}
+
 registerPage({
   name: "session",
   match: (parts) => (parts[0] === "session" && parts[1] ? { id: parts[1] } : null),
   mount,
   enter(params) {
-    if (params.id === current.id) return;
-    current = { id: params.id, snapshot: null };
+    const linked = linkedOf(params.query);
+    if (params.id === current.id) {
+      current.linked = linked;  // the catch-up that follows shows it
+      return;
+    }
+    current = { id: params.id, snapshot: null, linked };
     ui.steps.reset(params.id);
+    ui.record.reset(params.id);
     ui.body.hidden = true;  // nothing of the previous session stays on screen
     ui.missing.hidden = true;
     ui.title.textContent = "";
