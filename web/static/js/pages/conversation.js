@@ -2,6 +2,8 @@
 // Catch-up reads from the cursor (the last message read over HTTP); live
 // messages do not move it, since they may stand beyond messages this page never
 // received (it was on another view, or disconnected).
+// A link may point at one message (#/conversation/ID?message=MID, from search):
+// once the messages are read, that one is marked and scrolled to.
 import { get, post } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { short, stepNumber, tag, when } from "../core/format.js";
@@ -9,7 +11,7 @@ import { registerPage } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 
 let ui = null;
-let current = { id: null, messages: new Map(), cursor: null };
+let current = { id: null, messages: new Map(), cursor: null, linked: null };
 
 function mount(section) {
   const text = h("input", { name: "text", required: true, "aria-label": "Message",
@@ -51,7 +53,7 @@ function addMessage(m) {
   const who = m.sender_type === "agent"
     ? [h("a", { href: "#/session/" + m.session_id }, tag(m.agent_id)), ` · step ${stepNumber(m.iteration)}`]
     : [m.user_id || "user"];
-  const li = h("li." + m.sender_type, { dataset: { key: keyOf(m), testid: "message" } },
+  const li = h("li." + m.sender_type, { dataset: { key: keyOf(m), message: m.message_id, testid: "message" } },
     h("div.msg-head", ...who, " · ", when(m.created_at)), h("div.msg-text", m.text || ""));
   const later = [...ui.messages.children].find((n) => n.dataset.key > li.dataset.key);
   ui.messages.insertBefore(li, later || null);
@@ -91,6 +93,19 @@ async function load() {
     if (data.messages.length) current.cursor = data.messages[data.messages.length - 1].message_id;
     if (data.messages.length < 500) break;
   }
+  showLinked();
+}
+
+function showLinked() {
+  const id = current.linked;
+  current.linked = null;
+  const li = id ? [...ui.messages.children].find((n) => n.dataset.message === id) : null;
+  if (!li) return;
+  ui.messages.querySelectorAll(".linked").forEach((n) => n.classList.remove("linked"));
+  li.classList.add("linked");
+  li.tabIndex = -1;
+  li.scrollIntoView({ block: "center" });
+  li.focus({ preventScroll: true });
 }
 
 registerPage({
@@ -98,8 +113,12 @@ registerPage({
   match: (parts) => (parts[0] === "conversation" && parts[1] ? { id: parts[1] } : null),
   mount,
   enter(params) {
-    if (params.id === current.id) return;
-    current = { id: params.id, messages: new Map(), cursor: null };
+    const linked = params.query.get("message");
+    if (params.id === current.id) {
+      current.linked = linked;  // the catch-up that follows shows it
+      return;
+    }
+    current = { id: params.id, messages: new Map(), cursor: null, linked };
     replace(ui.messages);
     ui.title.textContent = "";
     ui.empty.hidden = false;
