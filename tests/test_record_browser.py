@@ -1,6 +1,10 @@
 """The record in a real browser (chromium via playwright, as in
 test_dashboard_browser.py): the search box, a result linking to the exact
-step, the session's summary, and "fork from here"."""
+step, the session's summary, and "fork from here".
+
+The dashboard counts steps from 1 (iteration 0 is "step 1"), so the liftoff of
+a four-step countdown (iteration 3) is "step 4", and a fork from iteration 1
+says "at step 2"."""
 import pytest
 
 from tests.test_dashboard_browser import browser, page  # noqa: F401 (fixtures)
@@ -22,14 +26,14 @@ def test_search_a_step_open_it_see_the_summary_and_fork_from_it(page, shared_ser
 
     page.get_by_test_id("search-input").fill("liftoff")
     page.get_by_test_id("search-input").press("Enter")
-    step_hit = page.get_by_test_id("search-hit").filter(has_text="step 3").first
+    step_hit = page.get_by_test_id("search-hit").filter(has_text="step 4").first
     step_hit.locator("a").click()
-    expect(page.locator("#steps li.linked")).to_have_attribute("data-iteration", "3")
+    expect(page.locator("[data-testid=steps] li.linked")).to_have_attribute("data-iteration", "3")
     expect(page.get_by_test_id("session-summary")).to_contain_text("narwhals")
 
     page.once("dialog", lambda dialog: dialog.accept("count the walruses instead"))
-    page.locator('#steps li[data-iteration="1"]').get_by_test_id("fork-here").click()
-    expect(page.locator(".forked-from")).to_contain_text("at step 1")
+    page.locator('[data-testid=steps] li[data-iteration="1"]').get_by_test_id("fork-here").click()
+    expect(page.locator(".forked-from")).to_contain_text("at step 2")
     fork_id = page.evaluate("location.hash").split("/")[-1]
     assert fork_id != made["session_id"]
     snapshot = svc.wait_status(fork_id, "done")
