@@ -382,7 +382,8 @@ def test_every_page_is_accessible_and_fits(browser, shared_service, width):
         pages = {"agents": ("/#/", "[data-testid=agent-row]"),
                  "session": (f"/#/session/{made['session_id']}", "[data-testid=step]"),
                  "conversations": ("/#/conversations", "[data-testid=conversations] li"),
-                 "conversation": (f"/#/conversation/{conversation}", "[data-testid=post-form]")}
+                 "conversation": (f"/#/conversation/{conversation}", "[data-testid=post-form]"),
+                 "search": ("/#/search?q=liftoff", "[data-testid=search-hit]")}
         problems = {}
         for name, (path, ready) in pages.items():
             pg.goto(shared_service.url + path)
