@@ -59,7 +59,7 @@ async function run(query) {
 function hitNode(hit) {
   const where = [
     hit.session_id ? "session " + short(hit.session_id) : null,
-    hit.iteration != null ? "step " + stepNumber(hit.iteration) : null,
+    hit.iteration != null ? (hit.kind === "summary" ? "up to step " : "step ") + stepNumber(hit.iteration) : null,
     hit.conversation_id ? "conversation " + short(hit.conversation_id) : null,
     hit.name ? "tool " + hit.name : null,
   ].filter(Boolean).join(" · ");
