@@ -39,3 +39,21 @@ def test_search_a_step_open_it_see_the_summary_and_fork_from_it(page, shared_ser
     snapshot = svc.wait_status(fork_id, "done")
     assert snapshot["forked_from"] == {"session_id": made["session_id"], "iteration": 1}
     assert [s["iteration"] for s in svc.steps(fork_id)][0] == 2
+
+
+def test_a_message_hit_opens_the_conversation_at_that_message(page, shared_service):  # noqa: F811
+    expect = playwright_api.expect
+    svc = shared_service
+    conversation = svc.post("/api/conversations", json={"title": "zoo"}).json()["conversation_id"]
+    for text in ["the penguins are asleep", "the capybaras want lunch", "the ibis flew off"]:
+        svc.post(f"/api/conversations/{conversation}/messages", json={"text": text})
+
+    page.get_by_test_id("search-input").fill("capybaras")
+    page.get_by_test_id("search-submit").click()  # the button, as well as Enter
+    hit = page.get_by_test_id("search-hit").filter(has_text="message").first
+    expect(hit.locator("mark")).to_have_text("capybaras")
+    hit.locator("a").click()
+    linked = page.locator("[data-testid=messages] li.linked")
+    expect(linked).to_have_count(1)
+    expect(linked).to_contain_text("the capybaras want lunch")
+    assert "?message=" in page.evaluate("location.hash")
