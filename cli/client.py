@@ -63,8 +63,10 @@ class Client:
     def create(self, body: dict) -> dict:
         return self.post("/api/agents", body)
 
-    def agents(self, limit: int = 100, offset: int = 0) -> list[dict]:
-        return self.get("/api/agents", limit=limit, offset=offset)["agents"]
+    def agents(self, limit: int = 100, offset: int = 0, **filters) -> dict:
+        """One page of agents: ``{agents, total, counts}`` (filters: status, moniker, q, sort)."""
+        return self.get("/api/agents", limit=limit, offset=offset,
+                        **{k: v for k, v in filters.items() if v is not None})
 
     def agent(self, agent_id: str) -> dict:
         return self.get(f"/api/agents/{agent_id}")

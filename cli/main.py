@@ -130,31 +130,23 @@ def create(api, as_json, moniker, task, config_json, settings, interval, max_ste
 
 
 @cli.command("list")
-@click.option("--status", multiple=True, help="only sessions in this status (repeatable)")
-@click.option("--moniker", multiple=True, help="only agents running this moniker (repeatable)")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--status", help="only agents whose latest session is in this status")
+@click.option("--moniker", help="only agents whose latest session runs this moniker")
+@click.option("-q", "--search", "text", help="text in the name, task or ids")
+@click.option("--sort", type=click.Choice(["newest", "oldest", "updated", "name"]), default="newest",
+              show_default=True)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--offset", default=0, show_default=True, type=click.IntRange(0))
 @remote
-def list_agents(api, as_json, status, moniker, limit, offset):
-    """Agents with their latest session, newest first."""
-    matches, skipped, page_offset, page = [], 0, 0, 100
-    while len(matches) < limit:
-        rows = api.agents(limit=page, offset=page_offset)
-        for row in rows:
-            if (status and row.get("status") not in status) or (moniker and row.get("moniker") not in moniker):
-                continue
-            if skipped < offset:
-                skipped += 1
-                continue
-            if len(matches) < limit:
-                matches.append(row)
-        if len(rows) < page:
-            break
-        page_offset += page
+def list_agents(api, as_json, status, moniker, text, sort, limit, offset):
+    """Agents with their latest session (filtered, sorted and paged by the service)."""
+    page = api.agents(limit=limit, offset=offset, status=status, moniker=moniker, q=text, sort=sort)
     if as_json:
-        render.as_json({"agents": matches, "limit": limit, "offset": offset})
-    else:
-        render.sessions(matches)
+        render.as_json({**page, "limit": limit, "offset": offset})
+        return
+    render.sessions(page["agents"])
+    shown = len(page["agents"])
+    render.out.print(f"{offset + 1 if shown else 0}–{offset + shown} of {page['total']}", markup=False)
 
 
 @cli.command()

@@ -19,6 +19,7 @@ EXPECTED = {
     "bench_idle": ["machine", "idle_cpu_percent", "idle_agents", "target"],
     "bench_peers": ["machine", "runs", "per_step_ms_single_agent"],
     "bench_tools": ["machine", "single", "many", "target"],
+    "bench_memory": ["machine", "cache_mb", "samples"],
     "bench_search": ["machine", "latency", "refresh", "cpu", "target"],
 }
 

@@ -40,8 +40,10 @@ def test_create_list_show_steps(shared_service):
     assert sid in {a["session_id"] for a in listed}
     assert all(a["status"] == "done" and a["moniker"] == "countdown" for a in listed)
     assert run_json(svc, "list", "--status", "paused", "--moniker", "countdown")["agents"] == []
+    listed_page = run_json(svc, "list", "--moniker", "countdown", "--limit", "1")
+    assert len(listed_page["agents"]) == 1 and listed_page["total"] >= 1 and "done" in listed_page["counts"]
     table = run(svc, "list").stdout
-    assert aid in table and "countdown" in table
+    assert aid in table and "countdown" in table and " of " in table
 
     for ident in (sid, aid):  # a session id, or an agent id (its latest session)
         shown = run_json(svc, "show", ident)
