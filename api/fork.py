@@ -31,7 +31,8 @@ MAX_STATE_BYTES = 256 * 1024
 class ForkRequest(Strict):
     from_iteration: int = Field(ge=0, le=2**62, description="the step whose state and next step the fork starts from")
     state: dict[str, Any] | None = Field(None, description="replaces that step's state")
-    guidance: str | None = Field(None, min_length=1, max_length=MAX_TEXT, description="for the fork's first step")
+    guidance: str | None = Field(None, min_length=1, max_length=MAX_TEXT, pattern=r"\S",
+                                 description="for the fork's first step (not blank)")
     config: dict[str, Any] | None = Field(None, description="keys that change the original's config")
     session_id: Id | None = Field(None, description="the fork's id; a client-supplied one makes the fork idempotent")
 

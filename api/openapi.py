@@ -25,8 +25,11 @@ def _errors(*codes) -> dict:
 
 
 def _query(model: type[BaseModel]) -> list[dict]:
-    props = model.model_json_schema(ref_template=REF)["properties"]
-    return [{"name": name, "in": "query", "required": False, "schema": schema} for name, schema in props.items()]
+    """Query parameters from a model; those the model requires are required here too."""
+    schema = model.model_json_schema(ref_template=REF)
+    required = set(schema.get("required", ()))
+    return [{"name": name, "in": "query", "required": name in required, "schema": prop}
+            for name, prop in schema["properties"].items()]
 
 
 def _path(name: str) -> dict:

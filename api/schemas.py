@@ -123,13 +123,18 @@ class StepQuery(Page):
         """Clamped to the years 1000-9999 in UTC: the store writes timestamps as
         %Y, which is not zero-padded below 1000, and converting an edge date to
         UTC can overflow.  No step is older or newer, so the answer is the same."""
-        if value is None:
-            return value
-        try:
-            utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        except OverflowError:
-            utc = EARLIEST if value.year < 5000 else LATEST
-        return min(max(utc, EARLIEST), LATEST)
+        return clamp_to_calendar(value)
+
+
+def clamp_to_calendar(value: datetime | None) -> datetime | None:
+    """A filter's date in UTC, clamped to the years 1000-9999 the store can compare with."""
+    if value is None:
+        return value
+    try:
+        utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    except OverflowError:
+        utc = EARLIEST if value.year < 5000 else LATEST
+    return min(max(utc, EARLIEST), LATEST)
 
 
 class CreateConversationRequest(Strict):

@@ -7,12 +7,13 @@ otherwise, or when the endpoint fails, the answer says ``"mode": "fts"`` and
 why.  A hit names the exact row and a ``link`` into the dashboard.
 """
 import logging
+from typing import Literal
 from datetime import datetime, timezone
 
 from flask import Blueprint, current_app, jsonify, request
 from pydantic import ConfigDict, Field, field_validator
 
-from api.schemas import Id, Open, Strict
+from api.schemas import Id, Open, Strict, clamp_to_calendar
 from store import search as store_search
 
 log = logging.getLogger("api.search")
@@ -23,25 +24,19 @@ MAX_QUERY_CHARS = 1000
 MAX_MONIKER_SESSIONS = 5000
 
 
-def _in_range(value: datetime | None, what: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        year = (value.astimezone(timezone.utc) if value.tzinfo else value).year
-    except OverflowError:
-        year = 0
-    if not 1000 <= year <= 9999:
-        raise ValueError(f"{what} must be between the years 1000 and 9999 (UTC)")
-    return value
+_KIND = "(step|message|tool_call|summary)"
+KIND_LIST = rf"^{_KIND}(,{_KIND})*$"  # the document states what the validator below accepts
 
 
 class SearchRequest(Strict):
     q: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="words to look for (no query syntax)")
-    kind: str | None = Field(None, max_length=100, description="comma-separated: step, message, tool_call, summary")
+    kind: str | None = Field(None, max_length=100, pattern=KIND_LIST,
+                             description="comma-separated: step, message, tool_call, summary")
     agent_id: Id | None = None
     session_id: Id | None = None
     conversation_id: Id | None = None
-    status: str | None = Field(None, max_length=32, description="the row's status (steps and tool calls)")
+    status: Literal[tuple(sorted(store_search.STATUSES))] | None = Field(
+        None, description="the row's status (steps and tool calls)")
     since: datetime | None = Field(None, description="ISO-8601; rows created at or after it")
     until: datetime | None = Field(None, description="ISO-8601; rows created before it")
     moniker: Id | None = Field(None, description="only rows of sessions running this moniker")
@@ -69,7 +64,7 @@ class SearchRequest(Strict):
     @field_validator("since", "until")
     @classmethod
     def _dates(cls, value, info):
-        return _in_range(value, info.field_name)
+        return clamp_to_calendar(value)  # no row is older or newer: the answer is the same
 
 
 class SummaryQuery(Strict):

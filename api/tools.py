@@ -212,5 +212,6 @@ def openapi_paths(op, path, query, errors) -> dict:
             body=DenyRequest, params=[tid], errors=(400, 404, 409))},
         "/api/tool-calls/{tool_call_id}/result": {"post": op(
             "post the result (or error) of a call waiting for one (409 unless waiting_result)", 202,
-            ok_model=ToolCallAccepted, body=ResultRequest, params=[tid], errors=(400, 404, 409))},
+            ok_model=ToolCallAccepted, body=ResultRequest, params=[tid], errors=(400, 404, 409),
+            body_required=True)},
     }

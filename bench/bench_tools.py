@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0)
     args = parser.parse_args(argv)
     if args.quick:
-        args.agents, args.seconds, args.warmup = 5, 1.0, 0.5
+        args.agents, args.seconds, args.warmup = 5, 3.0, 0.5  # 1 s saw no whole tool cycle at load 20
     emit(run(args.agents, args.seconds, args.warmup))
     return 0
 

@@ -60,7 +60,9 @@ def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
     if name == "bench_soak":
         assert result["series"] and "within_1_5x" in result["verdict"]
     if name == "bench_tools":
-        assert result["single"]["ratio_p50"] and result["many"]["tool"]["tool_calls_per_s"] > 0
+        # Figures, not speed: on a loaded machine a quick window may hold no whole tool cycle.
+        assert "ratio_p50" in result["single"] and result["single"]["tool"]["steps"] > 0
+        assert result["many"]["tool"]["tool_calls_per_s"] > 0
     if name == "bench_search":
         assert result["latency"]["search_http"]["n"] > 0 and result["refresh"]["refreshed"] == ["agent_steps"]
         assert result["cpu"]["with_fts"]["steps"] == result["cpu"]["without_fts"]["steps"] > 0
