@@ -229,14 +229,21 @@ def tail(api, as_json, idents, follow, lines, from_start, after, until_finished)
 def apply(api: Client, as_json: bool, ident: str, verb: str, wait: bool, timeout: float, **body) -> None:
     snapshot = api.resolve(ident)
     accepted = api.control(snapshot, verb, **body)
-    action = api.wait_action(accepted["action_id"], timeout) if wait else api.action(accepted["action_id"])
+    outcome(api, as_json, accepted["action_id"], wait, timeout, f"{verb} {{status}} (action {{id}}, "
+            f"session {accepted['session_id']})")
+
+
+def outcome(api: Client, as_json: bool, action_id: str, wait: bool, timeout: float, line: str) -> None:
+    """Wait for an accepted action (unless --no-wait), print what became of it, exit 1 if it failed.
+    ``line`` is a format string over the action's fields."""
+    action = api.wait_action(action_id, timeout) if wait else api.action(action_id)
     if as_json:
         render.as_json(action)
     else:
-        line = f"{verb} {action['status']} (action {action['id']}, session {accepted['session_id']})"
+        text = line.format(status=action["status"], id=action["id"])
         if action.get("error"):
-            line += f": {action['error']}"
-        (render.err if action["status"] == "failed" else render.out).print(line, markup=False)
+            text += f": {action['error']}"
+        (render.err if action["status"] == "failed" else render.out).print(text, markup=False)
     if action["status"] == "failed":
         sys.exit(FAILED)
 
@@ -309,16 +316,8 @@ def search(api, as_json, words, kind, agent_id, session_id, conversation_id, sin
 def decide(api: Client, as_json: bool, tool_call_id: str, verb: str, wait: bool, timeout: float, **body) -> None:
     """Approve, deny or post the result of a tool call, then report what became of it."""
     accepted = api.decide_tool_call(tool_call_id, verb, **body)
-    action = api.wait_action(accepted["action_id"], timeout) if wait else api.action(accepted["action_id"])
-    if as_json:
-        render.as_json(action)
-    else:
-        line = f"{verb} {action['status']} (action {action['id']}, tool call {tool_call_id})"
-        if action.get("error"):
-            line += f": {action['error']}"
-        (render.err if action["status"] == "failed" else render.out).print(line, markup=False)
-    if action["status"] == "failed":
-        sys.exit(FAILED)
+    outcome(api, as_json, accepted["action_id"], wait, timeout, f"{verb} {{status}} (action {{id}}, "
+            f"tool call {tool_call_id})")
 
 
 @cli.command()
