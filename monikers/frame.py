@@ -16,8 +16,10 @@ working unchanged.
   with ``status`` success | failed | denied | unknown (``unknown``: the worker
   died while the tool ran; check before repeating it).
 - ``frame_in.inbox`` holds everything else that arrived between two steps
-  (user guidance, notes from the runner such as ``interrupted_step``); user
-  guidance is also joined into ``guidance`` for v0 monikers.
+  (child results, answers, notes from observers or the runner such as
+  ``interrupted_step``, user guidance and messages), in priority order
+  (runtime/inbox.py); user guidance is also joined into ``guidance`` for v0
+  monikers.
 
 ``step``/``next_step`` are string tokens chosen by the moniker ("3",
 "review/1"...); the runner's integer iteration is deliberately not part of the
@@ -58,8 +60,9 @@ class ToolResult(BaseModel):
 
 class InboxItem(BaseModel):
     """Something that arrived for the agent between two steps.  ``kind`` says
-    what: ``guidance`` (a user's), ``interrupted_step`` (a note from the
-    runner); later kinds (child results, answers) use the same shape."""
+    what (runtime/inbox.py lists the kinds and their priorities): ``guidance``
+    (a user's), ``interrupted_step`` (a note from the runner), ``child_result``,
+    ``answer``, ``observer_note``, ``parent_context``..."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -84,13 +84,22 @@ class InterruptMixin:
         self.used_guidance: list[str] = []
 
     def add_guidance(self, action_id: str, text: str, source: dict | None = None) -> bool:
-        """Queue guidance; ``source`` says where it came from (e.g. a conversation
-        message) and is kept with it on the step row that uses it.  The same
-        action delivered again (after a crash) is refused, whether its guidance
-        is still queued or a step has already used it."""
+        """Queue a user's guidance; ``source`` says where it came from (e.g. a
+        conversation message) and is kept with it on the step row that uses it."""
+        return self.add_inbox_item(action_id, "guidance", text, source=source)
+
+    def add_inbox_item(self, action_id: str, kind: str, text: str | None, *, data=None,
+                       source: dict | None = None) -> bool:
+        """Queue an inbox item of ``kind`` (runtime/inbox.py) for the next step.
+        The same action delivered again (after a crash) is refused, whether its
+        item is still queued or a step has already used it; False then."""
         if action_id in self.used_guidance or any(g["action_id"] == action_id for g in self.pending_guidance):
             return False
         item = {"action_id": action_id, "text": text}
+        if kind != "guidance":
+            item["kind"] = kind
+        if data is not None:
+            item["data"] = data
         if source:
             item["source"] = source
         self.pending_guidance.append(item)

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from ulid import ULID
 
 from monikers.frame import FrameIn, Moniker, StepContext
+from runtime import inbox as inbox_order
 from runtime import limits
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
@@ -68,6 +69,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
         self.repetition = limits.RepetitionWatch(self.config.repeat_limit)
+        self.inbox_priorities: dict[str, int] | None = None  # per kind, over runtime/inbox.py's defaults
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name")}
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
@@ -262,10 +264,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     async def _step_once(self) -> bool:
         """Run one iteration; False when it ended the session in error."""
         iteration = self.iteration + 1
-        guidance = self.peek_guidance()
-        inbox = [_inbox_item(g) for g in guidance]
-        frame_in = FrameIn(step=self.next_step_token, state=self.state,
-                           guidance="\n".join(g["text"] for g in guidance if _kind(g) == "guidance") or None,
+        guidance = inbox_order.ordered(self.peek_guidance(), self.inbox_priorities)
+        inbox = [inbox_order.frame_item(g) for g in guidance]
+        frame_in = FrameIn(step=self.next_step_token, state=self.state, guidance=inbox_order.guidance_text(guidance),
                            tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
                           iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config))
@@ -333,18 +334,6 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.iteration, self.last_error = row["iteration"], outcome.error
         await self.observers.notify("step_persisted", self.snapshot(), stored)
         await self.set_status("error", f"step_failed:{outcome.error_class}")
-
-
-def _kind(item: dict) -> str:
-    return item.get("kind") or "guidance"
-
-
-def _inbox_item(item: dict) -> dict:
-    """A queued guidance item as a StepFrame-v1 inbox entry."""
-    out = {"kind": _kind(item), "text": item.get("text")}
-    if item.get("source"):
-        out["source"] = item["source"]
-    return out
 
 
 def _caught_up(snapshot: dict, latest_step: dict) -> dict:
