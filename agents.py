@@ -23,6 +23,7 @@ from runtime.embeddings import EmbeddingSettings
 from runtime.record_keeping import RecordKeeping, semantic_search
 from runtime.health import HealthServer
 from runtime.service import AgentService
+from runtime.turns import TurnKeeper
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog, search_history
@@ -134,6 +135,8 @@ async def serve(args: argparse.Namespace) -> None:
                                             "keep_summaries": args.retention_keep_summaries})
     record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
                            every_s=args.archive_every, embedder=embedder)
+    turns = TurnKeeper(store)  # runtime/turns.py: a row per turn, with its summary
+    service.observers.add(turns)
     metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
     if metrics is not None:
         service.observers.add(metrics)
@@ -157,6 +160,7 @@ async def serve(args: argparse.Namespace) -> None:
         record_task.cancel()
         await asyncio.gather(record_task, return_exceptions=True)
         await record.close()
+        await turns.close()
         if health is not None:
             health.close()
         if relay is not None:

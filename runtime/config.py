@@ -5,7 +5,7 @@ Other config keys are handed to the moniker (``countdown`` reads ``n``,
 app.py checks both kinds at create time (api/session_config.py): a key that is
 neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -49,6 +49,10 @@ class SessionConfig(BaseModel):
     approve: list[ToolName] = Field(default_factory=list, max_length=256,
                                     description="tools whose calls wait for a human's approval first")
     tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
+    when_idle: Literal["continue", "wait"] = Field(
+        "continue", description="after a step that calls no tool and is not done: keep stepping (continue), or wait "
+                                "for input (wait: status waiting, reason user, until a message, guidance, a child's "
+                                "result or an answer arrives); a waiting session's turn has ended")
 
 
 class CreatePayload(BaseModel):

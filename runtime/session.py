@@ -54,6 +54,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.status_reason: str | None = snapshot.get("status_reason")
         self.status_changed_at = _as_datetime(snapshot.get("status_changed_at") or snapshot.get("created_at"))
         self.iteration: int = snapshot["iteration"]
+        self.first_iteration = self.iteration  # where this runner started (when_idle: its first step needs no input)
         self.step_token: str | None = snapshot.get("step_token")
         self.next_step_token: str = snapshot.get("next_step_token") or moniker.initial_step
         self.state: dict = snapshot.get("state") if isinstance(snapshot.get("state"), dict) else {}
@@ -206,6 +207,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.wait_while_paused()
             if self.stop_requested:
                 return
+            if await self._awaits_input():
+                continue
             if await self._must_wait():
                 continue
             if not await self._step_once() or self.finished or self.stop_requested:
@@ -244,6 +247,24 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """What a resumed session's status is: waiting, while its calls still wait."""
         reason = self.tool_phase.waiting_reason() if self.tool_phase is not None else None
         return ("waiting", reason) if reason else ("running", "user")
+
+    async def _awaits_input(self) -> bool:
+        """``config.when_idle == "wait"``: after a step that called no tool and was
+        not done, the session waits (status ``waiting``, reason ``user``) until an
+        inbox item arrives (a message, guidance, a child's result, an answer), a
+        pause or a stop; True when it waited (the loop then looks again)."""
+        waited = (self.status, self.status_reason) == ("waiting", "user") and self.tool_step is None
+        idle = (self.config.when_idle == "wait" and self.open_step is None and self.tool_results is None
+                and (self.iteration > self.first_iteration or waited))
+        if not idle or self.pending_guidance:
+            if waited and self.config.when_idle == "wait":
+                await self.set_status("running", None)  # input arrived: the next step answers it
+            return False
+        if self.status == "running":
+            await self.set_status("waiting", "user")
+        while not self.pending_guidance and not self.stop_requested and not self.pause_requested:
+            await self.sleep(3600)
+        return True
 
     async def _must_wait(self) -> bool:
         """Finish on a limit, or pause on a budget; True when no step may run now."""

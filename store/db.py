@@ -28,6 +28,7 @@ from store.steps import StepLog
 from store.summaries import SummaryTable
 from store.tool_calls import ToolCallTable
 from store.tool_catalog import ToolCatalogTable
+from store.turns import TurnTable
 from store.workers import WorkerTable
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
@@ -70,6 +71,7 @@ class Store:
         self.tool_calls = ToolCallTable(self.tables["tool_calls"], self.writer)
         self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
+        self.turns = TurnTable(self.tables["turns"], self.writer)
         self.vectors = None
         if embedding:
             name = vectors.table_name(embedding["dim"])
