@@ -39,10 +39,12 @@ class OpenGate:
         self._blocked_until: dict[str, float] = {}
 
     async def acquire(self, model: str, tokens: int) -> Permit:
-        started = time.monotonic()
+        waited = 0.0
         while (wait := self._blocked_until.get(model, 0.0) - time.monotonic()) > 0:
+            started = time.monotonic()
             await asyncio.sleep(wait)
-        return Permit(model, tokens, waited_s=time.monotonic() - started)
+            waited += time.monotonic() - started
+        return Permit(model, tokens, waited_s=waited)
 
     def release(self, permit: Permit, *, tokens: int | None = None, status: int | None = None,
                 retry_after: float | None = None) -> None:

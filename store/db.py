@@ -29,6 +29,7 @@ from store.summaries import SummaryTable
 from store.tool_calls import ToolCallTable
 from store.tool_catalog import ToolCatalogTable
 from store.turns import TurnTable
+from store.rate_ledger import RateLedger
 from store.workers import WorkerTable
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
@@ -72,6 +73,7 @@ class Store:
         self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
         self.turns = TurnTable(self.tables["turns"], self.writer)
+        self.rate_ledger = RateLedger(self.tables["rate_ledger"], self.writer)
         self.vectors = None
         if embedding:
             name = vectors.table_name(embedding["dim"])

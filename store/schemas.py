@@ -209,16 +209,34 @@ TURNS = _schema(
     ("updated_at", TS, False),
 )
 
+# Shared model rate limits (runtime/rate_limits.py): one row per rate-limited
+# model, holding each worker's share of the model's budget.  Changed only by a
+# conditional update on ``version`` (compare-and-swap), when a share changes,
+# a lease is renewed or a 429 slows the model down: never per model call.
+RATE_LEDGER = _schema(
+    ("id", pa.string(), False),  # unique per row; of racing creations, the smallest id is the model's row
+    ("model_key", pa.string(), False),  # a hash of the model's name (names are not ids)
+    ("model", pa.string(), False),
+    ("version", pa.int64(), False),
+    ("shares", pa.string(), True),  # {worker_id: {r, t, until, want}} requests and tokens held until `until`
+    ("throttle", pa.float64(), True),  # the slow-down multiplier after a 429 (1 = none, at most 3)
+    ("throttle_at", pa.float64(), True),  # epoch seconds it was set; it decays from there
+    ("blocked_until", pa.float64(), True),  # epoch seconds: a Retry-After holds every worker back until then
+    ("created_at", TS, False),
+    ("updated_at", TS, False),
+)
+
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
               conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS, summaries=SUMMARIES)
-TABLES.update(tool_catalog=TOOL_CATALOG, turns=TURNS)
+TABLES.update(tool_catalog=TOOL_CATALOG, turns=TURNS, rate_ledger=RATE_LEDGER)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (FACTS.md: without it they do, every time).
 PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id",
-                "tool_calls": "id", "tool_catalog": "worker_id", "summaries": "id", "turns": "id"}
+                "tool_calls": "id", "tool_catalog": "worker_id", "summaries": "id", "turns": "id",
+                "rate_ledger": "id"}
 
 # Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
@@ -234,6 +252,7 @@ INDEXES = {
                    ("created_at", "btree")],
     "summaries": [("session_id", "btree"), ("conversation_id", "btree"), ("agent_id", "btree")],
     "turns": [("session_id", "btree"), ("status", "bitmap")],
+    "rate_ledger": [("model_key", "btree")],
 }
 
 JSON_COLUMNS = {
@@ -247,4 +266,5 @@ JSON_COLUMNS = {
     "tool_catalog": {"tools"},
     "workers": {"maintenance"},
     "turns": {"trigger_ids", "usage", "summary_data"},
+    "rate_ledger": {"shares"},
 }

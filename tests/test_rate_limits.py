@@ -1,0 +1,135 @@
+"""Shared model rate limits against the real service (issue 12, test 7): three
+sessions on one model limited to 6 requests per window, run by two agents.py
+workers, never make the fake provider see more than 6 requests in any sliding
+window; a session on another model never waits; a 429 with ``Retry-After: 2``
+is retried after 2 s without a failed step.
+
+The window is 5 s here instead of 60 (``window_s`` in the limits file; the
+product unit stays "per minute"), so the test takes seconds.  Everything
+asserted is what the fake server recorded (counts, per window of its own
+arrival times) and what the store holds; no timing is asserted except the
+lower bound Retry-After guarantees.
+"""
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+from tests.fake_openai import FakeOpenAI, Received, Reply
+from tests.harness import Service, wait_for
+
+WINDOW_S = 5.0
+LIMIT = 6
+STEPS = 3
+
+
+def frame_reply(text: str) -> Reply:
+    return Reply(json.dumps({"step": "s", "next_step": "s", "state": {}, "text": text, "done": False}))
+
+
+class Provider:
+    """Model ``limited`` answers every request, except one 429 (``Retry-After: 2``)
+    at its fourth step call; model ``free`` always answers."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.step_calls = 0
+        self.throttled: Received | None = None
+
+    def __call__(self, request: Received) -> Reply:
+        if "archive entry" in request.prompt:  # a turn or session summary
+            return Reply(json.dumps({"summary": "done", "key_points": []}))
+        with self.lock:
+            if request.model == "limited":
+                self.step_calls += 1
+                if self.step_calls == 4 and self.throttled is None:
+                    self.throttled = request
+                    return Reply(status=429, content="slow down", headers={"Retry-After": "2"})
+        return frame_reply(f"{request.model} thinking")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    (tmp_path / "logs").mkdir()
+    limits = tmp_path / "limits.json"
+    limits.write_text(json.dumps({"window_s": WINDOW_S, "models": {"limited": {"requests_per_minute": LIMIT}}}))
+    provider = Provider()
+    with FakeOpenAI(provider) as fake:
+        svc = Service(str(tmp_path / "data"), str(tmp_path / "logs"), agents_args=["--rate-limits", str(limits)])
+        svc.fake, svc.provider = fake, provider
+        svc.start_app()
+        yield svc
+        svc.stop()
+
+
+def create_on(svc: Service, model: str, task: str, owner_proc, other_proc) -> str:
+    """A session whose create only ``owner_proc`` can apply (the other worker is stopped meanwhile)."""
+    other_proc.send_signal(signal.SIGSTOP)
+    try:
+        sid = svc.create("baml", task, config={"interval_s": 0, "max_steps": STEPS,
+                                               "llm": {"base_url": svc.fake.base_url, "model": model}})["session_id"]
+        wait_for(lambda: svc.session(sid).get("owner"), what=f"session {sid} to be applied")
+    finally:
+        other_proc.send_signal(signal.SIGCONT)
+    return sid
+
+
+def most_in_any_window(times: list[float], window: float) -> int:
+    times = sorted(times)
+    return max((sum(1 for t in times[i:] if t < start + window) for i, start in enumerate(times)), default=0)
+
+
+def test_three_sessions_on_two_workers_share_one_limit(cluster):
+    svc = cluster
+    svc.start_agents()
+    first = svc.agents
+    second = svc.start_worker()
+    wait_for(lambda: "polling for actions" in open(os.path.join(svc.log_dir, "agents.py.2.log")).read()
+             and "polling for actions" in open(os.path.join(svc.log_dir, "agents.py.3.log")).read(),
+             timeout=60, what="both workers to poll")
+    limited = [create_on(svc, "limited", "task A1", first, second),
+               create_on(svc, "limited", "task A2", first, second),
+               create_on(svc, "limited", "task B1", second, first)]
+    free = create_on(svc, "free", "task B2", second, first)
+    owners = {sid: svc.session(sid)["owner"] for sid in limited + [free]}
+    assert len(set(owners.values())) == 2, owners
+
+    for sid in limited + [free]:
+        svc.wait_status(sid, "done", "error", timeout=120)
+    wait_for(lambda: len([r for r in svc.fake.requests if r.model == "limited"]) >= 3 * STEPS + 1, timeout=60,
+             what="every limited step call")
+
+    # Never more than the limit in any sliding window, as the provider saw it.
+    arrivals = [r.at for r in svc.fake.requests if r.model == "limited"]
+    assert most_in_any_window(arrivals, WINDOW_S) <= LIMIT, sorted(arrivals)
+    assert len(arrivals) > LIMIT  # so the limit was actually in play
+    # Every step succeeded, the 429 included; the limited sessions waited, the free one never did.
+    for sid in limited + [free]:
+        snap = svc.session(sid)
+        steps = svc.steps(sid)
+        assert snap["status"] == "done" and snap["status_reason"] == "max_steps", snap
+        assert [s["status"] for s in steps] == ["ok"] * STEPS, steps
+    waits = {sid: sum((s["usage"] or {}).get("rate_wait_ms") or 0 for s in svc.steps(sid)) for sid in limited}
+    assert sum(waits.values()) > 0, waits
+    assert all(not (s["usage"] or {}).get("rate_wait_ms") for s in svc.steps(free))
+    assert all(c["http_calls"] == 1 for s in svc.steps(free) for c in s["usage"]["calls"])
+
+    # The 429 was retried (same prompt) no sooner than its Retry-After, within the same step.
+    throttled = svc.provider.throttled
+    assert throttled is not None
+    retry = next(r for r in svc.fake.requests if r.at > throttled.at and r.body == throttled.body)
+    assert retry.at - throttled.at >= 2.0
+    retried_calls = [c for sid in limited for s in svc.steps(sid) for c in s["usage"]["calls"] if c["http_calls"] == 2]
+    assert len(retried_calls) == 1 and retried_calls[0]["rate_wait_ms"] >= 1900, retried_calls
+
+    # The write load the limit added: commits to the ledger table (printed for the report).
+    from store import Store
+    store = Store(svc.data_dir + "/lancedb")
+    try:
+        t0 = min(arrivals)
+        print(f"\nrate-limit figures: {len(arrivals)} requests to 'limited' over {max(arrivals) - t0:.1f} s, "
+              f"ledger versions {store.rate_ledger.versions()}, arrivals {[round(a - t0, 2) for a in sorted(arrivals)]}")
+    finally:
+        store.close()
