@@ -11,6 +11,7 @@
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./pages/search.js";
+import "./components/turns.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";

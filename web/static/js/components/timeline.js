@@ -13,7 +13,7 @@
 import { get } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { errorBlock, money, reasonWords, stepNumber, tokens, when } from "../core/format.js";
-import { stepParts } from "../core/registry.js";
+import { stepParts, timelineHooks } from "../core/registry.js";
 import { jsonView } from "./json_view.js";
 
 const PAGE = 100;
@@ -107,6 +107,7 @@ export function timeline() {
     drawActions();
     status.textContent = lo === null ? "No steps yet — the first one appears here as soon as it is taken." : "";
     older.hidden = lo === null || lo === 0;
+    timelineHooks.forEach((hook) => hook({ list, sessionId }));
   }
 
   function stepNode(step) {
