@@ -18,7 +18,7 @@ import threading
 import pytest
 
 from tests.fake_openai import FakeOpenAI, Received, Reply
-from tests.harness import Service, wait_for
+from tests.harness import Service, free_port, wait_for
 
 WINDOW_S = 5.0
 LIMIT = 6
@@ -83,7 +83,8 @@ def most_in_any_window(times: list[float], window: float) -> int:
 
 def test_three_sessions_on_two_workers_share_one_limit(cluster):
     svc = cluster
-    svc.start_agents()
+    metrics_port = free_port()
+    svc.start_agents("--metrics-port", str(metrics_port))
     first = svc.agents
     second = svc.start_worker()
     wait_for(lambda: "polling for actions" in open(os.path.join(svc.log_dir, "agents.py.2.log")).read()
@@ -124,6 +125,14 @@ def test_three_sessions_on_two_workers_share_one_limit(cluster):
     retried_calls = [c for sid in limited for s in svc.steps(sid) for c in s["usage"]["calls"] if c["http_calls"] == 2]
     assert len(retried_calls) == 1 and retried_calls[0]["rate_wait_ms"] >= 1900, retried_calls
 
+    # The metrics of the first worker count its requests and waits per model.
+    metrics = svc.http.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+    lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
+             if line.startswith("agentsvc_llm_") and " " in line}
+    assert lines['agentsvc_llm_requests_total{model="limited"}'] > 0, metrics
+    assert 'agentsvc_llm_rate_wait_seconds_total{model="limited"}' in lines
+    assert lines['agentsvc_llm_rate_wait_seconds_total{model="(unconfigured)"}'] == 0
+
     # The write load the limit added: commits to the ledger table (printed for the report).
     from store import Store
     store = Store(svc.data_dir + "/lancedb")
@@ -133,3 +142,47 @@ def test_three_sessions_on_two_workers_share_one_limit(cluster):
               f"ledger versions {store.rate_ledger.versions()}, arrivals {[round(a - t0, 2) for a in sorted(arrivals)]}")
     finally:
         store.close()
+
+
+# ---- the parts, without a service -------------------------------------------------
+
+
+def test_limits_come_from_a_file_and_flags_and_bad_ones_are_refused(tmp_path):
+    from runtime.rate_limits import load_config
+
+    path = tmp_path / "limits.toml"
+    path.write_text('[models."Qwen/Qwen2.5-7B"]\nrequests_per_minute = 60\n\n[models.gpt-4o]\n'
+                    'requests_per_minute = 500\ntokens_per_minute = 200000\n')
+    config = load_config(str(path), ["gpt-4o=100", "llama3.2:8b=10:5000"])
+    assert config.window_s == 60
+    assert config.models["Qwen/Qwen2.5-7B"].requests_per_minute == 60
+    assert (config.models["gpt-4o"].requests_per_minute, config.models["gpt-4o"].tokens_per_minute) == (100, None)
+    assert (config.models["llama3.2:8b"].requests_per_minute, config.models["llama3.2:8b"].tokens_per_minute) \
+        == (10, 5000)
+    for bad in (["gpt-4o"], ["=5"], ["m=many"], ["m=0"]):
+        with pytest.raises(ValueError):
+            load_config(None, bad)
+    (tmp_path / "bad.json").write_text(json.dumps({"models": {"m": {"requests_per_hour": 5}}}))
+    with pytest.raises(ValueError, match="requests_per_hour"):
+        load_config(str(tmp_path / "bad.json"))
+
+
+def test_shares_split_fairly_and_never_drop_below_what_is_in_use():
+    from runtime.rate_limits import ModelLimiter
+
+    target = ModelLimiter._target
+    # alone and wanting: all that the others leave
+    assert target(6, 0, 0, 0, ["a"], "a", False) == 6
+    assert target(6, 0, 0, 4, ["a"], "a", False) == 2
+    # two want: 3 each (the first by name gets the odd one of 7)
+    assert target(6, 6, 0, 0, ["a", "b"], "a", False) == 3
+    assert (target(7, 0, 0, 0, ["a", "b"], "a", False), target(7, 0, 0, 0, ["a", "b"], "b", False)) == (4, 3)
+    # holding 6, all in use, while another wants: kept until they leave the window
+    assert target(6, 6, 6, 0, ["a", "b"], "a", False) == 6
+    # not wanting while another does: back down to what is in use
+    assert target(6, 6, 2, 0, ["b"], None, False) == 2
+    # idle: give everything back; not idle and nobody else wants: keep it
+    assert target(6, 6, 0, 0, [], None, True) == 0
+    assert target(6, 6, 0, 0, [], None, False) == 6
+    # no limit on this budget: no share
+    assert target(None, 0, 0, 0, ["a"], "a", False) == 0
