@@ -128,6 +128,7 @@ class ModelLimiter:
         self._task: asyncio.Task | None = None
         self._last_active = time.monotonic()
         self._synced = False
+        self._last_wait = -1e9  # monotonic time a call last had to wait
         self.stats = stats
 
     # ---- the budget, locally --------------------------------------------------
@@ -237,7 +238,7 @@ class ModelLimiter:
                 return  # nothing held, nothing wanted: no more reads until the next request
 
     def _idle(self) -> bool:
-        return (not self.waiters and not self.share_r and not self.share_t and not self.want
+        return (not self.waiters and time.monotonic() - self._last_wait >= 2 * self.poll_s and not self.share_r and not self.share_t and not self.want
                 and self._throttle_news is None)
 
     async def sync(self) -> bool:
@@ -258,16 +259,19 @@ class ModelLimiter:
         self._synced = True
         others = {w: s for w, s in shares.items() if w != self.worker_id and s.get("until", 0) + self.window_s > now_e}
         wanting = sorted([w for w, s in others.items() if s.get("want") and s.get("until", 0) > now_e]
-                         + ([self.worker_id] if self.waiters else []))
+                         + ([self.worker_id] if self.waiters or now_m - self._last_wait < 2 * self.poll_s else []))
         occ_r, occ_t = self.occupied(now_m)
         limit_r, limit_t = self.in_force(now_e)
         idle = not self.waiters and now_m - self._last_active > self.lease_s
-        me = self.worker_id if self.waiters else None
+        # Wanting is said until a moment (two polls) after the last wait, so that a
+        # busy worker does not write "want" and "no longer" around every burst.
+        wants = bool(self.waiters) or now_m - self._last_wait < 2 * self.poll_s
+        me = self.worker_id if wants else None
         new_r = self._target(self.limit.requests_per_minute and limit_r, self.share_r, occ_r,
                              sum(s.get("r", 0) for s in others.values()), wanting, me, idle)
         new_t = self._target(self.limit.tokens_per_minute and limit_t, self.share_t, occ_t,
                              sum(s.get("t", 0) for s in others.values()), wanting, me, idle)
-        want = bool(self.waiters)
+        want = wants
         renew = (new_r or new_t or want) and self.lease_until - now_e < self.lease_s / 2
         news = self._throttle_news
         if (new_r, new_t, want) == (self.share_r, self.share_t, self.want) and not renew and news is None:
@@ -297,7 +301,7 @@ class ModelLimiter:
                 idle: bool) -> int:
         """This worker's share of one budget: a fair split among the workers who want
         more (``wanting``, sorted, includes this one, ``me``, when it wants), all that is free if it
-        alone wants, down to what it occupies when others want or it has been idle;
+        alone wants; when others want, no more than a fair split would give it; nothing once idle;
         never below what it occupies, never above what the others leave."""
         if not limit:
             return 0
@@ -305,8 +309,10 @@ class ModelLimiter:
         if me is not None:
             desired = limit // len(wanting) + (1 if wanting.index(me) < limit % len(wanting) else 0) \
                 if len(wanting) > 1 else limit
-        elif wanting or idle:
+        elif idle:
             desired = 0
+        elif wanting:  # others want: keep up to what a fair split would give this one, free the rest
+            desired = min(current, limit // (len(wanting) + 1))
         else:
             desired = current
         return max(min(desired, free), min(occupied, current))

@@ -179,8 +179,9 @@ def test_shares_split_fairly_and_never_drop_below_what_is_in_use():
     assert (target(7, 0, 0, 0, ["a", "b"], "a", False), target(7, 0, 0, 0, ["a", "b"], "b", False)) == (4, 3)
     # holding 6, all in use, while another wants: kept until they leave the window
     assert target(6, 6, 6, 0, ["a", "b"], "a", False) == 6
-    # not wanting while another does: back down to what is in use
-    assert target(6, 6, 2, 0, ["b"], None, False) == 2
+    # not wanting while another does: back down to a fair split, or what is in use if more
+    assert target(6, 6, 2, 0, ["b"], None, False) == 3
+    assert target(6, 6, 5, 0, ["b"], None, False) == 5
     # idle: give everything back; not idle and nobody else wants: keep it
     assert target(6, 6, 0, 0, [], None, True) == 0
     assert target(6, 6, 0, 0, [], None, False) == 6
