@@ -236,6 +236,7 @@ class ModelLimiter:
                 log.exception("rate limit of %s: the ledger could not be read or written", self.model)
             if self._idle():
                 return  # nothing held, nothing wanted: no more reads until the next request
+            await asyncio.sleep(min(0.25, self.poll_s / 2))  # waiters kick often: read at most this often
 
     def _idle(self) -> bool:
         return (not self.waiters and time.monotonic() - self._last_wait >= 2 * self.poll_s and not self.share_r and not self.share_t and not self.want
