@@ -54,7 +54,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.status_reason: str | None = snapshot.get("status_reason")
         self.status_changed_at = _as_datetime(snapshot.get("status_changed_at") or snapshot.get("created_at"))
         self.iteration: int = snapshot["iteration"]
-        self.first_iteration = self.iteration  # where this runner started (when_idle: its first step needs no input)
+        self.first_iteration = self.iteration  # where this runner started (a failed step's retry needs no input)
         self.step_token: str | None = snapshot.get("step_token")
         self.next_step_token: str = snapshot.get("next_step_token") or moniker.initial_step
         self.state: dict = snapshot.get("state") if isinstance(snapshot.get("state"), dict) else {}
@@ -254,8 +254,11 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         inbox item arrives (a message, guidance, a child's result, an answer), a
         pause or a stop; True when it waited (the loop then looks again)."""
         waited = (self.status, self.status_reason) == ("waiting", "user") and self.tool_step is None
+        forked = self.extra.get("forked_from") if isinstance(self.extra.get("forked_from"), dict) else {}
+        fresh = self.iteration < 0 or self.iteration == forked.get("iteration")  # its first step needs no input
+        retry = self.status_reason == "resumed_after_error" and self.iteration == self.first_iteration
         idle = (self.config.when_idle == "wait" and self.open_step is None and self.tool_results is None
-                and (self.iteration > self.first_iteration or waited))
+                and not fresh and not retry)
         if not idle or self.pending_guidance:
             if waited and self.config.when_idle == "wait":
                 await self.set_status("running", None)  # input arrived: the next step answers it

@@ -3,6 +3,7 @@ three turns, each with its steps and a summary; the rows survive a kill -9 in
 the middle of a turn; and the keeper rebuilds rows whose writes a crash lost."""
 import asyncio
 import json
+import os
 
 import pytest
 
@@ -110,7 +111,7 @@ def test_a_turn_cut_by_kill_9_is_whole_after_recovery(service):
     svc = service
     frames = [{"text": "ready"},
               {"text": "waiting a bit", "tool_calls": [{"name": "wait", "args": {"seconds": 4}}]},
-              {"text": "waited"}]
+              {"text": "waited"}, {"text": "bye", "done": True}]
     sid = svc.create("scripted", config={"frames": frames, "when_idle": "wait", "interval_s": 0,
                                          "tools": ["wait"]})["session_id"]
     svc.wait_status(sid, "waiting")
@@ -127,6 +128,19 @@ def test_a_turn_cut_by_kill_9_is_whole_after_recovery(service):
     assert [(t["turn"], t["first_iteration"], t["last_iteration"], t["steps"], t["trigger_kind"]) for t in turns] \
         == [(0, 0, 0, 1, "create"), (1, 1, 2, 2, "guidance")]
     assert turns[1]["summary"] == "waited" and turns[1]["end_reason"] == "waiting:user"
+
+    # A session killed while it waits for input still waits after the restart: no step without input.
+    svc.kill_agents()
+    svc.start_agents()
+    wait_for(lambda: svc.session(sid)["owner"] and "resumed" in open(
+        sorted(os.path.join(svc.log_dir, f) for f in os.listdir(svc.log_dir) if f.startswith("agents"))[-1]).read(),
+        timeout=60, what="the session to be resumed")
+    assert svc.settled_step_count(sid, quiet_s=1.5) == 3 and svc.session(sid)["status"] == "waiting"
+    r = svc.post(f"/api/agents/{svc.session(sid)['agent_id']}/interrupt", json={"guidance": "end", "session_id": sid})
+    assert r.status_code == 202
+    turns = ended_turns(svc, sid, 3, timeout=60)
+    assert [(t["turn"], t["first_iteration"], t["last_iteration"], t["end_reason"]) for t in turns][2] == \
+        (2, 3, 3, "done:done")
 
 
 def test_rows_lost_to_a_crash_are_rebuilt_from_the_steps(tmp_path):
