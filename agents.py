@@ -17,7 +17,7 @@ from monikers import default_registry
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
-from runtime import live_observers
+from runtime import live_observers, questions
 from runtime.events import events_token
 from runtime.embeddings import EmbeddingSettings
 from runtime.record_keeping import RecordKeeping, semantic_search
@@ -144,6 +144,7 @@ async def serve(args: argparse.Namespace) -> None:
         health = HealthServer(service, store, asyncio.get_running_loop(), port=args.health_port,
                               registry=metrics.registry).start()
     relay = live_observers.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
+    questions.attach(service, store, relay)  # ask_user: post questions, apply answers, time out
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -5,7 +5,7 @@ import re
 
 from pydantic import BaseModel
 
-from api import schemas, tools
+from api import questions, schemas, tools
 from api import fork as fork_api
 from api import search as search_api
 
@@ -146,7 +146,7 @@ def build(monikers=None) -> dict:
               schemas.Accepted, schemas.ActionList,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
-              *CONVERSATION_MODELS, *tools.MODELS]
+              *CONVERSATION_MODELS, *tools.MODELS, *questions.MODELS]
     record_models, record_paths = search_api.openapi_paths(_op, _query)
     fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
     models += record_models + fork_models
@@ -190,6 +190,7 @@ def build(monikers=None) -> dict:
         **record_paths,
         **fork_paths,
         **tools.openapi_paths(_op, _path, _query, _errors),
+        **questions.openapi_paths(_op, _path, _query),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}

@@ -39,6 +39,8 @@ class CreateAgentRequest(Strict):
     agent_id: Id | None = None
     session_id: Id | None = Field(None, description="client-supplied id makes the create idempotent")
     conversation_id: Id | None = None
+    parent_session_id: Id | None = Field(None, description="make it a child of this existing session "
+                                                          "(404 if there is none)")
     config: SessionConfig = Field(default_factory=SessionConfig)
 
     @field_validator("config")
@@ -91,7 +93,7 @@ class AgentQuery(Page):
 class ActionQuery(Page):
     session_id: Id | None = None
     agent_id: Id | None = None
-    type: Literal["create", "pause", "resume", "interrupt", "destroy"] | None = None
+    type: Literal["create", "pause", "resume", "interrupt", "destroy", "answer"] | None = None
     status: Literal["pending", "processing", "done", "failed"] | None = None
     order: Literal["newest", "oldest"] = Field("newest", description="by acceptance time")
 
@@ -375,6 +377,9 @@ class Delivery(Open):
 class Posted(Open):
     message: Message
     deliveries: list[Delivery]
+    answer: dict | None = Field(None, description="when the message answered an open question: the answer "
+                                                  "action {agent_id, session_id, action_id, status, tool_call_id}; "
+                                                  "then no agent gets it as guidance")
 
 
 class ErrorBody(Strict):

@@ -61,3 +61,5 @@ class CreatePayload(BaseModel):
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None
+    parent_agent_id: str | None = Field(None, max_length=128)
+    parent_session_id: str | None = Field(None, max_length=128)

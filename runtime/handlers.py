@@ -78,6 +78,7 @@ class Handlers:
             "next_step_token": moniker.initial_step, "state": {},
             "conversation_id": spec.conversation_id or action.get("conversation_id"),
             "created_at": action.get("created_at"),
+            "parent_agent_id": spec.parent_agent_id, "parent_session_id": spec.parent_session_id,
         }
         if fork is not None:
             try:

@@ -138,6 +138,22 @@ class Conversations:
         committed.result()
         return row
 
+    def messages_with_ids(self, conversation_id: str, message_ids) -> list[dict]:
+        """The messages of a conversation among ``message_ids`` (e.g. questions
+        posted there, whose message id is their tool call's id)."""
+        ids = list(message_ids)
+        if not ids:
+            return []
+        where = filters.all_of(filters.eq_id("conversation_id", conversation_id), filters.in_ids("message_id", ids))
+        return query.rows(self.tables[self.messages], self.messages, where, order=ORDER, limit=len(ids) + 10)
+
+    def conversations_of_session(self, session_id: str) -> list[str]:
+        """The conversations an agent session is a participant of now."""
+        where = filters.all_of(filters.eq_id("session_id", session_id), filters.eq_word("kind", "agent", KINDS))
+        return [r["conversation_id"] for r in query.rows(self.tables[self.members], self.members, where,
+                                                          order=[("joined_at", True)], limit=1000)
+                if r["left_at"] is None]
+
     def get_message(self, conversation_id: str, message_id: str) -> dict | None:
         where = filters.all_of(filters.eq_id("conversation_id", conversation_id), filters.eq_id("message_id", message_id))
         return query.first(self.tables[self.messages], self.messages, where)
