@@ -6,6 +6,8 @@
     agentsvc list --status running
     agentsvc tail -f <session or agent id>
     agentsvc pause <session or agent id>
+    agentsvc waiting                  # open questions and approvals
+    agentsvc answer <session or agent id> "Paris"
 
 Commands that talk to a service find it at --url (AGENTSVC_URL, default
 http://127.0.0.1:8765) and send ``AGENTSVC_API_TOKEN`` as the bearer token.
@@ -367,9 +369,49 @@ def say(api, as_json, conversation, text, user_id):
     posted = api.say(conversation, text, user_id)
     if as_json:
         render.as_json(posted)
+    elif posted.get("answer"):
+        render.out.print(f"message {posted['message']['message_id']} answered question "
+                         f"{posted['answer']['tool_call_id']} (action {posted['answer']['action_id']})", markup=False)
     else:
         render.out.print(f"message {posted['message']['message_id']} delivered to "
                          f"{len(posted['deliveries'])} sessions", markup=False)
+
+
+# ---- questions (ask_user) and everything waiting on a person ----------------------
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@click.argument("text")
+@click.option("--question", "tool_call_id", help="the question's tool call id (default: the oldest open one)")
+@click.option("--user", "user_id", help="who answers (default 'user')")
+@control_options
+@remote
+def answer(api, as_json, ident, text, tool_call_id, user_id, wait, timeout):
+    """Answer the open ask_user question of a session (or an agent's latest session)."""
+    snapshot = api.resolve(ident)
+    accepted = api.answer(snapshot["session_id"], text, tool_call_id, user_id)
+    outcome(api, as_json, accepted["action_id"], wait, timeout, f"answer {{status}} (action {{id}}, "
+            f"question {accepted['tool_call_id']}, session {accepted['session_id']})")
+
+
+@cli.command()
+@click.option("--kind", type=click.Choice(["question", "approval", "result"]), help="only this kind")
+@click.option("--agent", "agent_id", help="only this agent's")
+@click.option("--session", "session_id", help="only this session's")
+@click.option("-n", "--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--offset", default=0, show_default=True, type=click.IntRange(0))
+@remote
+def waiting(api, as_json, kind, agent_id, session_id, limit, offset):
+    """Every open question and approval across all agents, oldest first."""
+    found = api.waiting(kind=kind, agent_id=agent_id, session_id=session_id, limit=limit, offset=offset)
+    if as_json:
+        render.as_json(found)
+        return
+    rows = [[w["kind"], w["tool_call_id"], w["session_id"], (w.get("session") or {}).get("name") or "",
+             (w["created_at"] or "")[:19],
+             render.short(w.get("question") or f"{w['tool']} {json.dumps(w.get('args'))}", 60)]
+            for w in found["waiting"]]
+    render.table(f"{found['total']} waiting", ["kind", "tool call", "session", "name", "since", "what"], rows)
 
 
 def main(argv=None) -> int:

@@ -207,3 +207,26 @@ def test_the_waiting_list_holds_questions_and_approvals_oldest_first(shared_serv
     svc.wait_status(approval["session_id"], "done")
     ids = {w["tool_call_id"] for w in svc.get("/api/waiting", limit=1000).json()["waiting"]}
     assert call["tool_call_id"] not in ids
+
+
+# ---- the command line ------------------------------------------------------------
+
+def test_the_cli_lists_what_waits_and_answers(shared_service):
+    import json
+
+    svc = shared_service
+    made = asking(svc, {"question": "Which port?"}, name="porter")
+    sid = made["session_id"]
+    row = open_question(svc, sid)
+    listed = svc.cli("waiting", "--session", sid, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [w["tool_call_id"] for w in json.loads(listed.stdout)["waiting"]] == [row["id"]]
+    table = svc.cli("waiting", "--kind", "question")
+    assert table.returncode == 0 and "Which port?" in table.stdout
+    done = svc.cli("answer", made["agent_id"], "8080", "--user", "ops")  # an agent id: its latest session
+    assert done.returncode == 0, done.stderr
+    assert "answer done" in done.stdout and row["id"] in done.stdout
+    svc.wait_status(sid, "done")
+    assert svc.get(f"/api/tool-calls/{row['id']}").json()["result"]["answered_by"] == "ops"
+    again = svc.cli("answer", sid, "9090")
+    assert again.returncode == 4 and "no open question" in again.stderr

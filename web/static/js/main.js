@@ -11,6 +11,8 @@
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./pages/search.js";
+import "./pages/needs_you.js";
+import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
@@ -27,6 +29,8 @@ import "./pages/session.js";
 import "./pages/conversations.js";
 import "./pages/conversation.js";
 import "./pages/search.js";
+import "./pages/needs_you.js";
+import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
