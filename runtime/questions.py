@@ -20,9 +20,12 @@ the ``answer`` action:
   api/questions.py) and are applied like tool results (runtime/tool_runner.py,
   ``ToolControls``): checked against the row's status when applied, the row
   keeps the deciding action's id, so an answer applies exactly once and a
-  second one fails with ``conflict:``.  The answer reaches the moniker as the
-  call's result in the next ``frame_in.tool_results``; no ``answer`` inbox item
-  is queued as well, so the model is not told the same thing twice.
+  second one fails with ``conflict:``.  An answer given through the API (the
+  "Needs you" page, the CLI) is echoed as a user message into the
+  conversations the question was posted to, so the thread reads whole.  The
+  answer reaches the moniker as the call's result in the next
+  ``frame_in.tool_results``; no ``answer`` inbox item is queued as well, so the
+  model is not told the same thing twice.
 - **Timeouts.**  A question with ``timeout_s`` gets a timer (its deadline
   counts from when the call was made, so a restart does not extend it).  When
   it fires on a still-open question it enqueues an ``answer`` action with
@@ -167,6 +170,31 @@ class QuestionDesk:
             self._must_be_question(row)
             return dict(ask_user.answered(row, text, answered_by=by, via=via), finished_at=now())
         await self.controls._decide(action, "waiting_result", "answer", change)
+        if via == "api":  # a reply in a conversation is there already; echo the others where it was asked
+            await self._echo(action, text, by)
+
+    async def _echo(self, action: dict, text: str, by: str | None) -> None:
+        """The answer as a user message in each conversation the question was
+        posted to (message id = the action's id: once, also when applied again)."""
+        agent = self.sessions.get(action["session_id"])
+        tool_call_id = action["payload"]["tool_call_id"]
+        if agent is None:
+            return
+        snapshot = agent.snapshot()
+        root = await self._root(snapshot)
+        targets = [*await self._conversations(snapshot), *(await self._conversations(root) if root else [])]
+        for conversation_id in dict.fromkeys(targets):
+            if await asyncio.to_thread(self.store.conversations.get_message, conversation_id, tool_call_id) is None:
+                continue  # the question was not posted there
+            if await asyncio.to_thread(self.store.conversations.get_message, conversation_id, action["id"]):
+                continue
+            message, committed = self.store.conversations.submit_message({
+                "message_id": action["id"], "conversation_id": conversation_id, "sender_type": "user",
+                "user_id": by or "user", "text": text, "event_type": "answer",
+                "data": {"kind": "answer", "tool_call_id": tool_call_id, "session_id": agent.session_id}})
+            await asyncio.wrap_future(committed)
+            if self.on_message is not None:
+                await self.on_message(message)
 
     async def _time_out(self, action: dict) -> None:
         _, row = await self.controls._row(action)

@@ -150,7 +150,8 @@ def test_a_timeout_that_loses_to_an_answer_changes_nothing(shared_service):
 
 def test_answers_through_the_api_are_validated_and_applied_once(shared_service):
     svc = shared_service
-    made = asking(svc, {"question": "Name a colour"})
+    conv = conversation(svc, "colours")
+    made = asking(svc, {"question": "Name a colour"}, conversation_id=conv)
     sid = made["session_id"]
     row = open_question(svc, sid)
     assert svc.post("/api/sessions/01NOSUCHSESSION/answer", json={"text": "x"}).status_code == 404
@@ -174,6 +175,12 @@ def test_answers_through_the_api_are_validated_and_applied_once(shared_service):
     svc.wait_status(sid, "done")
     final = svc.get(f"/api/tool-calls/{row['id']}").json()
     assert final["result"] == {"answer": "teal", "choice": None, "answered_by": "bo", "via": "api"}
+    # The thread reads whole: the question, then the answer given elsewhere, echoed once.
+    thread = [(m["sender_type"], m["text"], m.get("event_type")) for m in messages(svc, conv)]
+    assert ("agent", "Name a colour", "question") in thread
+    assert thread.count(("user", "teal", "answer")) == 1
+    echo = [m for m in messages(svc, conv) if m["text"] == "teal"][0]
+    assert echo["user_id"] == "bo" and echo["message_id"] == first.json()["action_id"]
     assert svc.post(f"/api/sessions/{sid}/answer", json={"text": "red"}).status_code == 409
 
 
@@ -230,3 +237,34 @@ def test_the_cli_lists_what_waits_and_answers(shared_service):
     assert svc.get(f"/api/tool-calls/{row['id']}").json()["result"]["answered_by"] == "ops"
     again = svc.cli("answer", sid, "9090")
     assert again.returncode == 4 and "no open question" in again.stderr
+
+
+# ---- an LLM agent asks: no model call while it waits ---------------------------------
+
+def test_a_baml_agent_asks_and_no_model_is_called_until_the_answer(shared_service):
+    import json
+
+    from tests.fake_openai import FakeOpenAI, Reply, scripted
+
+    def reply(**fields) -> Reply:
+        return Reply(json.dumps({"step": "0", "next_step": "1", "state": {}, "done": False, **fields}))
+
+    svc = shared_service
+    ask = {"name": "ask_user", "args": {"question": "Which city shall I plan for?", "choices": ["Paris", "Rome"]}}
+    with FakeOpenAI(scripted(reply(text="I need to know the city", tool_calls=[ask]),
+                             reply(text="Planning Rome", done=True))) as llm:
+        made = svc.create("baml", task="plan a trip", config={
+            "interval_s": 0, "tools": ["ask_user"], "llm": {"base_url": llm.base_url, "model": "fake-model"}})
+        sid = made["session_id"]
+        row = open_question(svc, sid)
+        assert row["args"]["question"] == "Which city shall I plan for?"
+        assert svc.settled_step_count(sid, quiet_s=1.5) == 1
+        assert len(llm.requests) == 1  # none while the question is open
+        r = svc.post(f"/api/sessions/{sid}/answer", json={"text": "2"})  # the second choice, by number
+        assert r.status_code == 202
+        svc.wait_status(sid, "done")
+        steps = svc.steps(sid)
+        assert [s["text"] for s in steps] == ["I need to know the city", "Planning Rome"]
+        assert results_of(steps[1])[0]["result"]["choice"] == "Rome"
+        second = llm.requests[1].prompt
+        assert "ask_user" in second and "Rome" in second  # the answer reached the model as the tool result

@@ -89,6 +89,15 @@ def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
         expect(count).to_have_text(str(total(svc)), timeout=30_000)
         pg.set_viewport_size({"width": 400, "height": 800})
         assert pg.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+
+        # The session's timeline offers the same answer box on its ask_user call.
+        pg.set_viewport_size({"width": 1280, "height": 900})
+        pg.goto(svc.url + f"/#/session/{late['session_id']}")
+        box = pg.locator(f"[data-testid=tool-call][data-call='{late_call['id']}']")
+        box.locator("input[name=answer]").fill("from the timeline")
+        box.get_by_role("button", name="Answer").click()
+        svc.wait_status(late["session_id"], "done", timeout=30)
+        assert svc.get(f"/api/tool-calls/{late_call['id']}").json()["result"]["answer"] == "from the timeline"
         assert not errors, errors
     finally:
         context.close()
