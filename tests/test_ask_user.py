@@ -72,18 +72,26 @@ def test_a_child_asks_the_root_conversation_answers_once_across_restarts(service
     assert waiting["waiting"][0]["question"] == "Which city?"
     assert waiting["waiting"][0]["session"]["parent_session_id"] == root["session_id"]
 
+    # A second child whose question answers itself: its deadline may pass while the service is down.
+    hurried = asking(svc, {"question": "Hotel or hostel?", "timeout_s": 3, "default": "hotel"}, name="Booker",
+                     parent_session_id=root["session_id"])
+    wait_for(lambda: [m for m in messages(svc, root_conv) if m["text"].startswith("Booker needs")],
+             what="the second child's notice in the root's conversation")
+
     svc.stop()  # both processes
     svc.start()
     assert svc.session(sid)["status"] == "waiting" and svc.session(sid)["status_reason"] == "user"
     assert svc.get(f"/api/tool-calls/{row['id']}").json()["status"] == "waiting_result"
     assert len(svc.steps(sid)) == 1  # no step (no model call) while it waits
 
+    svc.kill_agents()  # the answer arrives while no worker runs: it waits in the queue
     r = svc.post(f"/api/conversations/{root_conv}/messages", json={"text": " rome ", "user_id": "ann"})
     assert r.status_code == 201, r.text
     reply = r.json()
     assert reply["deliveries"] == [] and reply["answer"]["tool_call_id"] == row["id"]
     assert reply["message"]["data"] is None
-    assert svc.action(reply["answer"]["action_id"])["status"] == "done"
+    svc.start_agents()
+    assert svc.action(reply["answer"]["action_id"], timeout=60)["status"] == "done"
     svc.wait_status(sid, "done")
 
     steps = svc.steps(sid)
@@ -108,6 +116,15 @@ def test_a_child_asks_the_root_conversation_answers_once_across_restarts(service
     assert len(svc.steps(sid)) == 2
     answer_actions = svc.get("/api/actions", session_id=sid, type="answer").json()["actions"]
     assert [a["status"] for a in answer_actions] == ["done"]
+
+    # The timed-out child got its default, once.
+    svc.wait_status(hurried["session_id"], "done", timeout=60)
+    (timed,) = calls(svc, hurried["session_id"])
+    assert timed["status"] == "success" and timed["result"]["answer"] == "hotel" and timed["result"]["timed_out"]
+    assert results_of(svc.steps(hurried["session_id"])[1])[0]["result"]["answer"] == "hotel"
+    timeouts = svc.get("/api/actions", session_id=hurried["session_id"], type="answer").json()["actions"]
+    assert timed["decided_by"] in [a["id"] for a in timeouts if a["status"] == "done"]
+    assert len(svc.steps(hurried["session_id"])) == 2
 
 
 # ---- timeouts ------------------------------------------------------------------
