@@ -285,3 +285,70 @@ def test_a_baml_agent_asks_and_no_model_is_called_until_the_answer(shared_servic
         assert results_of(steps[1])[0]["result"]["choice"] == "Rome"
         second = llm.requests[1].prompt
         assert "ask_user" in second and "Rome" in second  # the answer reached the model as the tool result
+
+
+# ---- several questions, approval first, destroy ---------------------------------------
+
+def test_two_questions_of_one_step_are_answered_oldest_first_or_by_id(shared_service):
+    svc = shared_service
+    conv = conversation(svc, "two questions")
+    made = svc.create("scripted", conversation_id=conv, config={"interval_s": 0, "tools": ["ask_user"], "frames": [
+        {"tool_calls": [{"id": "q1", "name": "ask_user", "args": {"question": "First name?"}},
+                        {"id": "q2", "name": "ask_user", "args": {"question": "Last name?"}}]},
+        {"text": "nice to meet you", "done": True}]})
+    sid = made["session_id"]
+    rows = wait_for(lambda: (c := calls(svc, sid)) and all(r["status"] == "waiting_result" for r in c) and c,
+                    what="both questions")
+    first, second = sorted(rows, key=lambda r: r["seq"])
+    wait_for(lambda: {m["message_id"] for m in messages(svc, conv)} >= {first["id"], second["id"]},
+             what="both questions posted")
+    # A reply naming the second question answers it; a plain reply answers the oldest still open.
+    r = svc.post(f"/api/conversations/{conv}/messages", json={"text": "Lovelace", "data": {"tool_call_id": second["id"]}})
+    assert r.json()["answer"]["tool_call_id"] == second["id"]
+    assert svc.action(r.json()["answer"]["action_id"])["status"] == "done"
+    assert svc.session(sid)["status"] == "waiting"  # one question is still open: no step yet
+    r = svc.post(f"/api/conversations/{conv}/messages", json={"text": "Ada"})
+    assert r.json()["answer"]["tool_call_id"] == first["id"]
+    svc.wait_status(sid, "done")
+    told = results_of(svc.steps(sid)[1])
+    assert [(t["id"], t["result"]["answer"]) for t in told] == [("q1", "Ada"), ("q2", "Lovelace")]
+    assert len(svc.steps(sid)) == 2
+
+
+def test_a_question_that_needs_approval_is_posted_once_approved(shared_service):
+    svc = shared_service
+    conv = conversation(svc, "approve the question")
+    frames = [{"tool_calls": [{"name": "ask_user", "args": {"question": "May I email your boss?"}}]}, {"done": True}]
+    made = svc.create("scripted", conversation_id=conv,
+                      config={"interval_s": 0, "tools": ["ask_user"], "approve": ["ask_user"], "frames": frames})
+    sid = made["session_id"]
+    row = wait_for(lambda: [c for c in calls(svc, sid) if c["status"] == "waiting_approval"], what="approval")[0]
+    assert svc.wait_status(sid, "waiting")["status_reason"] == "approval"
+    assert [w["kind"] for w in svc.get("/api/waiting", session_id=sid).json()["waiting"]] == ["approval"]
+    assert svc.post(f"/api/sessions/{sid}/answer", json={"text": "yes"}).status_code == 409  # not a question yet
+    assert not [m for m in messages(svc, conv) if m["message_id"] == row["id"]]
+    r = svc.post(f"/api/tool-calls/{row['id']}/approve")
+    assert svc.action(r.json()["action_id"])["status"] == "done"
+    open_question(svc, sid)  # now it waits for the answer, reason user
+    wait_for(lambda: [m for m in messages(svc, conv) if m["message_id"] == row["id"]], what="the question posted")
+    assert [w["kind"] for w in svc.get("/api/waiting", session_id=sid).json()["waiting"]] == ["question"]
+    r = svc.post(f"/api/sessions/{sid}/answer", json={"text": "no"})
+    assert svc.action(r.json()["action_id"])["status"] == "done"
+    svc.wait_status(sid, "done")
+    assert len([m for m in messages(svc, conv) if m["message_id"] == row["id"]]) == 1
+
+
+def test_destroying_an_asking_session_closes_its_question(shared_service):
+    svc = shared_service
+    conv = conversation(svc, "destroyed")
+    made = asking(svc, {"question": "Still there?", "timeout_s": 600, "default": "yes"}, conversation_id=conv)
+    sid = made["session_id"]
+    row = open_question(svc, sid)
+    assert svc.control(made["agent_id"], "destroy")["status"] == "done"
+    ended = svc.get(f"/api/tool-calls/{row['id']}").json()
+    assert ended["status"] == "failed" and ended["error"].startswith("cancelled")
+    assert svc.post(f"/api/sessions/{sid}/answer", json={"text": "yes"}).status_code == 409
+    reply = svc.post(f"/api/conversations/{conv}/messages", json={"text": "hello?"}).json()
+    assert reply.get("answer") is None  # closed: an ordinary message now
+    assert row["id"] not in {w["tool_call_id"] for w in svc.get("/api/waiting", limit=1000).json()["waiting"]}
+    assert len(svc.steps(sid)) == 1
