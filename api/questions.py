@@ -142,12 +142,8 @@ def route_reply(conversation_id: str, data: dict | None) -> dict | None:
     several, else the oldest.  An answer already queued for it does not count,
     so a reply to it goes on as ordinary guidance."""
     store = ctx().store
-    open_ = store.tool_calls.open_questions()
-    if not open_:
-        return None
-    posted = {m["message_id"] for m in store.conversations.messages_with_ids(conversation_id,
-                                                                            [q["id"] for q in open_])}
-    here = [q for q in open_ if q["id"] in posted and not _answer_queued(q["session_id"], q["id"])]
+    asked_here = store.conversations.question_ids(conversation_id)
+    here = [q for q in store.tool_calls.open_among(asked_here) if not _answer_queued(q["session_id"], q["id"])]
     wanted = (data or {}).get("tool_call_id")
     picked = [q for q in here if q["id"] == wanted]
     return (picked or here or [None])[0]

@@ -18,6 +18,7 @@ from store import codec, filters, query
 
 KINDS = {"user", "agent"}
 SENDERS = {"user", "agent"}
+EVENT_TYPES = {"message", "step", "question", "answer"}
 ORDER = [("created_at", True), ("message_id", True)]
 MESSAGE_FIELDS = ("user_id", "agent_id", "session_id", "text", "data", "iteration", "step_token", "next_step_token",
                   "notes")
@@ -138,14 +139,14 @@ class Conversations:
         committed.result()
         return row
 
-    def messages_with_ids(self, conversation_id: str, message_ids) -> list[dict]:
-        """The messages of a conversation among ``message_ids`` (e.g. questions
-        posted there, whose message id is their tool call's id)."""
-        ids = list(message_ids)
-        if not ids:
-            return []
-        where = filters.all_of(filters.eq_id("conversation_id", conversation_id), filters.in_ids("message_id", ids))
-        return query.rows(self.tables[self.messages], self.messages, where, order=ORDER, limit=len(ids) + 10)
+    def question_ids(self, conversation_id: str, limit: int = 500) -> list[str]:
+        """Ids of the newest questions posted to a conversation (``event_type``
+        question; each message's id is its ask_user call's id)."""
+        where = filters.all_of(filters.eq_id("conversation_id", conversation_id),
+                               filters.eq_word("event_type", "question", EVENT_TYPES))
+        found = query.rows(self.tables[self.messages], self.messages, where, columns=["message_id"],
+                           order=[("created_at", False)], limit=limit)
+        return [r["message_id"] for r in found]
 
     def conversations_of_session(self, session_id: str) -> list[str]:
         """The conversations an agent session is a participant of now."""

@@ -99,6 +99,14 @@ class ToolCallTable:
                       session_id: str | None = None) -> int:
         return query.count(self.table, self._waiting_where(kind, agent_id, session_id))
 
+    def open_among(self, tool_call_ids: list[str]) -> list[dict]:
+        """Those of these calls that are questions still waiting, oldest first."""
+        if not tool_call_ids:
+            return []
+        where = filters.all_of(self._waiting_where("question", None, None), filters.in_ids("id", tool_call_ids))
+        return query.rows(self.table, self.name, where, order=[("created_at", True), ("seq", True)],
+                          limit=len(tool_call_ids))
+
     def open_questions(self, session_id: str | None = None, limit: int = 1000) -> list[dict]:
         """ask_user calls still waiting for an answer (of one session), oldest first."""
         return self.waiting(kind="question", session_id=session_id, limit=limit)
