@@ -93,6 +93,7 @@ def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
         # The session's timeline offers the same answer box on its ask_user call.
         pg.set_viewport_size({"width": 1280, "height": 900})
         pg.goto(svc.url + f"/#/session/{late['session_id']}")
+        expect(pg.get_by_test_id("session-reason")).to_have_text("for your answer", timeout=30_000)
         box = pg.locator(f"[data-testid=tool-call][data-call='{late_call['id']}']")
         box.locator("input[name=answer]").fill("from the timeline")
         box.get_by_role("button", name="Answer").click()
