@@ -9,7 +9,7 @@ import pytest
 from tests.harness import wait_for
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
-from tests.test_dashboard_browser import ARGS, CHROMIUM, scan  # noqa: E402
+from tests.test_dashboard_browser import ARGS, CHROMIUM, scan, screenshot  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,7 @@ def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
         ids = pg.locator("[data-testid=waiting-item]").evaluate_all("nodes => nodes.map(n => n.dataset.call)")
         assert ids.index(city_call["id"]) < ids.index(colour_call["id"]) < ids.index(add_call["id"])  # oldest first
         assert not scan(pg), scan(pg)
+        screenshot(pg, "needs-you.png")  # with AGENTSVC_SCREENSHOTS=docs
 
         # A choice, a free-text answer and an approval, each in place; each item leaves the list live.
         item(city_call).get_by_test_id("answer-choice").filter(has_text="Rome").click()

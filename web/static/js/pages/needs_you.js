@@ -18,7 +18,7 @@ let reloadTimer = null;
 
 function mount(section) {
   ui = {
-    list: h("ul.cards.waiting-list", { dataset: { testid: "waiting" } }),
+    list: h("ul.waiting-list", { dataset: { testid: "waiting" } }),
     empty: h("p.empty", { hidden: true }, "Nothing waits for you. Questions agents ask (ask_user) and tool calls "
       + "that need your approval show up here."),
     more: h("p.hint", { hidden: true }),
@@ -45,7 +45,8 @@ function item(w) {
   return h("li.waiting-item", { dataset: { testid: "waiting-item", call: w.tool_call_id, kind: w.kind } },
     h("div.waiting-head",
       h("span.badge.kind", KIND_WORDS[w.kind] || w.kind), " ",
-      h("a", { href: `#/session/${w.session_id}?iteration=${w.iteration}&tool_call=${w.tool_call_id}` }, who),
+      h("a.waiting-who", { href: `#/session/${w.session_id}?iteration=${w.iteration}&tool_call=${w.tool_call_id}` },
+        who),
       parent, " ", h("span.hint", "asked ", when(w.created_at)),
       w.deadline ? h("span.hint", " · answers itself ", when(w.deadline),
         w.default != null ? ` with “${w.default}”` : " as unanswered") : null),
