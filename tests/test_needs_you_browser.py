@@ -103,3 +103,30 @@ def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_a_childs_question_is_answered_from_the_root_conversation(browser, shared_service):
+    svc = shared_service
+    expect = playwright_api.expect
+    conv = svc.post("/api/conversations", json={"title": "main chat"}).json()["conversation_id"]
+    root = svc.create("scripted", name="Orchestrator", conversation_id=conv,
+                      config={"interval_s": 0, "frames": [{"text": "delegating", "done": True}]})
+    svc.wait_status(root["session_id"], "done")
+    child = asking(svc, {"question": "Window or aisle?", "choices": ["window", "aisle"]}, name="Booker",
+                   parent_session_id=root["session_id"])
+    call = only_call(svc, child["session_id"], "waiting_result")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    try:
+        pg.goto(svc.url + f"/#/conversation/{conv}")
+        notice = pg.locator(f"[data-testid=message][data-message='{call['id']}']")
+        expect(notice).to_contain_text("Booker needs more information: Window or aisle?", timeout=30_000)
+        expect(notice.get_by_role("link", name="open Booker")).to_have_attribute(
+            "href", f"#/session/{child['session_id']}")
+        notice.get_by_test_id("message-choice").filter(has_text="aisle").click()
+        svc.wait_status(child["session_id"], "done", timeout=30)
+        result = svc.get(f"/api/tool-calls/{call['id']}").json()["result"]
+        assert result["answer"] == "aisle" and result["via"] == "conversation"
+        expect(pg.locator("[data-testid=message].user").filter(has_text="aisle")).to_have_count(1, timeout=30_000)
+    finally:
+        context.close()
