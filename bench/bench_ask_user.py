@@ -3,7 +3,7 @@ the ``answer`` action, against the plain external ``human`` tool answered
 through ``tool_result`` (the same queue path without the question's
 bookkeeping: posting, the choice match, the echo into conversations).
 
-    python -m bench.bench_ask_user [--sessions 40]
+    python -m bench.bench_ask_user [--quick] [--sessions 40]
 
 Runs AgentService in this process (QuestionDesk attached, as agents.py does)
 on a Store in a temporary directory.  ``--sessions`` scripted sessions of each
@@ -56,8 +56,11 @@ def latencies(store, sessions: dict[str, str]) -> list[float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument("--sessions", type=int, default=40, help="sessions of each kind")
+    parser.add_argument("--quick", action="store_true", help="10 sessions of each kind (the smoke test)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sessions = 10
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp + "/db")
         conversation = store.conversations.create(title="bench")["conversation_id"]
