@@ -303,7 +303,8 @@ def test_two_questions_of_one_step_are_answered_oldest_first_or_by_id(shared_ser
     wait_for(lambda: {m["message_id"] for m in messages(svc, conv)} >= {first["id"], second["id"]},
              what="both questions posted")
     # A reply naming the second question answers it; a plain reply answers the oldest still open.
-    r = svc.post(f"/api/conversations/{conv}/messages", json={"text": "Lovelace", "data": {"tool_call_id": second["id"]}})
+    r = svc.post(f"/api/conversations/{conv}/messages",
+                 json={"text": "Lovelace", "data": {"tool_call_id": second["id"]}})
     assert r.json()["answer"]["tool_call_id"] == second["id"]
     assert svc.action(r.json()["answer"]["action_id"])["status"] == "done"
     assert svc.session(sid)["status"] == "waiting"  # one question is still open: no step yet
