@@ -62,8 +62,8 @@ class QuestionDesk:
     async def tool_phase_loaded(self, agent, rows: list[dict]) -> None:
         for row in rows:
             if row["name"] == ask_user.NAME and row["status"] == "waiting_result":
+                self._arm(row)  # first: a question that cannot be posted still times out
                 await self._post(agent, row)
-                self._arm(row)
 
     async def tool_call_updated(self, row: dict) -> None:
         if row["name"] != ask_user.NAME:
@@ -71,8 +71,8 @@ class QuestionDesk:
         if row["status"] == "waiting_result" and row.get("decided_by"):  # approved: it waits for its answer now
             agent = self.sessions.get(row["session_id"])
             if agent is not None:
-                await self._post(agent, row)
                 self._arm(row)
+                await self._post(agent, row)
         elif row["status"] not in ("waiting_result", "waiting_approval"):
             timer = self.timers.pop(row["id"], None)
             if timer is not None and timer is not asyncio.current_task():
@@ -171,7 +171,10 @@ class QuestionDesk:
             return dict(ask_user.answered(row, text, answered_by=by, via=via), finished_at=now())
         await self.controls._decide(action, "waiting_result", "answer", change)
         if via == "api":  # a reply in a conversation is there already; echo the others where it was asked
-            await self._echo(action, text, by)
+            try:
+                await self._echo(action, text, by)
+            except Exception:  # the answer is applied; a missing echo must not fail its action
+                log.exception("answer %s applied but not echoed to its conversations", action["id"])
 
     async def _echo(self, action: dict, text: str, by: str | None) -> None:
         """The answer as a user message in each conversation the question was
