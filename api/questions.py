@@ -139,14 +139,16 @@ def route_reply(conversation_id: str, data: dict | None) -> dict | None:
 
     A question counts when it was posted to this conversation (its message id
     is its tool call's id) and still waits; ``data.tool_call_id`` picks one of
-    several, else the oldest.  An answer already queued for it does not count,
-    so a reply to it goes on as ordinary guidance."""
+    several (and a reply naming a question that is closed answers none), else
+    the oldest.  An answer already queued for it does not count, so a reply to
+    it goes on as ordinary guidance."""
     store = ctx().store
     asked_here = store.conversations.question_ids(conversation_id)
     here = [q for q in store.tool_calls.open_among(asked_here) if not _answer_queued(q["session_id"], q["id"])]
     wanted = (data or {}).get("tool_call_id")
-    picked = [q for q in here if q["id"] == wanted]
-    return (picked or here or [None])[0]
+    if wanted is not None:  # a reply to one question never answers another
+        return next((q for q in here if q["id"] == wanted), None)
+    return here[0] if here else None
 
 
 # ---- GET /api/waiting ---------------------------------------------------------

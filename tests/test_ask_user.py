@@ -353,3 +353,58 @@ def test_destroying_an_asking_session_closes_its_question(shared_service):
     assert reply.get("answer") is None  # closed: an ordinary message now
     assert row["id"] not in {w["tool_call_id"] for w in svc.get("/api/waiting", limit=1000).json()["waiting"]}
     assert len(svc.steps(sid)) == 1
+
+
+# ---- kill -9 while answers arrive ---------------------------------------------------
+
+def test_answers_racing_kill_9_apply_exactly_once_and_questions_post_once(service):
+    svc = service
+    conv = conversation(svc, "crashy")
+    made = [asking(svc, {"question": f"Question {i}?"}, name=f"asker-{i}", conversation_id=conv) for i in range(6)]
+    sids = [m["session_id"] for m in made]
+    rows = {sid: open_question(svc, sid) for sid in sids}
+    accepted: dict[str, list[tuple[str, str]]] = {sid: [] for sid in sids}  # (action id, text) accepted
+
+    def answer_api(sid, text):
+        r = svc.post(f"/api/sessions/{sid}/answer", json={"text": text})
+        assert r.status_code in (202, 409), r.text
+        if r.status_code == 202:
+            accepted[sid].append((r.json()["action_id"], text))
+
+    def answer_in_conversation(sid, text):
+        r = svc.post(f"/api/conversations/{conv}/messages", json={"text": text,
+                                                                  "data": {"tool_call_id": rows[sid]["id"]}})
+        assert r.status_code == 201, r.text
+        if r.json().get("answer"):
+            accepted[sid].append((r.json()["answer"]["action_id"], text))
+
+    answer_api(sids[0], "a0")
+    answer_api(sids[1], "a1")
+    svc.kill_agents()  # the answers may be applied, half applied or still queued
+    svc.start_agents()
+    answer_api(sids[0], "a0-again")  # 409 if the first is queued or applied
+    answer_in_conversation(sids[2], "a2")
+    answer_in_conversation(sids[3], "a3")
+    svc.kill_agents()
+    svc.start_agents()
+    answer_in_conversation(sids[2], "a2-again")  # the question is closed or its answer queued: guidance
+    answer_api(sids[4], "a4")
+    answer_in_conversation(sids[5], "a5")
+    answer_api(sids[5], "a5-again")
+
+    for sid in sids:
+        svc.wait_status(sid, "done", timeout=90)
+    for i, sid in enumerate(sids):
+        assert len(svc.steps(sid)) == 2, f"session {i} stepped {len(svc.steps(sid))} times"
+        (row,) = calls(svc, sid)
+        actions = {a["id"]: a for a in svc.get("/api/actions", session_id=sid, type="answer").json()["actions"]}
+        done = [a for a in actions.values() if a["status"] == "done"]
+        assert len(done) == 1 and row["decided_by"] == done[0]["id"], (i, actions)
+        assert all(a["error"].startswith("conflict") for a in actions.values() if a["status"] == "failed")
+        assert (done[0]["id"], row["result"]["answer"]) in accepted[sid]
+        assert row["result"]["answer"] == f"a{i}"  # the first accepted answer won
+        told = results_of(svc.steps(sid)[1])
+        assert [t["result"]["answer"] for t in told] == [f"a{i}"]
+    thread = messages(svc, conv)
+    for sid in sids:  # each question posted once, whatever the restarts found
+        assert sum(m["message_id"] == rows[sid]["id"] for m in thread) == 1
