@@ -5,6 +5,7 @@ import re
 
 from pydantic import BaseModel
 
+from api import profiles as profiles_api
 from api import schemas, tools
 from api import fork as fork_api
 from api import search as search_api
@@ -125,6 +126,8 @@ def _create_variants(components: dict, monikers) -> None:
         variant = copy.deepcopy(base)
         variant["title"] = f"CreateAgentRequest ({name})"
         variant["properties"]["moniker"] = {"type": "string", "const": name}
+        variant["properties"].pop("profile", None)  # a profile's create is its own variant (api/profiles.py)
+        variant["required"] = sorted({*variant.get("required", []), "moniker"})
         if model is not None:
             own = model.model_json_schema(ref_template=REF)
             components.update(own.pop("$defs", {}))
@@ -146,7 +149,7 @@ def build(monikers=None) -> dict:
               schemas.Accepted, schemas.ActionList,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
-              *CONVERSATION_MODELS, *tools.MODELS]
+              *CONVERSATION_MODELS, *tools.MODELS, *profiles_api.MODELS]
     record_models, record_paths = search_api.openapi_paths(_op, _query)
     fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
     models += record_models + fork_models
@@ -190,6 +193,7 @@ def build(monikers=None) -> dict:
         **record_paths,
         **fork_paths,
         **tools.openapi_paths(_op, _path, _query, _errors),
+        **profiles_api.openapi_paths(_op, _path),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}
