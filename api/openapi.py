@@ -162,8 +162,9 @@ def build(monikers=None) -> dict:
         _create_variants(components, monikers)
     paths = {
         "/api/agents": {
-            "post": {**_op("create an agent session (idempotent by session_id)", 202, ok_model=schemas.Accepted,
-                           body=schemas.CreateAgentRequest, errors=(400, 404, 409)),
+            "post": {**_op("create an agent session (idempotent by session_id), from a moniker or a profile", 202,
+                           ok_model=schemas.Accepted, body=schemas.CreateAgentRequest, errors=(400, 404, 409),
+                           body_required=True),
                      },
             "get": _op("agents with their latest session: filtered, sorted, one page, and the total",
                        200, ok_model=schemas.AgentList, params=_query(schemas.AgentQuery)),

@@ -11,6 +11,7 @@ app.py) re-reads the directory.
 import copy
 
 from flask import Blueprint, current_app, jsonify
+from werkzeug.routing import BaseConverter
 from pydantic import Field
 
 from api import schemas, session_config
@@ -24,6 +25,18 @@ from tools import catalog
 
 bp = Blueprint("profiles", __name__, url_prefix="/api")
 EXTENSION = "agentsvc_profiles"
+
+
+class ProfileNameConverter(BaseConverter):
+    """A profile name in a path; never ``reload`` (that path is the reload route),
+    so ``OPTIONS /api/profiles/reload`` allows POST only."""
+
+    regex = r"(?!reload(?:/|$))[^/]+"
+
+
+@bp.record_once
+def _converter(state):
+    state.app.url_map.converters["profile_name"] = ProfileNameConverter
 
 
 def library() -> ProfileLibrary:
@@ -93,7 +106,7 @@ def list_profiles():
     return jsonify(_listing(library()))
 
 
-@bp.get("/profiles/<name>")
+@bp.get("/profiles/<profile_name:name>")
 def get_profile(name):
     entry = library().get(name) if valid_name(name) else None
     if entry is None:

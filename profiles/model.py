@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from profiles.template import check_template
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+RESERVED_NAMES = frozenset({"reload"})  # POST /api/profiles/reload
 ProfileName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 Kind = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
@@ -222,6 +223,13 @@ class Profile(Strict):
     overridable: list[Literal[tuple(sorted(OVERRIDABLE_KEYS))]] = Field(
         default_factory=lambda: list(OVERRIDABLE_DEFAULT),
         description="session config keys a create may override (tools only narrowed, approve only widened)")
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name):
+        if name in RESERVED_NAMES:
+            raise ValueError(f"{name!r} is reserved (POST /api/profiles/{name})")
+        return name
 
     @field_validator("observers")
     @classmethod

@@ -86,6 +86,10 @@ def resolve(entry: Entry, overrides: dict | None) -> dict:
             if missing:
                 raise ResolveError(f"config.approve: profile {p.name!r} requires approval of {missing} "
                                    f"(a create may only add to it)")
+            stray = [t for t in value or [] if t not in p.tools.allowed]
+            if stray:
+                raise ResolveError(f"config.approve: {stray} are not tools profile {p.name!r} allows "
+                                   f"({p.tools.allowed})")
         elif key == "llm" and isinstance(value, dict):
             value = {**config.get("llm", {}), **value}
         config[key] = value
