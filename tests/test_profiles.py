@@ -313,3 +313,21 @@ def test_flow_waits_for_the_user_and_a_message_continues_it(env):
     svc.control(made["agent_id"], "interrupt", guidance="anything else?")
     done = svc.wait_status(made["session_id"], "done", timeout=30)
     assert done["status_reason"] == "done" and len(svc.steps(made["session_id"])) == 3
+
+
+# ---- the command line ------------------------------------------------------------
+
+def test_the_cli_lists_profiles_and_creates_from_one(env):
+    svc, _ = env
+    listed = svc.cli("profiles", "--json")
+    assert listed.returncode == 0, listed.stderr
+    by_name = {p["name"]: p for p in json.loads(listed.stdout)["profiles"]}
+    assert by_name["script"]["ok"] and not by_name["badtool"]["ok"]
+    table = svc.cli("profiles").stdout
+    assert "badtool.yaml:5" in table and "no_such_tool" in table
+    made = svc.cli("create", "--profile", "script", "a task", "--set", "max_steps=1", "--json")
+    assert made.returncode == 0, made.stderr
+    session = svc.wait_status(json.loads(made.stdout)["session_id"], "done", timeout=30)
+    assert session["task"] == "a task" and session["config"]["profile"]["name"] == "script"
+    refused = svc.cli("create", "--profile", "badtool", "x")
+    assert refused.returncode == 4 and "badtool.yaml:5" in refused.stderr, refused.stderr
