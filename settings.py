@@ -71,8 +71,9 @@ DEFAULT_PROFILES_DIR = "./profiles"
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profiles-dir", default=os.environ.get("AGENTSVC_PROFILES_DIR", DEFAULT_PROFILES_DIR),
-                        help="directory of agent profiles (*.yaml), read at start, on SIGHUP and on "
-                             f"POST /api/profiles/reload [AGENTSVC_PROFILES_DIR, {DEFAULT_PROFILES_DIR}]")
+                        help="directory of agent profiles (*.yaml), read at start and on SIGHUP (app.py also "
+                             "on POST /api/profiles/reload) [AGENTSVC_PROFILES_DIR, "
+                             f"{DEFAULT_PROFILES_DIR}]")
 
 
 def fetch_policy(args: argparse.Namespace):

@@ -214,6 +214,20 @@ class ProfileLibrary:
         with self._lock:
             return [self._entries[k] for k in sorted(self._entries)]
 
+    def lookup(self, name: str) -> dict:
+        """``{moniker, config}`` of a usable profile, for code that starts sessions
+        inside agents.py (a sub-agent spawned by profile); KeyError naming the
+        problems when the profile is unknown or broken."""
+        from profiles.resolve import base_config
+
+        entry = self.get(name)
+        if entry is None:
+            raise KeyError(f"no profile {name!r}")
+        problems = self.check(entry)
+        if problems:
+            raise KeyError(f"profile {name!r} cannot be used: " + "; ".join(p.describe() for p in problems))
+        return {"moniker": entry.profile.moniker, "config": base_config(entry)}
+
     def check(self, entry: Entry) -> list[Problem]:
         """The entry's problems: parse/validation ones, then references the
         running service cannot satisfy (moniker, tools, moniker config)."""

@@ -110,3 +110,17 @@ def test_reconcile_reapplies_an_after_step_record_once():
     used = hooks.caught_up({"status": "running", "pending_guidance": [], "used_guidance": ["observer:s:4:n:after"]},
                            step)
     assert used["pending_guidance"] == []
+
+
+def test_lookup_gives_a_usable_profiles_moniker_and_config_or_says_why_not(tmp_path):
+    write(tmp_path, "ok.yaml", "name: ok\nmoniker: countdown\nconfig: {n: 2}\n")
+    write(tmp_path, "bad.yaml", "name: bad\nmoniker: nope\n")
+    lib = ProfileLibrary(str(tmp_path), monikers=default_registry(), tool_names=lambda: set())
+    lib.load()
+    found = lib.lookup("ok")
+    assert found["moniker"] == "countdown" and found["config"]["n"] == 2
+    assert found["config"]["profile"]["name"] == "ok"
+    with pytest.raises(KeyError, match="no moniker 'nope'"):
+        lib.lookup("bad")
+    with pytest.raises(KeyError, match="no profile"):
+        lib.lookup("missing")
