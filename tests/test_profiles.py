@@ -116,6 +116,31 @@ def env(tmp_path_factory):
             then: wait_user
           - then: end_turn
         """)
+    write(profiles, "asker.yaml", """
+        name: asker
+        moniker: scripted
+        config:
+          frames: [{text: "Shall I continue?"}, {text: "continuing", done: true}]
+        interval_s: 0
+        observers:
+          - name: ask
+            when: after_step
+            if: {text_has_question: true}
+            then: {ask_user: true}
+        """)
+    write(profiles, "pauser.yaml", f"""
+        name: pauser
+        moniker: scripted
+        config: {{frames: {frames}}}
+        interval_s: 0
+        limits: {{max_steps: 4}}
+        observers:
+          - name: hold
+            when: before_step
+            once: true
+            if: {{iteration_at_least: 1}}
+            then: {{pause: check in with a human}}
+        """)
     # broken ones: a syntax error, an unknown key, an unknown tool
     write(profiles, "syntax.yaml", """
         name: syntax
@@ -289,6 +314,29 @@ def test_observers_stop_remind_and_a_failing_one_does_not_wedge_the_session(env)
     # the note of the last step stays queued (no step consumed it); no step consumed one twice
     pending = svc.session(made["session_id"])["pending_guidance"]
     assert [p["action_id"] for p in pending] == [f"observer:{made['session_id']}:2:reminder:after"]
+
+
+def test_an_observer_asks_the_user_and_another_pauses_once(env):
+    svc, _ = env
+    asked = create(svc, "asker")
+    waiting = svc.wait_status(asked["session_id"], "waiting", "done", timeout=30)
+    assert (waiting["status"], waiting["status_reason"]) == ("waiting", "user"), waiting
+    step0 = svc.steps(asked["session_id"])[0]
+    assert step0["observers"]["after"] == [{"name": "ask", "fired": True, "action": "ask_user",
+                                            "text": "Shall I continue?", "when": "after_step"}]
+    svc.control(asked["agent_id"], "interrupt", guidance="yes, go on")
+    assert svc.wait_status(asked["session_id"], "done", timeout=30)["status_reason"] == "done"
+
+    paused = create(svc, "pauser")
+    held = svc.wait_status(paused["session_id"], "paused", "done", timeout=30)
+    assert (held["status"], held["status_reason"]) == ("paused", "observer"), held
+    assert svc.settled_step_count(paused["session_id"], quiet_s=1.0) == 1
+    svc.control(paused["agent_id"], "resume")
+    done = svc.wait_status(paused["session_id"], "done", timeout=30)  # `once`: not paused again
+    assert done["status_reason"] == "max_steps" and len(svc.steps(paused["session_id"])) == 4
+    before = svc.steps(paused["session_id"])[1]["observers"]["before"]
+    assert before == [{"name": "hold", "fired": True, "action": "pause", "text": "check in with a human",
+                       "when": "before_step"}]
 
 
 # ---- 5. the flow decider ------------------------------------------------------------
