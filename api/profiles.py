@@ -95,7 +95,8 @@ def summary(entry: Entry, problems) -> dict:
 
 
 def _listing(lib: ProfileLibrary) -> dict:
-    return {"profiles": [summary(e, lib.check(e)) for e in lib.entries()], "directory": lib.directory,
+    tools = lib.known_tools()  # one catalog read for the whole list
+    return {"profiles": [summary(e, lib.check(e, tools)) for e in lib.entries()], "directory": lib.directory,
             "loaded_at": lib.loaded_at}
 
 
@@ -179,9 +180,9 @@ def create_variants(spec: dict, lib: ProfileLibrary, monikers) -> dict:
     base = copy.deepcopy(components.get("CreateAgentRequest_joke") or next(
         (components[r["$ref"].rsplit("/", 1)[1]] for r in create.get("oneOf", [])), None) or create)
     runner = components["SessionConfig"]["properties"]
-    variants = []
+    variants, tools = [], lib.known_tools()
     for entry in lib.entries():
-        if entry.profile is None or lib.check(entry):
+        if entry.profile is None or lib.check(entry, tools):
             continue
         p = entry.profile
         moniker = monikers.get(p.moniker)
