@@ -379,3 +379,35 @@ def test_the_cli_lists_profiles_and_creates_from_one(env):
     assert session["task"] == "a task" and session["config"]["profile"]["name"] == "script"
     refused = svc.cli("create", "--profile", "badtool", "x")
     assert refused.returncode == 4 and "badtool.yaml:5" in refused.stderr, refused.stderr
+
+
+# ---- the dashboard ----------------------------------------------------------------
+
+def test_the_timeline_shows_what_observers_and_flow_rules_did(env):
+    """In a real browser (Debian's chromium): a fired observer, a failing one
+    (skipped, with its error) and a flow decision, inside their steps."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from tests.test_dashboard_browser import ARGS, CHROMIUM
+
+    svc, _ = env
+    watched = create(svc, "watcher")
+    svc.wait_status(watched["session_id"], "stopped", timeout=60)
+    chat = create(svc, "chat")
+    svc.wait_status(chat["session_id"], "waiting", timeout=30)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{svc.url}/#/session/{watched['session_id']}")
+            step1 = page.locator("[data-testid=step][data-iteration='1']")
+            sync_api.expect(step1.get_by_test_id("observer-fired")).to_contain_text(
+                "reminder added a note: Step 1: remember your tools: add", timeout=30_000)
+            sync_api.expect(step1.get_by_test_id("observer-failed")).to_contain_text("exploded on purpose")
+            page.goto(f"{svc.url}/#/session/{chat['session_id']}")
+            sync_api.expect(page.locator("[data-testid=step][data-iteration='0']").get_by_test_id(
+                "flow-decision")).to_have_text("flow: wait for the user", timeout=30_000)
+            assert not errors, errors
+        finally:
+            browser.close()
