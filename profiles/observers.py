@@ -22,10 +22,13 @@ entry-point group ``agentsvc.observers``: the entry point is a callable
 ``{"ask_user": "question"}``), or an awaitable of that.  A profile uses it as
 ``{name: ..., when: ..., python: <entry point name>, with: {...}}``.
 
-An observer that raises (or returns something else) is logged, skipped for
-that step and recorded on the step row (``observers`` column) with its
-error; it never stops the session.
+An observer that raises (or returns something else, or, when async, takes
+longer than ``TIMEOUT_S``) is logged, skipped for that step and recorded on
+the step row (``observers`` column) with its error; it never stops the
+session.  A python observer runs on the worker's event loop: a synchronous
+one must return quickly (it cannot be interrupted).
 """
+import asyncio
 import functools
 import inspect
 import logging
@@ -38,6 +41,7 @@ from profiles.template import render
 log = logging.getLogger("profiles.observers")
 
 ENTRY_POINT_GROUP = "agentsvc.observers"
+TIMEOUT_S = 10.0  # an async python observer taking longer fails (recorded as its error) and is skipped
 ACTIONS = ("note", "pause", "stop", "ask_user")
 
 
@@ -74,8 +78,8 @@ async def evaluate(observer: Observer, facts: Facts, fields: dict) -> dict:
             if fn is None:
                 raise LookupError(f"observer plugin {observer.python!r} is not installed")
             result = fn(facts, dict(observer.with_))
-            if inspect.isawaitable(result):
-                result = await result
+            if inspect.isawaitable(result):  # bounded: a hanging observer must not hold the session
+                result = await asyncio.wait_for(result, TIMEOUT_S)
             action = _plugin_action(result)
         else:
             action = observer.then if holds(observer.if_, facts) else None

@@ -51,9 +51,9 @@ class SessionConfig(BaseModel):
                                     description="tools whose calls wait for a human's approval first")
     tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
     # Not in the JSON schema: a create may not set it (the API refuses it); profiles/resolve.py does.
-    profile: SkipJsonSchema[dict[str, Any] | None] = Field(None, description="set by the service when a session starts from a "
-                                                              "profile (name, hash, prompt, observers, flow, "
-                                                              "inbox priorities); never by a create")
+    profile: SkipJsonSchema[dict[str, Any] | None] = Field(
+        None, description="set by the service when a session starts from a profile (name, hash, prompt, "
+                          "observers, flow, inbox priorities); never by a create")
 
 
 class CreatePayload(BaseModel):

@@ -124,3 +124,28 @@ def test_lookup_gives_a_usable_profiles_moniker_and_config_or_says_why_not(tmp_p
         lib.lookup("bad")
     with pytest.raises(KeyError, match="no profile"):
         lib.lookup("missing")
+
+
+def test_a_python_observer_that_raises_or_hangs_is_recorded_and_skipped(monkeypatch):
+    import asyncio
+
+    from profiles import observers
+    from profiles.model import Observer
+
+    async def hangs(facts, args):
+        await asyncio.sleep(3600)
+
+    def raises(facts, args):
+        raise RuntimeError("bad plugin")
+
+    def notes(facts, args):
+        return {"note": f"seen {args['what']}"}
+
+    monkeypatch.setattr(observers, "observer_plugins", lambda: {"hangs": hangs, "raises": raises, "notes": notes})
+    monkeypatch.setattr(observers, "TIMEOUT_S", 0.05)
+    f = facts()
+    run = lambda name, **w: asyncio.run(observers.evaluate(
+        Observer.model_validate({"name": name, "when": "after_step", "python": name, "with": w}), f, {}))
+    assert "TimeoutError" in run("hangs")["error"]
+    assert run("raises") == {"name": "raises", "fired": False, "error": "RuntimeError: bad plugin"}
+    assert run("notes", what="x") == {"name": "notes", "fired": True, "action": "note", "text": "seen x"}
