@@ -27,6 +27,7 @@ from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog, search_history
 from tools.mcp import McpBridge, load_config
+from profiles.loader import ProfileLibrary
 
 log = logging.getLogger("agents")
 
@@ -90,6 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="app.py to relay live events to, 'off' for none "
                              "[AGENTSVC_EVENTS_URL, http://127.0.0.1:$AGENTSVC_PORT]")
     settings.add_tool_args(parser)
+    settings.add_profile_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
@@ -124,6 +126,10 @@ async def serve(args: argparse.Namespace) -> None:
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
     tools, mcp_bridge = await start_tools(args, store, identity.worker_id)
+    # Sessions carry their resolved profile in their config, so running them needs
+    # no files; the library is for sessions started here by name (sub-agents).
+    service_profiles = ProfileLibrary(args.profiles_dir, monikers=monikers, tool_names=lambda: set(tools.names()))
+    service_profiles.load()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
     service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
@@ -149,6 +155,8 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: stop(service, stopping))
+    loop.add_signal_handler(signal.SIGHUP, service_profiles.load)
+    service.profiles = service_profiles
     log.info("agents.py started: db=%s monikers=%s tools=%s", store.uri, ",".join(monikers.names()),
              ",".join(tools.names()))
     record_task = asyncio.create_task(record.run(stopping), name="record-keeping")

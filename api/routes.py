@@ -107,9 +107,14 @@ def enqueue(type_: str, agent_id: str, session_id: str, payload: dict, status: i
 @bp.post("/agents")
 def create_agent():
     req: schemas.CreateAgentRequest = body(schemas.CreateAgentRequest)
-    if req.moniker not in ctx().monikers:
-        raise ApiError(400, "unknown_moniker", f"no moniker {req.moniker!r}; installed: {ctx().monikers.names()}")
-    config = session_config.check(req.config, ctx().monikers.get(req.moniker))
+    if req.profile is not None:  # api/profiles.py: the profile's moniker and resolved config
+        from api.profiles import create_payload
+
+        moniker, config = create_payload(req)
+    else:
+        if req.moniker not in ctx().monikers:
+            raise ApiError(400, "unknown_moniker", f"no moniker {req.moniker!r}; installed: {ctx().monikers.names()}")
+        moniker, config = req.moniker, session_config.check(req.config, ctx().monikers.get(req.moniker))
     if req.conversation_id and ctx().store.conversations.get(req.conversation_id) is None:
         raise not_found("conversation", req.conversation_id)
     parent = ctx().store.states.get(req.parent_session_id) if req.parent_session_id else None
@@ -121,7 +126,7 @@ def create_agent():
             return repeated_create(req, existing)
         agent_id = req.agent_id or str(ULID())
         session_id = req.session_id or str(ULID())
-        payload = {"moniker": req.moniker, "task": req.task, "config": config,
+        payload = {"moniker": moniker, "task": req.task, "config": config,
                    "conversation_id": req.conversation_id}
         if req.name:
             payload["name"] = req.name

@@ -3,6 +3,8 @@
 \b
     agentsvc                          # run the service (same as `agentsvc serve`)
     agentsvc create joke "cats" --interval 2
+    agentsvc create --profile planner "move the wiki"
+    agentsvc profiles
     agentsvc list --status running
     agentsvc tail -f <session or agent id>
     agentsvc pause <session or agent id>
@@ -95,8 +97,10 @@ def parse_config(config_json: str | None, settings: tuple[str, ...], interval, m
 
 
 @cli.command()
-@click.argument("moniker")
+@click.argument("moniker", required=False)
 @click.argument("task", required=False, default="")
+@click.option("--profile", help="start from this profile (agentsvc profiles) instead of a MONIKER; "
+                                "the one argument is then the TASK")
 @click.option("--config", "config_json", metavar="JSON|@FILE", help="session config as a JSON object")
 @click.option("-s", "--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="one config key (the value is parsed as JSON when it is JSON); repeatable")
@@ -109,10 +113,18 @@ def parse_config(config_json: str | None, settings: tuple[str, ...], interval, m
 @click.option("--wait/--no-wait", default=True, show_default=True, help="wait until the create is applied")
 @click.option("--timeout", default=60.0, show_default=True, help="seconds to wait")
 @remote
-def create(api, as_json, moniker, task, config_json, settings, interval, max_steps, name, conversation,
+def create(api, as_json, moniker, task, profile, config_json, settings, interval, max_steps, name, conversation,
            agent_id, session_id, wait, timeout):
-    """Start an agent session running MONIKER on TASK."""
-    body = {"moniker": moniker, "task": task, "config": parse_config(config_json, settings, interval, max_steps)}
+    """Start an agent session running MONIKER on TASK (or, with --profile, a profile on TASK)."""
+    config = parse_config(config_json, settings, interval, max_steps)
+    if profile:
+        if moniker and task:
+            raise click.UsageError("with --profile, give only the TASK")
+        body = {"profile": profile, "task": moniker or "", "config": config}
+    elif not moniker:
+        raise click.UsageError("give a MONIKER (agentsvc create joke cats) or --profile NAME")
+    else:
+        body = {"moniker": moniker, "task": task, "config": config}
     for key, value in (("name", name), ("conversation_id", conversation), ("agent_id", agent_id),
                        ("session_id", session_id)):
         if value:
@@ -129,6 +141,22 @@ def create(api, as_json, moniker, task, config_json, settings, interval, max_ste
             render.err.print(f"create failed: {result['error']}", markup=False)
     if action and action["status"] == "failed":
         sys.exit(FAILED)
+
+
+@cli.command("profiles")
+@click.argument("action", required=False, type=click.Choice(["reload"]))
+@remote
+def profiles(api, as_json, action):
+    """The loaded profiles, with their load errors; `reload` re-reads the directory."""
+    listed = api.post("/api/profiles/reload") if action == "reload" else api.get("/api/profiles")
+    if as_json:
+        render.as_json(listed)
+        return
+    render.table(None, ["profile", "ok", "moniker", "hash", "description / errors"],
+                 [[p["name"], "yes" if p["ok"] else "NO", p.get("moniker"), p.get("hash"),
+                   "; ".join(f"{e['file']}:{e['line'] or '?'} {e['field'] or ''} {e['message']}".replace("  ", " ")
+                             for e in p["errors"]) or p.get("description") or ""]
+                  for p in listed["profiles"]])
 
 
 @cli.command("list")

@@ -5,9 +5,10 @@ Other config keys are handed to the moniker (``countdown`` reads ``n``,
 app.py checks both kinds at create time (api/session_config.py): a key that is
 neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import SkipJsonSchema
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
@@ -49,6 +50,10 @@ class SessionConfig(BaseModel):
     approve: list[ToolName] = Field(default_factory=list, max_length=256,
                                     description="tools whose calls wait for a human's approval first")
     tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
+    # Not in the JSON schema: a create may not set it (the API refuses it); profiles/resolve.py does.
+    profile: SkipJsonSchema[dict[str, Any] | None] = Field(
+        None, description="set by the service when a session starts from a profile (name, hash, prompt, "
+                          "observers, flow, inbox priorities); never by a create")
 
 
 class CreatePayload(BaseModel):

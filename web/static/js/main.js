@@ -16,6 +16,7 @@ import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
+import "./components/observers.js";
 //                  A step part lives in web/static/js/components/ and imports
 //                  registerStepPart from "../core/registry.js"; it may also use
 //                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
@@ -34,6 +35,7 @@ import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
+import "./components/observers.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";
