@@ -17,7 +17,7 @@ from monikers import default_registry, llm_gate
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
-from runtime import live_observers
+from runtime import live_observers, questions
 from runtime.events import events_token
 from runtime.embeddings import EmbeddingSettings
 from runtime.record_keeping import RecordKeeping, semantic_search
@@ -29,6 +29,7 @@ from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog, search_history
 from tools.mcp import McpBridge, load_config
+from profiles.loader import ProfileLibrary
 
 log = logging.getLogger("agents")
 
@@ -98,6 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM[:TPM]",
                         help="one model's requests (and tokens) per minute, over the file; repeatable")
     settings.add_tool_args(parser)
+    settings.add_profile_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
@@ -148,6 +150,10 @@ async def serve(args: argparse.Namespace) -> None:
     monikers = default_registry()
     limiter = rate_limiter(args, store, identity.worker_id)
     tools, mcp_bridge = await start_tools(args, store, identity.worker_id)
+    # Sessions carry their resolved profile in their config, so running them needs
+    # no files; the library is for sessions started here by name (sub-agents).
+    service_profiles = ProfileLibrary(args.profiles_dir, monikers=monikers, tool_names=lambda: set(tools.names()))
+    service_profiles.load()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
     service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
@@ -172,10 +178,13 @@ async def serve(args: argparse.Namespace) -> None:
         health = HealthServer(service, store, asyncio.get_running_loop(), port=args.health_port,
                               registry=metrics.registry).start()
     relay = live_observers.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
+    questions.attach(service, store, relay)  # ask_user: post questions, apply answers, time out
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: stop(service, stopping))
+    loop.add_signal_handler(signal.SIGHUP, service_profiles.load)
+    service.profiles = service_profiles
     log.info("agents.py started: db=%s monikers=%s tools=%s", store.uri, ",".join(monikers.names()),
              ",".join(tools.names()))
     record_task = asyncio.create_task(record.run(stopping), name="record-keeping")

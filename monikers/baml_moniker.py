@@ -82,6 +82,7 @@ REASK_CHARS = 600  # how much of a parse error is shown to the model when re-ask
 RETRIES = 4  # 5xx, timeouts, connection errors: the first try and 4 more
 RETRY_BASE_S = 0.15
 RATE_LIMITED_RETRIES = 8  # 429s, each after its Retry-After (or the backoff without one)
+GUIDANCE_KINDS = ("guidance", "message")  # already joined into frame.guidance (runtime/inbox.py)
 
 
 class Prices(BaseModel):
@@ -420,14 +421,14 @@ def tools_text(tools: list) -> str | None:
 
 def prompt_frame(api, frame: FrameIn, ctx: StepContext, state_json: str, reask: str | None):
     """The BAML frame_in: v0's fields, plus the allowed tools, the previous
-    step's tool results and the inbox (guidance items are already in
-    ``guidance``, so they are not repeated)."""
+    step's tool results, the inbox (user guidance and messages are already in
+    ``guidance``, so they are not repeated) and the profile's system prompt."""
     inbox = [item for item in getattr(frame, "inbox", None) or []
-             if (item.kind if isinstance(item, BaseModel) else item.get("kind")) != "guidance"]
+             if (item.kind if isinstance(item, BaseModel) else item.get("kind")) not in GUIDANCE_KINDS]
     return api.StepFrameIn(step=frame.step, state_json=state_json, guidance=frame.guidance, reask=reask,
                            tools_json=tools_text(getattr(ctx, "tools", None)),
                            tool_results_json=_json_text(getattr(frame, "tool_results", None)),
-                           inbox_json=_json_text(inbox))
+                           inbox_json=_json_text(inbox), system_prompt=getattr(ctx, "system_prompt", None))
 
 
 async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
@@ -439,7 +440,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         collector = api.Collector(name=f"{ctx.session_id}:{ctx.iteration}:{attempt}")
         frame_in = prompt_frame(api, frame, ctx, state_json, reask)
         info = CallInfo()
-        estimate = estimate_tokens(state_json, ctx.task, frame.guidance, frame_in.tools_json,
+        estimate = estimate_tokens(state_json, ctx.task, frame.guidance, frame_in.tools_json, ctx.system_prompt,
                                    frame_in.tool_results_json, frame_in.inbox_json, reply_tokens=settings.max_tokens)
         try:
             out = await baml_call(api, settings, "RunMonikerStep", (frame_in, ctx.task), collector, info, estimate)

@@ -5,9 +5,10 @@ Other config keys are handed to the moniker (``countdown`` reads ``n``,
 app.py checks both kinds at create time (api/session_config.py): a key that is
 neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import SkipJsonSchema
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
@@ -50,9 +51,14 @@ class SessionConfig(BaseModel):
                                     description="tools whose calls wait for a human's approval first")
     tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
     when_idle: Literal["continue", "wait"] = Field(
-        "continue", description="after a step that calls no tool and is not done: keep stepping (continue), or wait "
-                                "for input (wait: status waiting, reason user, until a message, guidance, a child's "
-                                "result or an answer arrives); a waiting session's turn has ended")
+        "continue", description="after a step that calls no tool and is not done: keep stepping (continue), or end "
+                                "the turn and wait (wait: status waiting, reason idle, until anything reaches the "
+                                "inbox: a message, guidance, a child's result, an answer); a profile's flow rules "
+                                "decide instead when they match")
+    # Not in the JSON schema: a create may not set it (the API refuses it); profiles/resolve.py does.
+    profile: SkipJsonSchema[dict[str, Any] | None] = Field(
+        None, description="set by the service when a session starts from a profile (name, hash, prompt, "
+                          "observers, flow, inbox priorities); never by a create")
 
 
 class CreatePayload(BaseModel):
@@ -65,3 +71,5 @@ class CreatePayload(BaseModel):
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None
+    parent_agent_id: str | None = Field(None, max_length=128)
+    parent_session_id: str | None = Field(None, max_length=128)

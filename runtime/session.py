@@ -29,6 +29,7 @@ from runtime.observers import Observers
 from runtime.stepcall import call_moniker
 from runtime.tool_runner import ToolPhase, ToolRunner
 from tools.registry import ToolRegistry
+from profiles import hooks as profile_hooks
 
 log = logging.getLogger("runtime.session")
 
@@ -54,7 +55,6 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.status_reason: str | None = snapshot.get("status_reason")
         self.status_changed_at = _as_datetime(snapshot.get("status_changed_at") or snapshot.get("created_at"))
         self.iteration: int = snapshot["iteration"]
-        self.first_iteration = self.iteration  # where this runner started (a failed step's retry needs no input)
         self.step_token: str | None = snapshot.get("step_token")
         self.next_step_token: str = snapshot.get("next_step_token") or moniker.initial_step
         self.state: dict = snapshot.get("state") if isinstance(snapshot.get("state"), dict) else {}
@@ -70,7 +70,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
         self.repetition = limits.RepetitionWatch(self.config.repeat_limit)
-        self.inbox_priorities: dict[str, int] | None = None  # per kind, over runtime/inbox.py's defaults
+        # The profile's prompt, observers, flow rules and inbox priorities (profiles/hooks.py)
+        self.hooks = profile_hooks.SessionHooks.for_config(self.config)
+        self.inbox_priorities: dict[str, int] | None = self.hooks.inbox_priorities  # per kind, over the defaults
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name")}
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
@@ -207,9 +209,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.wait_while_paused()
             if self.stop_requested:
                 return
-            if await self._awaits_input():
-                continue
-            if await self._must_wait():
+            if await self._must_wait() or await self.hooks.before_step(self):
                 continue
             if not await self._step_once() or self.finished or self.stop_requested:
                 return
@@ -248,27 +248,6 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         reason = self.tool_phase.waiting_reason() if self.tool_phase is not None else None
         return ("waiting", reason) if reason else ("running", "user")
 
-    async def _awaits_input(self) -> bool:
-        """``config.when_idle == "wait"``: after a step that called no tool and was
-        not done, the session waits (status ``waiting``, reason ``user``) until an
-        inbox item arrives (a message, guidance, a child's result, an answer), a
-        pause or a stop; True when it waited (the loop then looks again)."""
-        waited = (self.status, self.status_reason) == ("waiting", "user") and self.tool_step is None
-        forked = self.extra.get("forked_from") if isinstance(self.extra.get("forked_from"), dict) else {}
-        fresh = self.iteration < 0 or self.iteration == forked.get("iteration")  # its first step needs no input
-        retry = self.status_reason == "resumed_after_error" and self.iteration == self.first_iteration
-        idle = (self.config.when_idle == "wait" and self.open_step is None and self.tool_results is None
-                and not fresh and not retry)
-        if not idle or self.pending_guidance:
-            if waited and self.config.when_idle == "wait":
-                await self.set_status("running", None)  # input arrived: the next step answers it
-            return False
-        if self.status == "running":
-            await self.set_status("waiting", "user")
-        while not self.pending_guidance and not self.stop_requested and not self.pause_requested:
-            await self.sleep(3600)
-        return True
-
     async def _must_wait(self) -> bool:
         """Finish on a limit, or pause on a budget; True when no step may run now."""
         reason = limits.limit_reached(self.config, self.iteration, self.created_at)
@@ -293,7 +272,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         frame_in = FrameIn(step=self.next_step_token, state=self.state, guidance=inbox_order.guidance_text(guidance),
                            tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
-                          iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config))
+                          iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config),
+                          system_prompt=self.hooks.system_prompt(self, iteration))
         started = time.perf_counter()
         outcome = await call_moniker(self.moniker, frame_in, ctx, timeout_s=self.config.step_timeout_s,
                                      policy=self.config.retries, heartbeat_s=self.heartbeat_s,
@@ -311,11 +291,13 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         calls = [{"id": str(ULID()), "call_id": c.id, "name": c.name, "args": c.args} for c in out.tool_calls]
         inputs = {"tool_results": frame_in.model_dump()["tool_results"], "inbox": inbox}
         done = out.done and not calls  # a step with tool calls is never the last
+        observed = await self.hooks.after_step(self, iteration, out, calls)
         stored = await self.persist.append_step({
             **row, "step_token": out.step, "next_step_token": out.next_step,
             "status": "done" if done else "ok", "text": out.text, "data": out.data, "state": out.state,
             "notes": _with_retries(out.notes, outcome.retried), "error": None,
-            "tool_calls": calls or None, "inputs": inputs if (self.tool_results or inbox) else None})
+            "tool_calls": calls or None, "inputs": inputs if (self.tool_results or inbox) else None,
+            "observers": observed})
         self.iteration, self.step_token, self.next_step_token = iteration, out.step, out.next_step
         self.state, self.result = out.state, {"text": out.text, "data": out.data}
         self.consume_guidance(guidance)
@@ -324,6 +306,10 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         await self.observers.notify("step_persisted", self.snapshot(), stored)
         if not calls:
             self._finish_if_over(done, out.text)
+        self.hooks.apply(self, observed, iteration)
+        if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
+                and not (observed or {}).get("flow"):
+            self._set_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turns.py)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
@@ -378,9 +364,13 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
         result={"text": latest_step.get("text"), "data": latest_step.get("data")},
         pending_guidance=[g for g in (snapshot.get("pending_guidance") or []) if g.get("action_id") not in used],
     )
-    if latest_step["status"] == "done" and SessionConfig.model_validate(snapshot.get("config") or {}).stop_on_done:
+    config = SessionConfig.model_validate(snapshot.get("config") or {})
+    if latest_step["status"] == "done" and config.stop_on_done:
         fixed.update(status="done", status_reason="done")
-    return fixed
+    elif (config.when_idle == "wait" and fixed.get("status") == "running" and latest_step["status"] == "ok"
+          and not latest_step.get("tool_calls") and not (latest_step.get("observers") or {}).get("flow")):
+        fixed.update(status="waiting", status_reason="idle")  # died before saving that it waits
+    return profile_hooks.caught_up(fixed, latest_step)
 
 
 def _with_retries(notes: str | None, retried: list[str]) -> str | None:

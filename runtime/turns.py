@@ -7,9 +7,10 @@ or an answer (inbox kinds ``guidance``, ``message``, ``child_result``,
 which the session no longer steps on its own:
 
 - it finished: ``done``, ``stopped`` or ``error``;
-- it waits for a person: status ``waiting`` with reason ``user`` (a session
-  with ``config.when_idle = "wait"`` after a step that called no tool and was
-  not done; ``ask_user``; a profile's flow decider).
+- it waits for input: status ``waiting`` with reason ``user`` (a person:
+  ``ask_user``, a profile's ``wait_user`` flow rule) or ``idle`` (anything: a
+  profile's ``end_turn`` rule, or ``config.when_idle = "wait"`` after a step
+  that called no tool and was not done).
 
 Tool calls never end a turn (their results come back within it), nor do
 pauses, approvals or external tool results.  A session that keeps stepping on
@@ -47,6 +48,7 @@ log = logging.getLogger("runtime.turns")
 
 TRIGGER_KINDS = ("child_result", "answer", "guidance", "message")
 FINISHED = ("done", "stopped", "error")
+WAITS_FOR_INPUT = ("user", "idle")  # waiting reasons that end a turn (not approval / tool_result)
 KEPT = 10_000  # sessions whose current turn is remembered
 MAX_TURN_STEPS = 5000  # steps read back to sum a turn's usage
 _UNSEEN = object()
@@ -55,7 +57,7 @@ _UNSEEN = object()
 def ends_turn(snapshot: dict) -> bool:
     """After a step, the session no longer steps on its own: it finished, or waits for a person."""
     status = snapshot.get("status")
-    return status in FINISHED or (status == "waiting" and snapshot.get("status_reason") == "user")
+    return status in FINISHED or (status == "waiting" and snapshot.get("status_reason") in WAITS_FOR_INPUT)
 
 
 def first_own_iteration(snapshot: dict) -> int:

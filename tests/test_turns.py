@@ -69,7 +69,7 @@ def test_three_user_messages_make_three_turns_with_steps_and_summaries(shared_se
     for turn, action_id, text in zip(turns[1:], deliveries, ("add one and two", "what colour is the sky?", "bye")):
         assert turn["trigger_kind"] == "guidance" and turn["trigger_ids"] == [action_id]
         assert turn["trigger_text"] == text
-    assert [t["end_reason"] for t in turns] == ["waiting:user"] * 3 + ["done:done"]
+    assert [t["end_reason"] for t in turns] == ["waiting:idle"] * 3 + ["done:done"]
     # Summaries by the session's model (it has an llm config), each about its own turn.
     assert all(t["summary_method"] == "llm" for t in turns), turns
     assert [t["summary"] for t in turns] == ["The agent said: hello, what shall I do?",
@@ -127,7 +127,7 @@ def test_a_turn_cut_by_kill_9_is_whole_after_recovery(service):
     assert len(turns_of(svc, sid)["turns"]) == 2
     assert [(t["turn"], t["first_iteration"], t["last_iteration"], t["steps"], t["trigger_kind"]) for t in turns] \
         == [(0, 0, 0, 1, "create"), (1, 1, 2, 2, "guidance")]
-    assert turns[1]["summary"] == "waited" and turns[1]["end_reason"] == "waiting:user"
+    assert turns[1]["summary"] == "waited" and turns[1]["end_reason"] == "waiting:idle"
 
     # A session killed while it waits for input still waits after the restart: no step without input.
     svc.kill_agents()
@@ -165,7 +165,7 @@ def test_rows_lost_to_a_crash_are_rebuilt_from_the_steps(tmp_path):
     store.turns.save({"agent_id": aid, "session_id": sid, "turn": 1, "status": "open", "first_iteration": 1,
                       "trigger_kind": "guidance", "started_at": "2026-01-01T00:00:01Z"})
     snapshot = {"agent_id": aid, "session_id": sid, "moniker": "scripted", "iteration": 2, "status": "waiting",
-                "status_reason": "user", "config": {}}
+                "status_reason": "idle", "config": {}}
 
     async def recover():
         keeper = TurnKeeper(store)

@@ -12,9 +12,12 @@
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./pages/search.js";
 import "./components/turns.js";
+import "./pages/needs_you.js";
+import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
+import "./components/observers.js";
 //                  A step part lives in web/static/js/components/ and imports
 //                  registerStepPart from "../core/registry.js"; it may also use
 //                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
@@ -28,9 +31,12 @@ import "./pages/session.js";
 import "./pages/conversations.js";
 import "./pages/conversation.js";
 import "./pages/search.js";
+import "./pages/needs_you.js";
+import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
+import "./components/observers.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";
