@@ -67,7 +67,7 @@ def test_three_user_messages_make_three_turns_with_steps_and_summaries(shared_se
         [(0, 0, 1), (1, 2, 2), (3, 3, 1), (4, 4, 1)]
     assert turns[0]["trigger_kind"] == "create" and turns[0]["trigger_text"] == "answer the user"
     for turn, action_id, text in zip(turns[1:], deliveries, ("add one and two", "what colour is the sky?", "bye")):
-        assert turn["trigger_kind"] == "guidance" and turn["trigger_ids"] == [action_id]
+        assert turn["trigger_kind"] == "message" and turn["trigger_ids"] == [action_id]  # a conversation message
         assert turn["trigger_text"] == text
     assert [t["end_reason"] for t in turns] == ["waiting:idle"] * 3 + ["done:done"]
     # Summaries by the session's model (it has an llm config), each about its own turn.
