@@ -47,6 +47,7 @@ from runtime import usage as usage_math
 log = logging.getLogger("runtime.turns")
 
 TRIGGER_KINDS = ("child_result", "answer", "guidance", "message")
+ASK_USER = "ask_user"  # the tool whose result is a person's answer (tools/ask_user.py)
 FINISHED = ("done", "stopped", "error")
 WAITS_FOR_INPUT = ("user", "idle")  # waiting reasons that end a turn (not approval / tool_result)
 KEPT = 10_000  # sessions whose current turn is remembered
@@ -75,6 +76,12 @@ def trigger_of(step: dict | None, snapshot: dict) -> dict:
         return {"trigger_kind": first.get("kind") or "guidance",
                 "trigger_ids": [g["action_id"] for g in triggers if g.get("action_id")],
                 "trigger_text": archive._clip(first.get("text"), 300) if first.get("text") else None}
+    answers = [r for r in (((step or {}).get("inputs") or {}).get("tool_results") or [])
+               if isinstance(r, dict) and r.get("name") == ASK_USER and r.get("status") == "success"]
+    if answers:  # ask_user's answer comes back as its tool result
+        answer = answers[0].get("result") if isinstance(answers[0].get("result"), dict) else {}
+        return {"trigger_kind": "answer", "trigger_ids": [r["id"] for r in answers if r.get("id")],
+                "trigger_text": archive._clip(answer.get("answer"), 300) if answer.get("answer") else None}
     if step is not None and step["iteration"] == first_own_iteration(snapshot):
         return {"trigger_kind": "fork" if snapshot.get("forked_from") else "create", "trigger_ids": [],
                 "trigger_text": archive._clip(snapshot.get("task"), 300) if snapshot.get("task") else None}
