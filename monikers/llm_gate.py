@@ -56,6 +56,14 @@ class OpenGate:
 _gate = OpenGate()
 
 
+def account(model: str | None, tokens: int) -> None:
+    """A model call made without a permit (a plugin moniker that only reports its
+    usage with ``StepContext.record_usage``): counted against the model's limit
+    after the fact, so the calls that follow wait for it."""
+    if model and hasattr(_gate, "account"):
+        _gate.account(model, tokens)
+
+
 def install(new_gate) -> None:
     """Route every model call of this process through ``new_gate`` (agents.py, at start)."""
     global _gate

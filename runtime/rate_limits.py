@@ -367,6 +367,17 @@ class RateLimiter:
             self.other_stats["throttled"] += 1
         self.other.release(permit, tokens=tokens, status=status, retry_after=retry_after)
 
+    def account(self, model: str, tokens: int) -> None:
+        """A call that was made without a permit, counted now (it ended now)."""
+        limiter = self.models.get(model)
+        if limiter is None:
+            return
+        entry = _Entry(tokens)
+        entry.ended = time.monotonic()
+        limiter.entries.append(entry)
+        limiter.stats["requests"] += 1
+        limiter._signal()
+
     def snapshot(self) -> dict[str, dict]:
         """Per model: counters, the share held and the slow-down in force (for metrics)."""
         out = {}

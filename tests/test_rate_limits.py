@@ -187,3 +187,33 @@ def test_shares_split_fairly_and_never_drop_below_what_is_in_use():
     assert target(6, 6, 0, 0, [], None, False) == 6
     # no limit on this budget: no share
     assert target(None, 0, 0, 0, ["a"], "a", False) == 0
+
+
+def test_a_call_reported_only_through_record_usage_counts_against_the_limit():
+    """A plugin moniker that calls a model itself and only reports its usage: the
+    call occupies the model's budget, so the next gated call of that model waits
+    (here: the share is one request, so it cannot go at all until the window passes)."""
+    import asyncio as aio
+
+    from monikers import llm_gate
+    from monikers.frame import StepContext
+    from runtime.rate_limits import RateLimitConfig, RateLimiter
+
+    async def scenario():
+        limiter = RateLimiter(RateLimitConfig(models={"m": {"requests_per_minute": 1}}), ledger=None,
+                              worker_id="w")
+        model = limiter.models["m"]
+        model.share_r, model.lease_until = 1, 1e12  # as if the ledger had granted the whole limit
+        model._ensure_task = lambda: None  # no ledger in this test
+        previous = llm_gate.gate()
+        llm_gate.install(limiter)
+        try:
+            ctx = StepContext(task="t", agent_id="a", session_id="s", iteration=0)
+            ctx.record_usage(model="m", input_tokens=5, output_tokens=5)  # no rate_wait_ms: not gated
+            ctx.record_usage(model="other", input_tokens=5)  # a model without a limit: nothing to count
+            assert model.occupied(__import__("time").monotonic())[0] == 1
+            with pytest.raises(aio.TimeoutError):
+                await aio.wait_for(limiter.acquire("m", 10), timeout=0.3)
+        finally:
+            llm_gate.install(previous)
+    aio.run(scenario())
