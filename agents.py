@@ -26,6 +26,7 @@ from runtime.service import AgentService
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog, search_history
+from tools import subagents as subagent_tools
 from tools.mcp import McpBridge, load_config
 
 log = logging.getLogger("agents")
@@ -94,13 +95,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def start_tools(args: argparse.Namespace, store: Store, worker_id: str):
+async def start_tools(args: argparse.Namespace, store: Store, worker_id: str, monikers=None):
     """The tools this worker can run: built-ins, plugins, and the tools of the
     operator's MCP servers (connected here, before any session steps, so a
     resumed session finds them).  The catalog is recorded in the store for
     app.py's GET /api/tools, again whenever an MCP server's tools or status change."""
     tools = catalog.installed_registry(settings.fetch_policy(args))
     tools.register(search_history.build(store))  # the record's tool (tools/search_history.py)
+    for tool in subagent_tools.build(store, monikers or default_registry()):  # spawn_agent, message_agent
+        tools.register(tool)
     bridge = None
     if args.mcp_config:
         config = load_config(args.mcp_config)  # a bad file stops the start, saying why
@@ -123,7 +126,7 @@ async def serve(args: argparse.Namespace) -> None:
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
-    tools, mcp_bridge = await start_tools(args, store, identity.worker_id)
+    tools, mcp_bridge = await start_tools(args, store, identity.worker_id, monikers)
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
     service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,

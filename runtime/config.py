@@ -7,6 +7,8 @@ neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
 from typing import Annotated
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
@@ -26,6 +28,15 @@ class RetryPolicy(BaseModel):
     error: JsonInt = Field(0, ge=0, le=20, description="any other exception")
     base_delay_s: float = Field(0.5, ge=0, le=600)
     max_delay_s: float = Field(30.0, ge=0, le=3600)
+
+
+class InheritConfig(BaseModel):
+    """What a sub-agent sees of its parent when it starts (runtime/subagents.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    transcript: JsonInt = Field(0, ge=0, le=200, description="the parent's last N step texts (and the messages "
+                                                             "of its conversation), as a parent_context inbox item")
 
 
 class SessionConfig(BaseModel):
@@ -49,6 +60,12 @@ class SessionConfig(BaseModel):
     approve: list[ToolName] = Field(default_factory=list, max_length=256,
                                     description="tools whose calls wait for a human's approval first")
     tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
+    # sub-agents (spawn_agent / message_agent, runtime/subagents.py)
+    inherit: InheritConfig | None = Field(None, description="a sub-agent's view of its parent at its first step")
+    on_parent_destroy: Literal["destroy", "abandon"] = Field(
+        "destroy", description="a sub-agent: destroyed with its parent (default), or left running")
+    max_depth: JsonInt = Field(3, ge=0, le=32, description="how deep sub-agents of this session may nest")
+    max_children: JsonInt = Field(20, ge=0, le=1000, description="sub-agents this session may spawn")
 
 
 class CreatePayload(BaseModel):
@@ -61,3 +78,8 @@ class CreatePayload(BaseModel):
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None
+    # a sub-agent's create (spawn_agent, runtime/subagents.py); additive: plain creates leave them out
+    parent_agent_id: str | None = Field(None, max_length=128)
+    parent_session_id: str | None = Field(None, max_length=128)
+    subagent: dict | None = None  # {depth, max_depth, wait_call, on_parent_destroy}
+    inbox: list[dict] | None = Field(None, max_length=8)  # items for its first step (parent_context)

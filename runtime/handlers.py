@@ -16,6 +16,7 @@ from runtime.config import CreatePayload
 from runtime.fork import ForkError, fork_snapshot
 from runtime.observers import Observers
 from runtime.registry import SessionRegistry
+from runtime import subagents
 from runtime.session import SessionAgent
 from runtime.tool_runner import ToolControls
 
@@ -43,6 +44,9 @@ class Handlers:
         runner = self.session_options.get("tools")
         if runner is not None:  # approve / deny / result of tool calls (runtime/tool_runner.py)
             self.by_type.update(ToolControls(sessions, runner, ActionError).handlers())
+        # child_result / child_message (runtime/subagents.py)
+        self.by_type.update(subagents.ChildControls(sessions, persist, monikers, self.session_options,
+                                                    self.observers, ActionError).handlers())
 
     async def handle(self, action: dict) -> None:
         handler = self.by_type.get(action.get("type"))
@@ -65,6 +69,7 @@ class Handlers:
             return
         fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/fork.py)
         payload = {k: v for k, v in payload.items() if k != "fork"}
+        link = subagents.create_fields(payload)  # a sub-agent's parent, tree and first inbox (spawn_agent)
         try:
             spec = CreatePayload.model_validate(payload)
             moniker = self.monikers.get(spec.moniker)
@@ -77,7 +82,7 @@ class Handlers:
             "config": spec.config.model_dump(), "status": "running", "iteration": -1,
             "next_step_token": moniker.initial_step, "state": {},
             "conversation_id": spec.conversation_id or action.get("conversation_id"),
-            "created_at": action.get("created_at"),
+            "created_at": action.get("created_at"), **link,
         }
         if fork is not None:
             try:
@@ -105,11 +110,25 @@ class Handlers:
         raise ActionError(f"cannot {verb}: session {snapshot['session_id']} is {snapshot['status']}")
 
     async def pause(self, action: dict, payload: dict) -> None:
+        """Pause at the next step boundary; ``tree: true`` pauses its descendants too."""
+        reason = "budget" if payload.get("reason") == "budget" else "user"
+        if payload.get("tree"):
+            agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+            if agent is None or agent.finished:  # a finished parent may still have children at work
+                await self._cascade_from_finished(action, "pause", {"tree": True, "reason": reason})
+                return
         agent = await self._live(action, "pause")
-        if agent.status == "paused":
-            return
-        agent.request_pause()
-        await agent.set_status("paused", "user")
+        if agent.status != "paused":
+            agent.request_pause()
+            await agent.set_status("paused", reason)
+        if payload.get("tree"):
+            await subagents.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
+
+    async def _cascade_from_finished(self, action: dict, verb: str, payload: dict) -> None:
+        snapshot = await self.persist.load_snapshot(action["session_id"])
+        if snapshot is None:
+            raise ActionError(f"unknown session {action['session_id']}")
+        await subagents.cascade(self.persist, snapshot["session_id"], verb, payload)
 
     async def resume(self, action: dict, payload: dict) -> None:
         """Resume a paused session (optionally raising its budget), or retry a failed one."""
@@ -122,16 +141,23 @@ class Handlers:
         if failed is not None:
             await self._restart_after_error(failed, payload)
             return
+        if payload.get("tree") and (agent is None or agent.finished):
+            await self._cascade_from_finished(action, "resume", {"tree": True})
+            return
         agent = await self._live(action, "resume")
         _raise_budget(agent.config, payload)
-        if agent.status != "paused":
-            return
-        agent.request_resume()
-        await agent.set_status(*agent.status_after_resume())
+        if agent.status == "paused":
+            agent.request_resume()
+            await agent.set_status(*agent.status_after_resume())
+        elif payload.get("budget_tokens") or payload.get("budget_cost"):
+            await agent.save()  # a raised budget is read by the tree's other sessions
+        if payload.get("tree"):
+            await subagents.cascade(self.persist, agent.session_id, "resume", {"tree": True})
 
     async def _restart_after_error(self, failed, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
         old = failed.snapshot() if isinstance(failed, SessionAgent) else failed
+        old = subagents.bump_snapshot_generation(old)  # its error was reported; its next outcome will be too
         snapshot = dict(old, status="running", status_reason="resumed_after_error")
         try:
             moniker = self.monikers.get(snapshot["moniker"])
@@ -158,7 +184,13 @@ class Handlers:
             await agent.save()  # durable before the action is marked done
 
     async def destroy(self, action: dict, payload: dict) -> None:
-        """Graceful: resume if paused, ask to stop, wait, and cancel a step that hangs."""
+        """Graceful: resume if paused, ask to stop, wait, and cancel a step that hangs.
+        Its sub-agents are destroyed after it (unless they chose ``abandon``),
+        also when it was already over: applied again after a crash, it cascades again."""
+        await self._destroy_one(action)
+        await subagents.cascade(self.persist, action["session_id"], "destroy", {})
+
+    async def _destroy_one(self, action: dict) -> None:
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         if agent is None or agent.finished:
             snapshot = agent.snapshot() if agent else await self.persist.load_snapshot(action["session_id"])

@@ -30,6 +30,7 @@ from runtime.monitor import HealthMonitor
 from runtime.observers import Observers
 from runtime.persistence import Persistence
 from runtime.registry import SessionRegistry
+from runtime import subagents
 from runtime.session import SessionAgent
 from runtime.tool_runner import ToolRunner
 from tools.registry import ToolRegistry, default_tool_registry
@@ -109,6 +110,10 @@ class AgentService:
             adopted += sum(results)
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
+        try:  # finished sub-agents whose outcome a crash left unreported
+            await subagents.report_unreported(self.persist, self.sessions.get)
+        except Exception:
+            log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
         return adopted
 
     async def _adopt_one(self, snapshot: dict) -> bool:

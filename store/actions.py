@@ -12,7 +12,8 @@ from ulid import ULID
 from store import codec, filters, query
 from store.watch import watch_commits
 
-TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "tool_deny", "tool_result"}
+TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "tool_deny", "tool_result",
+         "child_result", "child_message"}  # sub-agents (runtime/subagents.py)
 STATUSES = {"pending", "processing", "done", "failed"}
 PENDING = filters.eq_word("status", "pending", STATUSES)
 PROCESSING = filters.eq_word("status", "processing", STATUSES)

@@ -124,6 +124,28 @@ class StateTable:
                                filters.ts_cmp("status_changed_at", ">=", when))
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
+    # ---- sub-agent trees (runtime/subagents.py) ----------------------------
+
+    def children(self, parent_session_id: str, limit: int = 1000) -> list[dict]:
+        """The direct children of a session, oldest first."""
+        return query.rows(self.table, self.name, filters.eq_id("parent_session_id", parent_session_id),
+                          order=[("created_at", True), ("session_id", True)], limit=limit)
+
+    def tree(self, root_session_id: str, limit: int = 10_000) -> list[dict]:
+        """A whole tree: its root and every session whose root it is, oldest first."""
+        where = filters.any_of(filters.eq_id("session_id", root_session_id),
+                               filters.eq_id("root_session_id", root_session_id))
+        return query.rows(self.table, self.name, where, order=[("created_at", True), ("session_id", True)],
+                          limit=limit)
+
+    def unreported_outcomes(self, limit: int = 500) -> list[dict]:
+        """Finished children whose latest outcome was never queued for their parent
+        (a crash between finishing and reporting, or a path that bypassed the report)."""
+        where = filters.all_of("parent_session_id IS NOT NULL",
+                               filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+                               "COALESCE(reported_generation, 0) < COALESCE(generation, 1)")
+        return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
+
     def delete_sessions(self, session_ids: list[str]) -> None:
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
