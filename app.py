@@ -19,6 +19,7 @@ from flask import Flask, jsonify
 
 import settings
 from api import auth, conversations, dashboard, errors, fork, live, openapi, search, stream
+from api import subagents as subagent_routes
 from api import tools as tool_routes
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
@@ -55,6 +56,7 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.register_blueprint(tool_routes.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(fork.bp)
+    app.register_blueprint(subagent_routes.bp)
     app.register_blueprint(dashboard.bp)
     _, hub = live.install(app, events_token, message_queue=message_queue)
     stream.install(app, hub)

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from api import schemas, tools
 from api import fork as fork_api
 from api import search as search_api
+from api import subagents as subagents_api
 
 REF = "#/components/schemas/{model}"
 
@@ -142,14 +143,15 @@ def _create_variants(components: dict, monikers) -> None:
 def build(monikers=None) -> dict:
     """The document.  ``monikers``: the registry of installed monikers, whose
     names and config models shape a create's body (any other name is a 400)."""
-    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.ResumeRequest, schemas.InterruptRequest,
+    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.TreeControlRequest, schemas.ResumeRequest, schemas.InterruptRequest,
               schemas.Accepted, schemas.ActionList,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
               *CONVERSATION_MODELS, *tools.MODELS]
     record_models, record_paths = search_api.openapi_paths(_op, _query)
     fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
-    models += record_models + fork_models
+    subagent_models, subagent_paths = subagents_api.openapi_paths(_op, _path, _query)
+    models += record_models + fork_models + subagent_models
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -170,8 +172,9 @@ def build(monikers=None) -> dict:
         "/api/agents/{agent_id}/sessions": {"get": _op("the agent's sessions", 200, ok_model=schemas.SessionList,
                                                        params=[_path("agent_id"), *_query(schemas.Page)],
                                                        errors=(400, 404))},
-        "/api/agents/{agent_id}/pause": _control("pause"),
-        "/api/agents/{agent_id}/resume": _control("resume (optionally raising its budget)", schemas.ResumeRequest),
+        "/api/agents/{agent_id}/pause": _control("pause (tree: its sub-agents too)", schemas.TreeControlRequest),
+        "/api/agents/{agent_id}/resume": _control("resume (optionally raising its budget; tree: its sub-agents too)",
+                                                  schemas.ResumeRequest),
         "/api/agents/{agent_id}/destroy": _control("destroy"),
         "/api/agents/{agent_id}/interrupt": _control("send guidance to", schemas.InterruptRequest),
         "/api/sessions/{session_id}": {"get": _op("one session's snapshot", 200, ok_model=schemas.Snapshot,
@@ -189,6 +192,7 @@ def build(monikers=None) -> dict:
         **_conversation_paths(),
         **record_paths,
         **fork_paths,
+        **subagent_paths,
         **tools.openapi_paths(_op, _path, _query, _errors),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",

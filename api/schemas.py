@@ -53,7 +53,11 @@ class ControlRequest(Strict):
     session_id: Id | None = Field(None, description="default: the agent's latest session")
 
 
-class ResumeRequest(ControlRequest):
+class TreeControlRequest(ControlRequest):
+    tree: bool = Field(False, description="also every sub-agent below the session (sub-agents, issue 11)")
+
+
+class ResumeRequest(TreeControlRequest):
     budget_tokens: int | None = Field(None, ge=1, le=10**15, description="raise the session's token budget")
     budget_cost: float | None = Field(None, gt=0, le=10**12, description="raise the session's cost budget")
 
@@ -235,6 +239,9 @@ class Snapshot(Open):
     last_error: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    parent_agent_id: str | None = Field(None, description="a sub-agent's parent (GET …/children lists the other way)")
+    parent_session_id: str | None = None
+    root_session_id: str | None = Field(None, description="a sub-agent's tree root")
 
 
 class Step(Open):

@@ -6,7 +6,7 @@ from tests.harness import wait_for
 
 def child_spec(frames, name=None, wait=False, **config) -> dict:
     args = {"task": "help your parent", "moniker": "scripted",
-            "config": {"interval_s": 0, "frames": frames, **config}, "wait": wait}
+            "config": {"interval_s": 0, "frames": frames, "tools": ["human"], **config}, "wait": wait}
     if name:
         args["name"] = name
     return {"name": "spawn_agent", "args": args}
@@ -72,3 +72,171 @@ def test_child_result_reaches_a_stepping_parent_once(shared_service):
     assert snap["parent_session_id"] == sid and snap["parent_agent_id"] == made["agent_id"]
     assert snap["root_session_id"] == sid and snap["reported_generation"] == 1
     assert [c["session_id"] for c in children_of(svc, sid)] == [child]
+
+
+HUMAN_FIRST = [{"text": "asking", "tool_calls": [{"name": "human", "args": {"question": "go on?"}}]}]
+
+
+def answer_human(svc, session_id, text="yes"):
+    """Post the result of a session's waiting ``human`` call (the child goes on)."""
+    row = wait_for(lambda: next((r for r in tool_rows(svc, session_id) if r["name"] == "human"
+                                 and r["status"] == "waiting_result"), None), what=f"{session_id} to ask")
+    r = svc.post(f"/api/tool-calls/{row['id']}/result", json={"result": text})
+    assert r.status_code == 202, r.text
+    assert svc.action(r.json()["action_id"])["status"] == "done"
+
+
+def child_result_actions(svc, parent_id) -> list[dict]:
+    found = svc.get("/api/actions", session_id=parent_id, order="oldest", limit=1000).json()["actions"]
+    return [a for a in found if a["type"] == "child_result"]
+
+
+def test_child_result_waits_for_a_paused_parent_and_wakes_a_finished_one(shared_service):
+    svc = shared_service
+    # paused: the result is kept until resume, then reaches one step
+    paused = parent(svc, [{"text": "spawning", "tool_calls": [child_spec(HUMAN_FIRST + [
+        {"text": "done while you were paused", "done": True}])]}] + [{"text": f"w{i}"} for i in range(200)],
+        interval_s=0.05)
+    sid = paused["session_id"]
+    (child,) = spawned_ids(svc, sid)
+    assert svc.control(paused["agent_id"], "pause")["status"] == "done"
+    answer_human(svc, child)
+    svc.wait_status(child, "done")
+    wait_for(lambda: (a := child_result_actions(svc, sid)) and a[0]["status"] == "done", what="delivery")
+    before = svc.settled_step_count(sid)
+    assert not child_results(svc.steps(sid)), "a paused parent stepped"
+    assert svc.control(paused["agent_id"], "resume")["status"] == "done"
+    (iteration, item), = wait_one_result(svc, sid, child)
+    assert iteration == before and item["data"]["text"] == "done while you were paused"
+    svc.control(paused["agent_id"], "destroy")
+
+    # finished: the parent is woken, continues its iterations, and is done again
+    done = parent(svc, [{"text": "spawning", "tool_calls": [child_spec(HUMAN_FIRST + [
+        {"text": "late answer", "done": True}])]}, {"text": "nothing to do", "done": True}])
+    sid = done["session_id"]
+    (child,) = spawned_ids(svc, sid)
+    svc.wait_status(sid, "done")
+    assert len(svc.steps(sid)) == 2
+    answer_human(svc, child)
+    steps = wait_for(lambda: (s := svc.steps(sid)) and len(s) >= 3 and s, what="the woken parent's step")
+    svc.wait_status(sid, "done")
+    got = child_results(svc.steps(sid))
+    assert [(i, item["data"]["text"]) for i, item in got] == [(2, "late answer")]
+    assert steps[2]["iteration"] == 2 and svc.session(sid)["status_reason"] == "done"
+
+
+def test_three_children_finishing_between_two_steps_arrive_in_one_step_in_finish_order(shared_service):
+    svc = shared_service
+    made = parent(svc, [{"text": "spawning three", "tool_calls": [
+        child_spec(HUMAN_FIRST + [{"text": f"result {n}", "done": True}], name=f"c{n}") for n in range(3)]}]
+        + [{"text": f"w{i}"} for i in range(200)], interval_s=0.05)
+    sid = made["session_id"]
+    kids = spawned_ids(svc, sid, 3)
+    assert svc.control(made["agent_id"], "pause")["status"] == "done"
+    for n in (2, 0, 1):  # finish in this order
+        answer_human(svc, kids[n])
+        svc.wait_status(kids[n], "done")
+    actions = wait_for(lambda: (a := child_result_actions(svc, sid)) and len(a) == 3
+                       and all(x["status"] == "done" for x in a) and a, what="three deliveries")
+    assert [a["payload"]["child_session_id"] for a in actions] == [kids[2], kids[0], kids[1]]
+    assert svc.control(made["agent_id"], "resume")["status"] == "done"
+    wait_for(lambda: len(child_results(svc.steps(sid))) >= 3, what="the results in a step")
+    got = child_results(svc.steps(sid))
+    assert len({i for i, _ in got}) == 1, f"spread over steps: {got}"
+    assert [item["data"]["text"] for _, item in got] == ["result 2", "result 0", "result 1"]
+    svc.control(made["agent_id"], "destroy")
+
+
+def test_wait_true_ends_the_call_with_the_childs_result_and_no_step_meanwhile(shared_service):
+    svc = shared_service
+    made = parent(svc, [{"text": "delegating", "tool_calls": [child_spec(HUMAN_FIRST + [
+        {"text": "waited for", "data": {"n": 7}, "done": True}], name="inner", wait=True)]},
+        {"text": "got it", "done": True}])
+    sid = made["session_id"]
+    call = wait_for(lambda: next((r for r in tool_rows(svc, sid) if r["status"] == "waiting_result"), None),
+                    what="the spawn call to wait")
+    child = call["result"]["session_id"]
+    assert svc.wait_status(sid, "waiting")["status_reason"] == "tool_result"
+    svc.wait_status(child, "waiting")
+    assert svc.settled_step_count(sid) == 1  # no step (so no model call) while the child works
+    answer_human(svc, child)
+    svc.wait_status(sid, "done")
+    (row,) = tool_rows(svc, sid)
+    assert row["status"] == "success" and row["result"]["text"] == "waited for"
+    assert row["result"]["data"] == {"n": 7} and row["result"]["session_id"] == child
+    steps = svc.steps(sid)
+    assert steps[1]["inputs"]["tool_results"][0]["result"]["text"] == "waited for"
+    assert not child_results(steps), "a waited-for child's result must not arrive twice"
+
+
+def test_message_agent_reactivates_a_finished_child_and_its_next_result_arrives(shared_service):
+    svc = shared_service
+    made = parent(svc, [
+        {"text": "spawning", "tool_calls": [child_spec(HUMAN_FIRST + [
+            {"text": "first answer", "done": True}, {"text": "second answer", "done": True}], name="helper")]},
+        {"text": "waiting for helper", "done": True},
+        {"text": "asking again", "tool_calls": [{"name": "message_agent",
+                                                 "args": {"name": "helper", "text": "and once more?"}}]},
+        {"text": "thanks", "done": True}])
+    sid = made["session_id"]
+    (child,) = spawned_ids(svc, sid)
+    svc.wait_status(sid, "done")
+    answer_human(svc, child)
+    wait_for(lambda: len(child_results(svc.steps(sid))) == 2, timeout=60, what="both results")
+    svc.wait_status(sid, "done")
+    svc.wait_status(child, "done")
+    got = child_results(svc.steps(sid))
+    assert [(item["data"]["generation"], item["data"]["text"]) for _, item in got] == [
+        (1, "first answer"), (2, "second answer")]
+    steps = svc.steps(child)
+    assert [s["iteration"] for s in steps] == [0, 1, 2]  # history continues
+    assert steps[2]["text"] == "second answer"
+    messages = [i for i in steps[2]["inputs"]["inbox"] if i["kind"] == "message"]
+    assert [m["text"] for m in messages] == ["and once more?"] and messages[0]["source"]["session_id"] == sid
+    snap = svc.session(child)
+    assert snap["generation"] == 2 and snap["reported_generation"] == 2
+    assert len(child_result_actions(svc, sid)) == 2
+
+
+def test_inherit_transcript_gives_the_child_its_parents_context(shared_service):
+    svc = shared_service
+    made = parent(svc, [{"text": "thinking about zebras"}, {"text": "and about giraffes", "tool_calls": [
+        child_spec([{"text": "seen", "done": True}], inherit={"transcript": 2})]}, {"text": "ok", "done": True}])
+    (child,) = spawned_ids(svc, made["session_id"])
+    svc.wait_status(child, "done")
+    first = svc.steps(child)[0]
+    (item,) = [i for i in first["inputs"]["inbox"] if i["kind"] == "parent_context"]
+    assert "zebras" in item["text"] and "giraffes" in item["text"]
+    assert [s["iteration"] for s in item["data"]["steps"]] == [0, 1]
+    assert item["source"]["session_id"] == made["session_id"]
+
+
+def test_max_children_and_max_depth_are_clear_tool_errors(shared_service):
+    svc = shared_service
+    made = parent(svc, [{"text": "three", "tool_calls": [
+        child_spec([{"text": "x", "done": True}]) for _ in range(3)]}, {"text": "ok", "done": True}],
+        max_children=2)
+    svc.wait_status(made["session_id"], "done")
+    rows = tool_rows(svc, made["session_id"])
+    assert sorted(r["status"] for r in rows) == ["failed", "success", "success"]
+    (failed,) = [r for r in rows if r["status"] == "failed"]
+    assert "max_children reached" in failed["error"]
+
+    deep = parent(svc, [{"text": "one level", "tool_calls": [
+        child_spec([{"text": "nesting", "tool_calls": [child_spec([{"text": "x", "done": True}])]},
+                    {"text": "ok", "done": True}], tools=["spawn_agent", "human"])]}, {"text": "ok", "done": True}],
+        max_depth=1)
+    (child,) = spawned_ids(svc, deep["session_id"])
+    svc.wait_status(child, "done")
+    (row,) = tool_rows(svc, child)
+    assert row["status"] == "failed" and "max_depth reached" in row["error"]
+    assert children_of(svc, child) == []
+
+
+def test_profile_is_refused_clearly_without_a_profile_loader(shared_service):
+    svc = shared_service
+    made = parent(svc, [{"text": "x", "tool_calls": [{"name": "spawn_agent", "args": {
+        "task": "t", "profile": "researcher"}}]}, {"text": "ok", "done": True}])
+    svc.wait_status(made["session_id"], "done")
+    (row,) = tool_rows(svc, made["session_id"])
+    assert row["status"] == "failed" and "profiles are not available" in row["error"]

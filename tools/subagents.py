@@ -58,8 +58,17 @@ class SpawnArgs(BaseModel):
 class MessageArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$", description="the sub-agent's session")
+    session_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
+                                   description="the sub-agent's session (spawn_agent returned it)")
+    name: str | None = Field(None, min_length=1, max_length=200,
+                             description="or the name you gave it (the newest of your sub-agents of that name)")
     text: str = Field(min_length=1, max_length=20_000)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "MessageArgs":
+        if (self.session_id is None) == (self.name is None):
+            raise ValueError("give exactly one of session_id or name")
+        return self
 
 
 class SpawnRefused(ValueError):
@@ -185,18 +194,27 @@ def build(store, monikers, profiles: Callable[[str], dict] | None = None) -> lis
                 "note": "its result will arrive in your inbox as a child_result item"}
 
     async def message(args: MessageArgs, ctx: ToolContext) -> dict:
-        def send() -> dict:
+        def find() -> dict:
+            if args.name is not None:
+                named = [c for c in store.states.children(ctx.session_id) if c.get("name") == args.name]
+                if not named:
+                    raise SpawnRefused(f"you have no sub-agent named {args.name!r}")
+                return named[-1]
             child = store.states.get(args.session_id)
             if child is None or child.get("parent_session_id") != ctx.session_id:
                 raise SpawnRefused(f"session {args.session_id} is not one of your sub-agents "
                                    "(spawn_agent returns their session ids)")
+            return child
+
+        def send() -> dict:
+            child = find()
             if child["status"] == "stopped":
-                raise SpawnRefused(f"sub-agent {args.session_id} was stopped; it cannot take messages")
-            store.actions.enqueue("child_message", agent_id=child["agent_id"], session_id=args.session_id,
+                raise SpawnRefused(f"sub-agent {child['session_id']} was stopped; it cannot take messages")
+            store.actions.enqueue("child_message", agent_id=child["agent_id"], session_id=child["session_id"],
                                   payload={"key": f"msg-{ctx.tool_call_id}", "text": args.text,
                                            "source": {"kind": "parent", "agent_id": ctx.agent_id,
                                                       "session_id": ctx.session_id}})
-            return {"session_id": args.session_id, "agent_id": child["agent_id"], "status": "sent",
+            return {"session_id": child["session_id"], "agent_id": child["agent_id"], "status": "sent",
                     "child_status": child["status"],
                     "note": ("it was finished and is reactivated; " if child["status"] == "done" else "")
                             + "its next result will arrive in your inbox as a child_result item"}
@@ -206,7 +224,7 @@ def build(store, monikers, profiles: Callable[[str], dict] | None = None) -> lis
         Tool(SPAWN, "Start a sub-agent on a task: {task, moniker, config?, name?, wait?}. wait=false (default) "
                     "returns its ids at once and its result arrives later in your inbox (kind child_result); "
                     "wait=true ends this call with its result.", spawn, SpawnArgs, timeout_s=60, idempotent=True),
-        Tool(MESSAGE, "Send a follow-up to one of your sub-agents: {session_id, text}. A finished one is "
+        Tool(MESSAGE, "Send a follow-up to one of your sub-agents: {session_id or name, text}. A finished one is "
                       "reactivated; its next result arrives in your inbox.", message, MessageArgs, timeout_s=60,
              idempotent=True),
     ]
