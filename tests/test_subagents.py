@@ -240,3 +240,71 @@ def test_profile_is_refused_clearly_without_a_profile_loader(shared_service):
     svc.wait_status(made["session_id"], "done")
     (row,) = tool_rows(svc, made["session_id"])
     assert row["status"] == "failed" and "profiles are not available" in row["error"]
+
+
+# ---- trees: destroy, abandon, pause/resume, budgets ---------------------------
+
+def working(n, **extra):
+    return [{"text": f"working {i}", **extra} for i in range(n)]
+
+
+def test_destroy_cascades_down_the_tree_and_abandon_keeps_a_child(shared_service):
+    svc = shared_service
+    grandchild = child_spec(working(400), name="grandchild", interval_s=0.1)
+    made = parent(svc, [{"text": "spawning", "tool_calls": [
+        child_spec([{"text": "spawning below", "tool_calls": [grandchild]}] + working(400), name="child",
+                   tools=["spawn_agent"], interval_s=0.1),
+        child_spec(working(400), name="loner", interval_s=0.1, on_parent_destroy="abandon")]}]
+        + working(400), interval_s=0.1)
+    root = made["session_id"]
+    child, loner = spawned_ids(svc, root, 2)
+    (grand,) = spawned_ids(svc, child)
+    for sid in (child, loner, grand):
+        svc.wait_steps(sid, 2)
+    tree = svc.get(f"/api/sessions/{root}/children", descendants="true").json()
+    assert {(r["session_id"], r["depth"]) for r in tree["children"]} == {(child, 1), (loner, 1), (grand, 2)}
+    assert svc.get(f"/api/sessions/{grand}/children").json()["parent"]["session_id"] == child
+
+    # pause and resume the whole tree
+    assert svc.control(made["agent_id"], "pause", tree=True)["status"] == "done"
+    for sid in (root, child, loner, grand):
+        svc.wait_status(sid, "paused")
+    counts = {sid: svc.settled_step_count(sid) for sid in (child, grand)}
+    assert svc.control(made["agent_id"], "resume", tree=True)["status"] == "done"
+    for sid in (child, grand):
+        svc.wait_steps(sid, counts[sid] + 2)
+
+    assert svc.control(made["agent_id"], "destroy")["status"] == "done"
+    for sid in (root, child, grand):
+        svc.wait_status(sid, "stopped")
+    settled = {sid: svc.settled_step_count(sid) for sid in (child, grand)}
+    loner_steps = len(svc.steps(loner))
+    svc.wait_steps(loner, loner_steps + 3)  # the abandoned child works on
+    assert svc.session(loner)["status"] == "running"
+    assert {sid: len(svc.steps(sid)) for sid in settled} == settled
+    loner_agent = svc.session(loner)["agent_id"]
+    assert svc.control(loner_agent, "destroy")["status"] == "done"
+
+
+def test_a_budget_covers_the_whole_tree(shared_service):
+    svc = shared_service
+    costly = [{"text": f"spent {i}", "usage": {"input_tokens": 20, "output_tokens": 10}} for i in range(10)]
+    made = parent(svc, [{"text": "spawning", "tool_calls": [child_spec(costly + [{"text": "all done", "done": True}],
+                                                                      name="spender")]}]
+                  + working(400), interval_s=0.1, budget_tokens=100)
+    root = made["session_id"]
+    (child,) = spawned_ids(svc, root)
+    snap = svc.wait_status(child, "paused")
+    assert snap["status_reason"] == "budget" and "budget" in snap["last_error"]
+    assert svc.wait_status(root, "paused")["status_reason"] == "budget"
+    steps = svc.steps(child)
+    assert len(steps) == 3  # 90 tokens; a fourth step (~30 more) would have crossed 100
+    assert sum(s["usage"]["input_tokens"] + s["usage"]["output_tokens"] for s in steps) == 90
+    assert svc.settled_step_count(child) == 3
+
+    assert svc.control(made["agent_id"], "resume", tree=True, budget_tokens=1000)["status"] == "done"
+    svc.wait_status(child, "done")
+    assert len(svc.steps(child)) == 11
+    assert svc.session(root)["config"]["budget_tokens"] == 1000
+    svc.wait_status(root, "running")
+    svc.control(made["agent_id"], "destroy")
