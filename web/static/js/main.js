@@ -30,6 +30,7 @@ import "./pages/search.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
+import "./components/session_tree.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";
