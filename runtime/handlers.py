@@ -89,12 +89,15 @@ class Handlers:
                 snapshot = await fork_snapshot(self.persist, action, fork, snapshot)
             except ForkError as exc:
                 raise ActionError(f"cannot fork: {exc}") from None
+        if await subagents.parent_destroyed(self.persist, self.sessions, link):
+            snapshot.update(status="stopped", status_reason="parent_destroyed")
         agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
                              **self.session_options, snapshot=snapshot)
         await agent.save()
         self.sessions.add(agent)
         await self.observers.notify("session_created", agent.snapshot())
-        agent.start()
+        if not agent.finished:
+            agent.start()
         log.info("session %s created agent=%s moniker=%s action=%s", session_id, agent.agent_id,
                  moniker.name, action["id"])
 
@@ -145,14 +148,20 @@ class Handlers:
             await self._cascade_from_finished(action, "resume", {"tree": True})
             return
         agent = await self._live(action, "resume")
+        if payload.get("reason") and (agent.status, agent.status_reason) != ("paused", payload["reason"]):
+            return  # a tree's budget resume passes over sessions paused for another reason
         _raise_budget(agent.config, payload)
+        for_budget = (agent.status, agent.status_reason) == ("paused", "budget")
         if agent.status == "paused":
             agent.request_resume()
             await agent.set_status(*agent.status_after_resume())
         elif payload.get("budget_tokens") or payload.get("budget_cost"):
             await agent.save()  # a raised budget is read by the tree's other sessions
         if payload.get("tree"):
-            await subagents.cascade(self.persist, agent.session_id, "resume", {"tree": True})
+            await subagents.cascade(self.persist, agent.session_id, "resume",
+                                    {"tree": True, **({"reason": payload["reason"]} if payload.get("reason") else {})})
+        elif for_budget:  # its budget paused its tree: resuming it resumes them
+            await subagents.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
 
     async def _restart_after_error(self, failed, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""

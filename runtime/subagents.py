@@ -77,6 +77,16 @@ def create_fields(payload: dict) -> dict:
             "subagent": link, "pending_guidance": first}
 
 
+async def parent_destroyed(persist, sessions, link: dict) -> bool:
+    """A child whose create is applied after its parent was destroyed (the
+    cascade could not see it yet) starts stopped, unless it chose ``abandon``."""
+    if not link or (link.get("subagent") or {}).get("on_parent_destroy") == "abandon":
+        return False
+    parent = sessions.get(link["parent_session_id"])
+    snapshot = parent.snapshot() if parent is not None else await persist.load_snapshot(link["parent_session_id"])
+    return snapshot is not None and snapshot["status"] in ("stopping", "stopped")
+
+
 # ---- the child's side: report its outcome ----------------------------------
 
 def outcome(snapshot: dict) -> dict:
@@ -340,6 +350,9 @@ async def cascade(persist, session_id: str, verb: str, payload: dict) -> int:
             continue
         if verb == "pause" and child["status"] == "paused":
             continue
+        if verb == "resume" and (child["status"] != "paused" or (
+                payload.get("reason") and child.get("status_reason") != payload["reason"])):
+            continue  # e.g. a budget resume leaves children a person paused alone
         await persist.enqueue(verb, agent_id=child["agent_id"], session_id=child["session_id"], payload=payload)
         count += 1
     if count:
@@ -416,7 +429,7 @@ async def pause_for_tree_budget(agent) -> bool:
     agent.request_pause()
     agent.last_error = f"budget: {problem} (budget of session {owner['session_id']})"
     await agent.set_status("paused", "budget")
-    if owner["session_id"] != agent.session_id or agent.extra.get("root_session_id") is None:
-        await agent.persist.enqueue("pause", agent_id=owner["agent_id"], session_id=owner["session_id"],
-                                    payload={"tree": True, "reason": "budget"})
+    # the whole subtree whose budget it is (for itself: paused already, the action pauses its children)
+    await agent.persist.enqueue("pause", agent_id=owner["agent_id"], session_id=owner["session_id"],
+                                payload={"tree": True, "reason": "budget"})
     return True

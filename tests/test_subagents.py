@@ -302,9 +302,29 @@ def test_a_budget_covers_the_whole_tree(shared_service):
     assert sum(s["usage"]["input_tokens"] + s["usage"]["output_tokens"] for s in steps) == 90
     assert svc.settled_step_count(child) == 3
 
-    assert svc.control(made["agent_id"], "resume", tree=True, budget_tokens=1000)["status"] == "done"
+    # the dashboard's "raise budget and resume" (no tree flag): the tree its budget paused resumes with it
+    assert svc.control(made["agent_id"], "resume", budget_tokens=1000)["status"] == "done"
     svc.wait_status(child, "done")
     assert len(svc.steps(child)) == 11
     assert svc.session(root)["config"]["budget_tokens"] == 1000
     svc.wait_status(root, "running")
+    svc.control(made["agent_id"], "destroy")
+
+
+def test_a_failed_or_destroyed_child_reports_too(shared_service):
+    svc = shared_service
+    made = parent(svc, [{"text": "spawning", "tool_calls": [
+        {"name": "spawn_agent", "args": {"task": "fail", "moniker": "chaos", "name": "failing",
+                                         "config": {"interval_s": 0, "fail_at": 1}}},
+        child_spec(working(400), name="doomed", interval_s=0.1)]}] + working(400), interval_s=0.05)
+    sid = made["session_id"]
+    failing, doomed = spawned_ids(svc, sid, 2)
+    svc.wait_status(failing, "error")
+    svc.wait_steps(doomed, 1)
+    assert svc.control(svc.session(doomed)["agent_id"], "destroy")["status"] == "done"
+    both = wait_for(lambda: (r := child_results(svc.steps(sid))) and len(r) == 2 and r, what="both outcomes")
+    got = {item["data"]["child_session_id"]: item for _, item in both}
+    assert got[failing]["data"]["status"] == "error" and got[failing]["data"]["last_error"]
+    assert "failed" in got[failing]["text"]
+    assert got[doomed]["data"]["status"] == "stopped" and got[doomed]["data"]["status_reason"] == "destroyed"
     svc.control(made["agent_id"], "destroy")

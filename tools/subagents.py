@@ -168,7 +168,7 @@ def build(store, monikers, profiles: Callable[[str], dict] | None = None) -> lis
         config = child_config(monikers, moniker, config)
         subagent = {"depth": depth, "max_depth": max_depth,
                     "root_session_id": parent.get("root_session_id") or ctx.session_id,
-                    "spawned_by": ctx.tool_call_id}
+                    "spawned_by": ctx.tool_call_id, "on_parent_destroy": config.get("on_parent_destroy")}
         if args.wait:
             subagent.update(wait_call=ctx.tool_call_id, wait_generation=1)
         inbox = []
