@@ -1,5 +1,6 @@
 """agent_state: the latest snapshot of each agent session, one row per session_id."""
 from concurrent.futures import Future
+from datetime import datetime
 
 from store import codec, filters, query
 
@@ -23,6 +24,14 @@ def _matches(row: dict, moniker: str | None, text: str | None) -> bool:
         return any(needle in (row.get(k) or "").casefold() for k in ("name", "task", "agent_id", "session_id"))
     return True
 RESUMABLE = ("running", "waiting", "paused", "stopping")
+TIME_COLUMNS = ("created_at", "updated_at", "status_changed_at", "step_started_at", "heartbeat_at")
+
+
+def _as_time(value):
+    """Rows come back with ISO-8601 times (store/codec.py); saving one again needs them as datetimes."""
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value
 
 
 class StateTable:
@@ -40,7 +49,7 @@ class StateTable:
         """Queue insert-or-replace of the snapshot of ``snapshot['session_id']``
         (merge_insert on the declared primary key, never an overwrite of the
         table); the future resolves once it is durable."""
-        row = dict(snapshot)
+        row = {k: _as_time(v) if k in TIME_COLUMNS else v for k, v in snapshot.items()}  # a read row saved again
         row["updated_at"] = codec.utcnow()
         return self.writer.submit_upsert(self.name, self.key, [row])
 

@@ -328,3 +328,33 @@ def test_a_failed_or_destroyed_child_reports_too(shared_service):
     assert "failed" in got[failing]["text"]
     assert got[doomed]["data"]["status"] == "stopped" and got[doomed]["data"]["status_reason"] == "destroyed"
     svc.control(made["agent_id"], "destroy")
+
+
+def test_the_recovery_scan_reports_an_outcome_a_crash_left_unreported(service):
+    """A child's final snapshot written without its report (what a path that
+    bypasses the session's save, or a crash of an older version, leaves) is
+    found by the scan when agents.py starts, and reaches the parent once."""
+    import os
+
+    from store import Store
+
+    svc = service
+    made = parent(svc, [{"text": "spawning", "tool_calls": [child_spec(HUMAN_FIRST + [
+        {"text": "never reached", "done": True}], name="cut")]}] + working(400), interval_s=0.2)
+    sid = made["session_id"]
+    (child,) = spawned_ids(svc, sid)
+    svc.wait_status(child, "waiting")
+    assert svc.stop_agents() == 0
+    store = Store(os.path.join(svc.data_dir, "lancedb"))
+    try:
+        snap = store.states.get(child)
+        store.states.save(dict(snap, status="done", status_reason="done", result={"text": "recovered", "data": None},
+                               reported_generation=0))
+    finally:
+        store.close()
+    svc.start_agents()
+    (iteration, item), = wait_one_result(svc, sid, child)
+    assert item["data"]["text"] == "recovered" and item["data"]["status"] == "done"
+    assert svc.session(child)["reported_generation"] == 1
+    svc.wait_steps(sid, iteration + 3)
+    assert len([i for i, it in child_results(svc.steps(sid)) if it["data"]["child_session_id"] == child]) == 1
