@@ -16,7 +16,7 @@ from runtime.config import CreatePayload
 from runtime.fork import ForkError, fork_snapshot
 from runtime.observers import Observers
 from runtime.registry import SessionRegistry
-from runtime import subagents
+from runtime import subagent_tree, subagents
 from runtime.session import SessionAgent
 from runtime.tool_runner import ToolControls
 
@@ -125,13 +125,13 @@ class Handlers:
             agent.request_pause()
             await agent.set_status("paused", reason)
         if payload.get("tree"):
-            await subagents.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
+            await subagent_tree.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
 
     async def _cascade_from_finished(self, action: dict, verb: str, payload: dict) -> None:
         snapshot = await self.persist.load_snapshot(action["session_id"])
         if snapshot is None:
             raise ActionError(f"unknown session {action['session_id']}")
-        await subagents.cascade(self.persist, snapshot["session_id"], verb, payload)
+        await subagent_tree.cascade(self.persist, snapshot["session_id"], verb, payload)
 
     async def resume(self, action: dict, payload: dict) -> None:
         """Resume a paused session (optionally raising its budget), or retry a failed one."""
@@ -158,10 +158,10 @@ class Handlers:
         elif payload.get("budget_tokens") or payload.get("budget_cost"):
             await agent.save()  # a raised budget is read by the tree's other sessions
         if payload.get("tree"):
-            await subagents.cascade(self.persist, agent.session_id, "resume",
+            await subagent_tree.cascade(self.persist, agent.session_id, "resume",
                                     {"tree": True, **({"reason": payload["reason"]} if payload.get("reason") else {})})
         elif for_budget:  # its budget paused its tree: resuming it resumes them
-            await subagents.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
+            await subagent_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
 
     async def _restart_after_error(self, failed, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
@@ -197,7 +197,7 @@ class Handlers:
         Its sub-agents are destroyed after it (unless they chose ``abandon``),
         also when it was already over: applied again after a crash, it cascades again."""
         await self._destroy_one(action)
-        await subagents.cascade(self.persist, action["session_id"], "destroy", {})
+        await subagent_tree.cascade(self.persist, action["session_id"], "destroy", {})
 
     async def _destroy_one(self, action: dict) -> None:
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))

@@ -22,7 +22,7 @@ from ulid import ULID
 from monikers.frame import FrameIn, Moniker, StepContext
 from runtime import inbox as inbox_order
 from runtime import limits
-from runtime import subagents
+from runtime import subagent_tree, subagents
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from runtime.config import SessionConfig
@@ -262,7 +262,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             self.last_error = f"budget: {budget}"
             await self.set_status("paused", "budget")
             return True
-        return await subagents.pause_for_tree_budget(self)  # a budget covers the session's whole tree
+        return await subagent_tree.pause_for_tree_budget(self)  # a budget covers the session's whole tree
 
     # ---- one step -------------------------------------------------------
 
