@@ -45,9 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         default=settings.env_int("AGENTSVC_MAINTAIN_VERSIONS", 100),
                         help="optimize a table after this many new versions, 0 = never "
                              "[AGENTSVC_MAINTAIN_VERSIONS, 100]")
-    parser.add_argument("--keep-versions", type=float, default=settings.env_float("AGENTSVC_KEEP_VERSIONS_S", 30),
+    parser.add_argument("--keep-versions", type=float, default=settings.env_float("AGENTSVC_KEEP_VERSIONS_S", 10),
                         help="seconds of old table versions kept for reads in flight (a read that loses its "
-                             "files to cleanup is retried on the newest version) [AGENTSVC_KEEP_VERSIONS_S, 30]")
+                             "files to cleanup is retried on the newest version) [AGENTSVC_KEEP_VERSIONS_S, 10]")
     parser.add_argument("--metrics-port", type=int, default=settings.env_int("AGENTSVC_METRICS_PORT", 0),
                         help="serve Prometheus metrics on 127.0.0.1:PORT, 0 = off [AGENTSVC_METRICS_PORT, 0]")
     parser.add_argument("--health-port", type=int, default=settings.env_int("AGENTSVC_HEALTH_PORT", 0),

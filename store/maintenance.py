@@ -25,11 +25,30 @@ produces (issue 9).  Three things make sure it does:
   a second however many agents step, which bounds the versions a run has to
   clean up.
 
-Cleanup keeps ``keep_versions_s`` of old versions (default 30 s): readers
+Each run's work is proportional to what was written since the last run, not
+to the table's size, because LanceDB's one-call ``optimize()`` rewrote every
+index of the table and the table's growing last fragment on every run: at
+300k steps a run took 2–6 s and each run's copies of the four indexes, kept
+for the cleanup window, made the disk 6–7x the rows (issue 9).  So a run goes
+through Lance's own dataset API (``pylance``, the same Lance as LanceDB's):
+
+- compaction merges only fragments smaller than ``COMPACT_TARGET_ROWS``; a
+  full fragment is never rewritten again;
+- new rows go into a small *delta* segment of each index
+  (``num_indices_to_merge=0``); once an index has ``MAX_INDEX_SEGMENTS``
+  segments the deltas are merged into one, and into the base segment only
+  when they have grown to ``FULL_MERGE_RATIO`` of it, so a full rewrite
+  happens each time the table grows by about half (amortised O(1) per row);
+- cleanup removes versions older than the window.
+
+Cleanup keeps ``keep_versions_s`` of old versions (default 10 s): readers
 re-resolve the latest version on every query (``read_consistency_interval=0``)
 and a read that loses a race with cleanup is retried on the newest version
 (``store.query``), so the window only has to cover reads in flight, not a
-fixed "reasonable" age.  The versions kept are then about window × commit rate.
+fixed "reasonable" age.  The versions kept are then about window × commit rate,
+and they are not small: a table with a primary key (agent_state, tool_calls...)
+writes ~32 KB of key filter into each version's manifest and transaction file,
+so at 20 commits/s every second of window costs ~1.3 MB of disk.
 
 The outcome of every run is kept per table (:meth:`Maintainer.health`) for the
 metrics, the worker's heartbeat row and ``GET /api/health``; a table whose
@@ -39,6 +58,7 @@ import logging
 import time
 from datetime import datetime, timedelta, timezone
 
+import lance
 from lancedb.index import Bitmap, BTree
 
 from store import query
@@ -52,6 +72,11 @@ INDEX_CONFIGS = {"bitmap": Bitmap, "btree": BTree}
 
 WARN_FRAGMENTS = 200
 WARN_VERSIONS = 2000
+
+COMPACT_TARGET_ROWS = 100_000  # fragments this big are left as they are
+MAX_INDEX_SEGMENTS = 8  # an index's segments (base + deltas) before its deltas are merged
+FULL_MERGE_RATIO = 0.5  # the deltas are merged into the base once they are this big next to it
+LANCE_CACHE_BYTES = 4 * 1024 * 1024  # the maintenance datasets' caches (each), apart from the Store's
 
 
 def ensure_indexes(tables: dict) -> None:
@@ -103,7 +128,7 @@ class TableHealth:
 
 class Maintainer:
     def __init__(self, store, *, every_versions: int = 100, min_interval_s: float = 2.0,
-                 keep_versions_s: float = 30.0, attempts: int = 5,
+                 keep_versions_s: float = 10.0, attempts: int = 5,
                  warn_fragments: int = WARN_FRAGMENTS, warn_versions: int = WARN_VERSIONS):
         self.store = store
         self.every_versions = every_versions
@@ -114,6 +139,9 @@ class Maintainer:
         self._last_version: dict[str, int] = {}
         self._last_run: dict[str, float] = {}
         self.tables: dict[str, TableHealth] = {name: TableHealth() for name in store.tables}
+        # Lance datasets opened for upkeep share small caches of their own.
+        self.lance_session = lance.Session(index_cache_size_bytes=LANCE_CACHE_BYTES,
+                                           metadata_cache_size_bytes=LANCE_CACHE_BYTES)
         self.search_indexes = SearchIndexWatch()  # FTS indexes with many unindexed rows (store/search.py)
         self.runs = 0
         self.failures = 0
@@ -174,12 +202,20 @@ class Maintainer:
 
     def _optimize_once(self, name: str, table, *, hold_lock: bool) -> None:
         if not hold_lock:
-            table.optimize(cleanup_older_than=self.keep_versions)
+            self._upkeep(table)
             return
         # This process's committer for the table waits for us instead of racing us.
         with self.store.writer.table_lock(name):
             table.checkout_latest()
-            table.optimize(cleanup_older_than=self.keep_versions)
+            self._upkeep(table)
+
+    def _upkeep(self, table) -> None:
+        """Compact the small fragments, index the new rows, remove old versions."""
+        dataset = table.to_lance(session=self.lance_session)
+        dataset.optimize.compact_files(target_rows_per_fragment=COMPACT_TARGET_ROWS)
+        if dataset.list_indices():
+            dataset.optimize.optimize_indices(num_indices_to_merge=indices_to_merge(dataset))
+        dataset.cleanup_old_versions(older_than=self.keep_versions)
 
     def _abandoned(self, name: str, health: TableHealth, error: Exception) -> dict:
         """Every try failed.  The table stays due, so the next round tries again."""
@@ -199,6 +235,19 @@ class Maintainer:
     def health(self) -> dict:
         """Per table: its shape after the last run and how the runs went (for metrics and heartbeats)."""
         return {name: health.as_dict() for name, health in self.tables.items()}
+
+
+def indices_to_merge(dataset) -> int:
+    """``num_indices_to_merge`` for this run: 0 (a new delta segment per index)
+    until some index has ``MAX_INDEX_SEGMENTS`` segments; then its deltas alone,
+    or everything once the deltas are ``FULL_MERGE_RATIO`` of the base."""
+    widest = max(dataset.describe_indices(), key=lambda ix: len(ix.segments))
+    segments = len(widest.segments)
+    if segments < MAX_INDEX_SEGMENTS:
+        return 0
+    sizes = sorted((seg.size_bytes or 0 for seg in widest.segments), reverse=True)
+    base, deltas = sizes[0], sum(sizes[1:])
+    return segments if deltas >= FULL_MERGE_RATIO * base else segments - 1
 
 
 def _iso(when: datetime | None) -> str | None:

@@ -117,6 +117,51 @@ def test_latest_page_of_a_100k_step_session_uses_the_same_plan_as_a_small_one(tm
     store.close()
 
 
+def test_upkeep_adds_index_deltas_leaves_full_fragments_alone_and_merges_before_segments_pile_up(
+        tmp_path, monkeypatch):
+    """A run's work follows what was written since the last run: new rows go
+    into delta index segments, a full fragment is never rewritten, and deltas
+    are merged before an index has more than MAX_INDEX_SEGMENTS segments."""
+    from store import maintenance
+
+    monkeypatch.setattr(maintenance, "COMPACT_TARGET_ROWS", 2_000)
+    store = Store(str(tmp_path / "db"))
+    maintainer = Maintainer(store, keep_versions_s=0.001)
+    _bulk_steps(store, "base", 5_000, batch=5_000)  # one fragment, fuller than the target
+    maintainer.optimize("agent_steps")
+    full = {f.fragment_id for f in store.tables["agent_steps"].to_lance().get_fragments()}
+    widths = []
+    for round_ in range(3 * maintenance.MAX_INDEX_SEGMENTS):
+        for i in range(5):  # small appends, each its own fragment, like paced commits
+            store.steps.append(_step(f"r{round_}", i))
+        maintainer.optimize("agent_steps")
+        dataset = store.tables["agent_steps"].to_lance()
+        widths.append(max(len(ix.segments) for ix in dataset.describe_indices()))
+        assert full <= {f.fragment_id for f in dataset.get_fragments()}  # the full fragment is kept as it is
+        assert len(store.steps.search(session_id=f"r{round_}", limit=10)) == 5
+    assert max(widths) <= maintenance.MAX_INDEX_SEGMENTS, widths
+    assert min(widths[1:]) < max(widths), widths  # deltas were added, then merged
+    stats = store.tables["agent_steps"].index_stats("session_id_idx")
+    assert stats.num_unindexed_rows == 0, stats
+    assert "ScalarIndexQuery" in store.tables["agent_steps"].search().where("session_id = 'r7'").explain_plan(True)
+    assert store.tables["agent_steps"].count_rows() == 5_000 + 5 * 3 * maintenance.MAX_INDEX_SEGMENTS
+    store.close()
+
+
+def test_pylance_is_the_lance_that_lancedb_is_built_on():
+    """Maintenance writes through pylance and everything else through LanceDB:
+    one Lance version, so both agree on the format and the commit protocol."""
+    import glob
+    import os
+
+    import lance
+    import lancedb
+
+    (binary,) = glob.glob(os.path.join(os.path.dirname(lancedb.__file__), "_lancedb*.so"))
+    with open(binary, "rb") as f:
+        assert f"lance-table-{lance.__version__}".encode() in f.read()
+
+
 def test_lance_log_lines_are_logged_at_their_level_under_their_module(caplog):
     import logging
 
