@@ -9,7 +9,7 @@ import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, field_validator, model_validator
 
 from runtime.config import SessionConfig
 from store.filters import ID_PATTERN
@@ -54,7 +54,7 @@ class ControlRequest(Strict):
 
 
 class TreeControlRequest(ControlRequest):
-    tree: bool = Field(False, description="also every sub-agent below the session (sub-agents, issue 11)")
+    tree: StrictBool = Field(False, description="also every sub-agent below the session (sub-agents, issue 11)")
 
 
 class ResumeRequest(TreeControlRequest):

@@ -7,6 +7,8 @@ subtree below the session instead (each row with its ``parent_session_id`` and
 compact snapshot: ids, name, moniker, status, iteration, the latest result
 text, last error and usage.
 """
+from typing import Literal
+
 from flask import Blueprint, jsonify
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,7 +25,8 @@ MAX_TEXT = 500
 
 
 class ChildrenQuery(Strict):
-    descendants: bool = Field(False, description="the whole subtree below the session, not only its children")
+    descendants: Literal["true", "false"] = Field("false", description="true: the whole subtree below the session, "
+                                                                      "not only its children")
 
 
 class Open(BaseModel):
@@ -94,7 +97,7 @@ def list_children(session_id):
     if session is None:
         raise not_found("session", session_id)
     store = ctx().store
-    if q.descendants and session.get("status") != "pending":
+    if q.descendants == "true" and session.get("status") != "pending":
         rows = subtree(session, store)
     else:
         rows = [compact(c, 1) for c in store.states.children(session_id)]

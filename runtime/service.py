@@ -62,7 +62,7 @@ class AgentService:
         self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
                                  destroy_grace_s=destroy_grace_s, session_options=self.session_options)
         self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
-                                     observers=self.observers, owns=self.sessions.get, **dispatcher_options)
+                                     observers=self.observers, owns=self._runs, **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
@@ -91,6 +91,14 @@ class AgentService:
             await self.shutdown()
 
     # ---- ownership ------------------------------------------------------
+
+    def _runs(self, session_id: str):
+        """The live session this worker runs, if any.  A finished one kept in
+        memory is not claimed blindly: another worker may have woken it since
+        (a sub-agent's result, a resume after error), so its actions go through
+        the store's view of who runs it."""
+        agent = self.sessions.get(session_id)
+        return agent if agent is not None and not agent.finished else None
 
     async def adopt(self) -> int:
         """Release dead workers' claims and take over sessions nobody alive runs."""
