@@ -74,3 +74,35 @@ def test_orchestrator_starts_follows_up_and_answers(shared_service):
     assert decisions == ["new_agent", "follow_up", "answer"]
     assert svc.session(sid)["status"] == "running"
     svc.control(made["agent_id"], "destroy")
+
+
+def test_a_baml_agent_waiting_on_its_sub_agent_makes_no_model_call_meanwhile(shared_service):
+    """``spawn_agent {wait: true}`` from the ``baml`` moniker: while the child
+    works the parent's call is waiting_result and the model is not called; then
+    the next prompt carries the child's result as the call's result."""
+    svc = shared_service
+    child = {"task": "ask and answer", "moniker": "scripted", "name": "inner", "wait": True,
+             "config": {"interval_s": 0, "tools": ["human"], "frames": [
+                 {"text": "asking", "tool_calls": [{"name": "human", "args": {"question": "go?"}}]},
+                 {"text": "the inner answer", "done": True}]}}
+    replies = [Reply(json.dumps({"step": "0", "next_step": "1", "state": {}, "done": False, "text": "delegating",
+                                 "tool_calls": [{"name": "spawn_agent", "args": child}]})),
+               Reply(json.dumps({"step": "1", "next_step": "2", "state": {}, "done": True, "text": "finished"}))]
+    with FakeOpenAI(lambda request: replies.pop(0) if replies else Reply(status=500)) as llm:
+        made = svc.create("baml", task="delegate", config={
+            "interval_s": 0, "tools": ["spawn_agent"], "llm": {"base_url": llm.base_url, "model": "fake-parent"}})
+        sid = made["session_id"]
+        call = wait_for(lambda: next((r for r in svc.get("/api/tool-calls", session_id=sid).json()["tool_calls"]
+                                      if r["status"] == "waiting_result"), None), what="the waiting spawn call")
+        inner = call["result"]["session_id"]
+        human = wait_for(lambda: next((r for r in svc.get("/api/tool-calls", session_id=inner).json()["tool_calls"]
+                                       if r["status"] == "waiting_result"), None), what="the child to ask")
+        assert svc.session(sid)["status"] == "waiting" and svc.settled_step_count(sid) == 1
+        assert len(llm.requests) == 1, "the model was called while its sub-agent worked"  # (no summary: not done)
+        r = svc.post(f"/api/tool-calls/{human['id']}/result", json={"result": "go"})
+        assert r.status_code == 202
+        svc.wait_status(sid, "done")
+        prompts = [q.prompt for q in llm.requests if "archive entry" not in q.prompt]  # not the record's summary
+    assert len(prompts) == 2 and "the inner answer" in prompts[1]
+    (row,) = svc.get("/api/tool-calls", session_id=sid).json()["tool_calls"]
+    assert row["status"] == "success" and row["result"]["text"] == "the inner answer"
