@@ -66,6 +66,7 @@ class AgentService:
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
+        self._scanned = False  # the start's scan for unreported sub-agent outcomes (runtime/subagents.py)
 
     async def run(self, stopping: asyncio.Event) -> None:
         # Whatever this worker id still holds was claimed by its previous life
@@ -118,10 +119,12 @@ class AgentService:
             adopted += sum(results)
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
-        try:  # finished sub-agents whose outcome a crash left unreported
-            await subagents.report_unreported(self.persist, self.sessions.get)
-        except Exception:
-            log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
+        if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
+            try:  # finished sub-agents whose outcome a crash left unreported
+                await subagents.report_unreported(self.persist, self.sessions.get)
+                self._scanned = True
+            except Exception:
+                log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
         return adopted
 
     async def _adopt_one(self, snapshot: dict) -> bool:

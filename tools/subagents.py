@@ -159,7 +159,10 @@ def build(store, monikers, profiles: Callable[[str], dict] | None = None) -> lis
         if depth > max_depth:
             raise SpawnRefused(f"max_depth reached: a sub-agent here would be at depth {depth}, and this tree "
                                f"allows {max_depth} (config max_depth)")
-        children = {c["session_id"] for c in store.states.children(ctx.session_id)} | spawned.get(ctx.session_id, set())
+        recorded = {c["session_id"] for c in store.states.children(ctx.session_id)}
+        queued = spawned.setdefault(ctx.session_id, set())
+        queued -= recorded  # created since: counted from the store now
+        children = recorded | queued
         max_children = (parent.get("config") or {}).get("max_children", 20)
         if len(children) >= max_children:
             raise SpawnRefused(f"max_children reached: this session has {len(children)} sub-agents and may "
