@@ -5,7 +5,8 @@ exactly once (runtime/subagents.py).
 Three parents, all ``scripted``:
 - a *stepping* parent spawns two children every few steps and keeps working;
 - a *finishing* parent spawns three children and is done at once, so each
-  result has to wake it;
+  result has to wake it; woken, it sends a follow-up to one of them, which
+  reactivates it if it had finished (a second generation, reported again);
 - a *waiting* parent spawns one child with ``wait: true``: the call ends with
   the child's result, and no inbox item comes for it.
 """
@@ -21,13 +22,14 @@ def _child(rng: random.Random, name: str, wait: bool = False) -> dict:
     return {"name": "spawn_agent", "args": {
         "task": f"work as {name}", "moniker": "scripted", "name": name, "wait": wait,
         "config": {"interval_s": round(rng.uniform(0.15, 0.5), 2),
-                   "frames": steps + [{"text": f"{name} result", "done": True}]}}}
+                   "frames": steps + [{"text": f"{name} result", "done": True},
+                                      {"text": f"{name} follow-up result", "done": True}]}}}
 
 
 def start_trees(svc, seed: int) -> dict:
     """Create the three parents; returns their session ids and how many children each spawns."""
     rng = random.Random(seed)
-    tools = {"interval_s": 0.2, "tools": ["spawn_agent"]}
+    tools = {"interval_s": 0.2, "tools": ["spawn_agent", "message_agent"]}
     stepping = []
     for wave in range(3):
         stepping.append({"text": f"wave {wave}", "tool_calls": [_child(rng, f"s{wave}{k}") for k in range(2)]})
@@ -37,7 +39,10 @@ def start_trees(svc, seed: int) -> dict:
         "stepping": svc.create("scripted", task="delegate in waves", config={**tools, "frames": stepping}),
         "finishing": svc.create("scripted", task="delegate and finish", config={**tools, "frames": [
             {"text": "three at once", "tool_calls": [_child(rng, f"f{k}") for k in range(3)]},
-            {"text": "nothing left to do", "done": True}]}),
+            {"text": "nothing left to do", "done": True},
+            {"text": "one more thing", "tool_calls": [{"name": "message_agent",
+                                                       "args": {"name": "f0", "text": "one more thing"}}]},
+            {"text": "asked f0 again", "done": True}]}),
         "waiting": svc.create("scripted", task="delegate and wait", config={**tools, "frames": [
             {"text": "one, waited for", "tool_calls": [_child(rng, "w0", wait=True)]},
             {"text": "got the result", "done": True}]}),
@@ -65,15 +70,26 @@ def assert_child_outcomes_exactly_once(svc, trees: dict, timeout: float = 120) -
         wait_for(lambda: len(_children(svc, sid)) == expected[role], timeout=timeout,
                  what=f"the {role} parent's {expected[role]} children")
     children = {role: _children(svc, sid) for role, sid in parents.items()}
+    wait_for(lambda: any(c["name"] == "message_agent" and c["status"] in ("success", "failed") for c in
+                         svc.get("/api/tool-calls", session_id=parents["finishing"]).json()["tool_calls"]),
+             timeout=timeout, what="the finishing parent's follow-up")
+    generations = {}
     for role, kids in children.items():
         for kid in kids:
-            snap = svc.wait_status(kid["session_id"], "done", timeout=timeout)
-            assert snap["reported_generation"] == snap["generation"] == 1, (role, snap)
-            assert_contiguous(svc.steps(kid["session_id"]), f"child {kid['session_id']}")
+            sid = kid["session_id"]
+            wait_for(lambda: all(a["status"] in ("done", "failed") for a in _actions(svc, sid, "child_message")),
+                     timeout=timeout, what=f"follow-ups of {sid} applied")
+            snap = svc.wait_status(sid, "done", timeout=timeout)
+            snap = wait_for(lambda: (s := svc.session(sid))["status"] == "done"
+                            and s["reported_generation"] == s["generation"] and s, timeout=timeout,
+                            what=f"{sid}'s last generation reported")
+            generations[sid] = snap["generation"]
+            assert_contiguous(svc.steps(sid), f"child {sid}")
     delivered = 0
     for role in ("stepping", "finishing"):
         sid = parents[role]
-        want = Counter({(k["session_id"], 1): 1 for k in children[role]})
+        want = Counter({(k["session_id"], g): 1 for k in children[role]
+                        for g in range(1, generations[k["session_id"]] + 1)})
         got = wait_for(lambda: (c := _consumed(svc.steps(sid))) and sum(c.values()) >= len(want) and c,
                        timeout=timeout, what=f"the {role} parent to consume {len(want)} child results")
         assert got == want, f"{role} parent: child results consumed {dict(got)}, expected each once {dict(want)}"
@@ -86,9 +102,13 @@ def assert_child_outcomes_exactly_once(svc, trees: dict, timeout: float = 120) -
     svc.wait_status(waiting, "done", timeout=timeout)
     (call,) = svc.get("/api/tool-calls", session_id=waiting).json()["tool_calls"]
     assert call["status"] == "success" and call["result"]["text"] == "w0 result", call
+    assert generations[call["result"]["session_id"]] == 1
     assert not _consumed(svc.steps(waiting)), "a waited-for child's outcome also reached the inbox"
-    actions = [a for sid in parents.values()
-               for a in svc.get("/api/actions", session_id=sid, limit=1000).json()["actions"]
-               if a["type"] == "child_result"]
+    actions = [a for sid in parents.values() for a in _actions(svc, sid, "child_result")]
     return {"children": sum(len(k) for k in children.values()), "child_results_delivered": delivered + 1,
-            "child_result_actions": len(actions)}
+            "child_result_actions": len(actions), "reactivated": sum(g > 1 for g in generations.values())}
+
+
+def _actions(svc, session_id: str, type_: str) -> list[dict]:
+    return [a for a in svc.get("/api/actions", session_id=session_id, limit=1000).json()["actions"]
+            if a["type"] == type_]
