@@ -3,7 +3,7 @@ killed, and afterwards every child's outcome must have reached its parent
 exactly once (runtime/subagents.py).
 
 Three parents, all ``scripted``:
-- a *stepping* parent spawns two children every few steps and keeps working;
+- a *stepping* parent spawns two children every 9 steps (4 waves) and keeps working;
 - a *finishing* parent spawns three children and is done at once, so each
   result has to wake it; woken, it sends a follow-up to one of them, which
   reactivates it if it had finished (a second generation, reported again);
@@ -15,6 +15,8 @@ from collections import Counter
 
 from tests.chaos_client import assert_contiguous
 from tests.harness import wait_for
+
+WAVES = 4
 
 
 def _child(rng: random.Random, name: str, wait: bool = False) -> dict:
@@ -31,9 +33,9 @@ def start_trees(svc, seed: int) -> dict:
     rng = random.Random(seed)
     tools = {"interval_s": 0.2, "tools": ["spawn_agent", "message_agent"]}
     stepping = []
-    for wave in range(3):
+    for wave in range(WAVES):  # spread over ~WAVES * 1.6 s, so children finish across the kills
         stepping.append({"text": f"wave {wave}", "tool_calls": [_child(rng, f"s{wave}{k}") for k in range(2)]})
-        stepping += [{"text": f"working after wave {wave} ({i})"} for i in range(3)]
+        stepping += [{"text": f"working after wave {wave} ({i})"} for i in range(8)]
     stepping += [{"text": f"working {i}"} for i in range(2000)]
     parents = {
         "stepping": svc.create("scripted", task="delegate in waves", config={**tools, "frames": stepping}),
@@ -48,7 +50,7 @@ def start_trees(svc, seed: int) -> dict:
             {"text": "got the result", "done": True}]}),
     }
     return {"parents": {k: v["session_id"] for k, v in parents.items()},
-            "expected": {"stepping": 6, "finishing": 3, "waiting": 1}}
+            "expected": {"stepping": 2 * WAVES, "finishing": 3, "waiting": 1}}
 
 
 def _children(svc, session_id: str) -> list[dict]:
@@ -106,7 +108,8 @@ def assert_child_outcomes_exactly_once(svc, trees: dict, timeout: float = 120) -
     assert not _consumed(svc.steps(waiting)), "a waited-for child's outcome also reached the inbox"
     actions = [a for sid in parents.values() for a in _actions(svc, sid, "child_result")]
     return {"children": sum(len(k) for k in children.values()), "child_results_delivered": delivered + 1,
-            "child_result_actions": len(actions), "reactivated": sum(g > 1 for g in generations.values())}
+            "child_result_actions": len(actions), "child_results_retried": sum(a["attempts"] > 1 for a in actions),
+            "reactivated": sum(g > 1 for g in generations.values())}
 
 
 def _actions(svc, session_id: str, type_: str) -> list[dict]:
