@@ -55,16 +55,17 @@ def test_child_result_reaches_a_stepping_parent_once(shared_service):
     svc = shared_service
     made = parent(svc, [{"text": "spawning", "tool_calls": [
         child_spec([{"text": "the answer is 42", "done": True}], name="solver")]}]
-        + [{"text": f"working {i}"} for i in range(60)] + [{"text": "bye", "done": True}], interval_s=0.1)
+        + working(400), interval_s=0.1)
     sid = made["session_id"]
     (child,) = spawned_ids(svc, sid)
     svc.wait_status(child, "done")
-    got = wait_one_result(svc, sid, child)
-    svc.wait_status(sid, "done", timeout=60)
+    (consumed, _), = wait_one_result(svc, sid, child)
+    svc.wait_steps(sid, consumed + 4)  # it keeps stepping, and nothing comes twice
+    assert svc.control(made["agent_id"], "destroy")["status"] == "done"
     got = [(i, item) for i, item in child_results(svc.steps(sid)) if item["data"]["child_session_id"] == child]
     assert len(got) == 1, got
     iteration, item = got[0]
-    assert iteration >= 2  # a later step than the one that spawned it
+    assert iteration >= 1  # a later step than the one that spawned it
     assert item["data"]["status"] == "done" and item["data"]["text"] == "the answer is 42"
     assert item["data"]["name"] == "solver" and item["source"]["session_id"] == child
     assert "the answer is 42" in item["text"]
@@ -330,15 +331,16 @@ def test_a_failed_or_destroyed_child_reports_too(shared_service):
     svc.control(made["agent_id"], "destroy")
 
 
-def test_the_recovery_scan_reports_an_outcome_a_crash_left_unreported(service):
+def test_the_recovery_scan_reports_an_outcome_a_crash_left_unreported(shared_service):
     """A child's final snapshot written without its report (what a path that
     bypasses the session's save, or a crash of an older version, leaves) is
-    found by the scan when agents.py starts, and reaches the parent once."""
+    found by the scan when agents.py starts, and reaches the parent once.
+    (Last in this module: it restarts the shared service's agents.py.)"""
     import os
 
     from store import Store
 
-    svc = service
+    svc = shared_service
     made = parent(svc, [{"text": "spawning", "tool_calls": [child_spec(HUMAN_FIRST + [
         {"text": "never reached", "done": True}], name="cut")]}] + working(400), interval_s=0.2)
     sid = made["session_id"]
@@ -358,3 +360,4 @@ def test_the_recovery_scan_reports_an_outcome_a_crash_left_unreported(service):
     assert svc.session(child)["reported_generation"] == 1
     svc.wait_steps(sid, iteration + 3)
     assert len([i for i, it in child_results(svc.steps(sid)) if it["data"]["child_session_id"] == child]) == 1
+    svc.control(made["agent_id"], "destroy")
