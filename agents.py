@@ -17,7 +17,7 @@ from monikers import default_registry
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
-from runtime import live_observers
+from runtime import live_observers, questions
 from runtime.events import events_token
 from runtime.embeddings import EmbeddingSettings
 from runtime.record_keeping import RecordKeeping, semantic_search
@@ -28,6 +28,7 @@ from store.maintenance import Maintainer
 from tools import catalog, search_history
 from tools import subagents as subagent_tools
 from tools.mcp import McpBridge, load_config
+from profiles.loader import ProfileLibrary
 
 log = logging.getLogger("agents")
 
@@ -91,18 +92,31 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="app.py to relay live events to, 'off' for none "
                              "[AGENTSVC_EVENTS_URL, http://127.0.0.1:$AGENTSVC_PORT]")
     settings.add_tool_args(parser)
+    settings.add_profile_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
 
-async def start_tools(args: argparse.Namespace, store: Store, worker_id: str, monikers=None):
+def subagent_profile(library: ProfileLibrary, name: str, overrides: dict) -> dict:
+    """``spawn_agent {profile}``: the profile's moniker and config, with the
+    call's config applied as a create's overrides would be (profiles/resolve.py).
+    KeyError (unknown or broken profile) or ValueError (an override it refuses)."""
+    from profiles.resolve import resolve
+
+    found = library.lookup(name)
+    if overrides:
+        found["config"] = resolve(library.get(name), overrides)
+    return found
+
+
+async def start_tools(args: argparse.Namespace, store: Store, worker_id: str, monikers=None, profiles=None):
     """The tools this worker can run: built-ins, plugins, and the tools of the
     operator's MCP servers (connected here, before any session steps, so a
     resumed session finds them).  The catalog is recorded in the store for
     app.py's GET /api/tools, again whenever an MCP server's tools or status change."""
     tools = catalog.installed_registry(settings.fetch_policy(args))
     tools.register(search_history.build(store))  # the record's tool (tools/search_history.py)
-    for tool in subagent_tools.build(store, monikers or default_registry()):  # spawn_agent, message_agent
+    for tool in subagent_tools.build(store, monikers or default_registry(), profiles):  # spawn_agent, message_agent
         tools.register(tool)
     bridge = None
     if args.mcp_config:
@@ -126,7 +140,13 @@ async def serve(args: argparse.Namespace) -> None:
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
-    tools, mcp_bridge = await start_tools(args, store, identity.worker_id, monikers)
+    # Sessions carry their resolved profile in their config, so running them needs
+    # no files; the library is for sessions started here by name (sub-agents).
+    service_profiles = ProfileLibrary(args.profiles_dir, monikers=monikers, tool_names=lambda: set(tools.names()))
+    tools, mcp_bridge = await start_tools(args, store, identity.worker_id, monikers,
+                                          profiles=lambda name, overrides: subagent_profile(service_profiles, name,
+                                                                                            overrides))
+    service_profiles.load()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
     service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
@@ -147,10 +167,13 @@ async def serve(args: argparse.Namespace) -> None:
         health = HealthServer(service, store, asyncio.get_running_loop(), port=args.health_port,
                               registry=metrics.registry).start()
     relay = live_observers.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
+    questions.attach(service, store, relay)  # ask_user: post questions, apply answers, time out
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: stop(service, stopping))
+    loop.add_signal_handler(signal.SIGHUP, service_profiles.load)
+    service.profiles = service_profiles
     log.info("agents.py started: db=%s monikers=%s tools=%s", store.uri, ",".join(monikers.names()),
              ",".join(tools.names()))
     record_task = asyncio.create_task(record.run(stopping), name="record-keeping")

@@ -18,7 +18,8 @@ import socket
 from flask import Flask, jsonify
 
 import settings
-from api import auth, conversations, dashboard, errors, fork, live, openapi, search, stream
+from api import auth, conversations, dashboard, errors, fork, live, openapi, questions, search, stream
+from api import profiles as profile_routes
 from api import subagents as subagent_routes
 from api import tools as tool_routes
 from api.metrics import Metrics
@@ -37,7 +38,8 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def create_app(store: Store, monikers=None, events_token: str | None = None,
-               api_token: str | None = None, message_queue: str | None = None, tools=None) -> Flask:
+               api_token: str | None = None, message_queue: str | None = None, tools=None,
+               profiles_dir: str = settings.DEFAULT_PROFILES_DIR) -> Flask:
     """The Flask app; its Flask-SocketIO server is ``app.extensions["socketio"]``.
     Without ``events_token`` the ingest namespace accepts no one; with
     ``api_token`` every POST under /api needs it as a bearer token; with
@@ -50,12 +52,16 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     metrics.registry.register(StorageCollector(storage_health))
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
     app.extensions[tool_routes.EXTENSION] = tools if tools is not None else installed_registry()
+    app.extensions[profile_routes.EXTENSION] = profile_routes.make_library(
+        profiles_dir, app.extensions["agentsvc"].monikers, store, app.extensions[tool_routes.EXTENSION])
     auth.install(app, api_token)
     app.register_blueprint(bp)
     app.register_blueprint(conversations.bp)
     app.register_blueprint(tool_routes.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(fork.bp)
+    app.register_blueprint(questions.bp)
+    app.register_blueprint(profile_routes.bp)
     app.register_blueprint(subagent_routes.bp)
     app.register_blueprint(dashboard.bp)
     _, hub = live.install(app, events_token, message_queue=message_queue)
@@ -65,8 +71,9 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     spec = openapi.build(app.extensions["agentsvc"].monikers)
 
     @app.get("/api/openapi.json")
-    def openapi_document():
-        return jsonify(spec)
+    def openapi_document():  # a create variant per usable profile, as loaded now
+        return jsonify(profile_routes.create_variants(spec, app.extensions[profile_routes.EXTENSION],
+                                                      app.extensions["agentsvc"].monikers))
 
     return app
 
@@ -84,6 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--message-queue", default=settings.os.environ.get("AGENTSVC_MESSAGE_QUEUE") or None,
                         metavar="URL", help="Flask-SocketIO message queue shared by several app.py instances, "
                                             "e.g. redis://127.0.0.1:6379/0 [AGENTSVC_MESSAGE_QUEUE, none]")
+    settings.add_profile_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
@@ -96,7 +104,7 @@ def build(args: argparse.Namespace) -> Flask:
                   embedding=embedding.store_option() if embedding else None)
     semantic_search(store, embedding)
     return create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token,
-                      message_queue=args.message_queue)
+                      message_queue=args.message_queue, profiles_dir=args.profiles_dir)
 
 
 def wsgi() -> Flask:
@@ -118,6 +126,8 @@ def main(argv=None) -> None:
     # so both signals end in the same clean shutdown below.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGHUP: re-read the profiles directory (as POST /api/profiles/reload does)
+    signal.signal(signal.SIGHUP, lambda *_: app.extensions[profile_routes.EXTENSION].load())
     log.info("app.py listening on http://%s:%d/ db=%s", args.host, port, store.uri)
     try:
         app.extensions["socketio"].run(app, host=args.host, port=port, allow_unsafe_werkzeug=True,

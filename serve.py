@@ -27,6 +27,7 @@ def parse_args(argv=None):
     parser.add_argument("--host", default=os.environ.get("AGENTSVC_HOST", settings.DEFAULT_HOST))
     parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT))
     settings.add_tool_args(parser)
+    settings.add_profile_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
@@ -40,7 +41,8 @@ def tool_args(args) -> list[str]:
 
 
 def child_args(args) -> list[str]:
-    common = ["--data-dir", args.data_dir, "--log-level", args.log_level]
+    common = ["--data-dir", args.data_dir, "--log-level", args.log_level,
+              "--profiles-dir", os.path.abspath(args.profiles_dir)]
     if args.db_uri:
         common += ["--db-uri", args.db_uri]
     for option in args.storage_option:
@@ -80,6 +82,9 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    # SIGHUP: both re-read the profiles directory
+    signal.signal(signal.SIGHUP, lambda *_: [p.send_signal(signal.SIGHUP) for p in children.values()
+                                             if p.poll() is None])
     while not stopping and all(p.poll() is None for p in children.values()):
         time.sleep(0.2)
     code = 0

@@ -66,6 +66,16 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds for a whole http_fetch, redirects included [AGENTSVC_HTTP_FETCH_TIMEOUT_S, 20]")
 
 
+DEFAULT_PROFILES_DIR = "./profiles"
+
+
+def add_profile_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profiles-dir", default=os.environ.get("AGENTSVC_PROFILES_DIR", DEFAULT_PROFILES_DIR),
+                        help="directory of agent profiles (*.yaml), read at start and on SIGHUP (app.py also "
+                             "on POST /api/profiles/reload) [AGENTSVC_PROFILES_DIR, "
+                             f"{DEFAULT_PROFILES_DIR}]")
+
+
 def fetch_policy(args: argparse.Namespace):
     from tools.http_fetch import FetchPolicy
 

@@ -6,10 +6,15 @@ whose guidance is the text and whose ``source`` names the message.  The action
 queue is what makes delivery safe: the interrupt handler keeps guidance durably
 until a step has used it, so messages posted between two steps, or while a
 session is paused, all reach its next step.
+
+Except an answer: a message posted where an ``ask_user`` question is open
+(api/questions.py) is that question's answer, not guidance; it is stored with
+``event_type`` ``answer`` and the response names the ``answer`` action.
 """
 from flask import Blueprint, current_app, jsonify
+from ulid import ULID
 
-from api import schemas
+from api import questions, schemas
 from api.errors import ApiError
 from api.routes import args, body, ctx, not_found, path_id, session_view
 
@@ -87,9 +92,21 @@ def post_message(conversation_id):
     req: schemas.PostMessageRequest = body(schemas.PostMessageRequest)
     store = ctx().store
     sender = req.user_id or "user"
-    message = store.conversations.post({"conversation_id": conversation_id, "sender_type": "user",
-                                        "user_id": sender, "text": req.text, "data": req.data})
+    message_id, answer = str(ULID()), None
+    question = questions.route_reply(conversation_id, req.data)  # a reply to an open question answers it
+    if question is not None:
+        source = {"conversation_id": conversation_id, "message_id": message_id, "sender": sender}
+        try:
+            response, _ = questions.submit_answer(question, req.text, sender, "conversation", source)
+            answer = {**response.get_json(), "tool_call_id": question["id"]}
+        except ApiError:
+            pass  # another answer got there first: the message is ordinary guidance after all
+    message = store.conversations.post({"message_id": message_id, "conversation_id": conversation_id,
+                                        "sender_type": "user", "user_id": sender, "text": req.text,
+                                        "data": req.data, "event_type": "answer" if answer else "message"})
     live_publish("conversation_message", message["message_id"], message)
+    if answer is not None:
+        return jsonify({"message": message, "deliveries": [], "answer": answer}), 201
     deliveries = [deliver(message, member) for member in store.conversations.agent_sessions(conversation_id)]
     return jsonify({"message": message, "deliveries": deliveries}), 201
 

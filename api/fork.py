@@ -61,6 +61,8 @@ class ForkRequest(Strict):
 def merged_config(original: dict | None, changes: dict | None) -> dict:
     """The original config with ``changes`` applied (one level deep), validated."""
     config = dict(original or {})
+    if "profile" in (changes or {}):  # the record of the profile a session started from is not for editing
+        raise ApiError(400, "invalid_request", "config.profile: set from a profile, never changed by a fork")
     for key, value in (changes or {}).items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}

@@ -5,7 +5,8 @@ import re
 
 from pydantic import BaseModel
 
-from api import schemas, tools
+from api import profiles as profiles_api
+from api import questions, schemas, tools
 from api import fork as fork_api
 from api import search as search_api
 from api import subagents as subagents_api
@@ -126,6 +127,8 @@ def _create_variants(components: dict, monikers) -> None:
         variant = copy.deepcopy(base)
         variant["title"] = f"CreateAgentRequest ({name})"
         variant["properties"]["moniker"] = {"type": "string", "const": name}
+        variant["properties"].pop("profile", None)  # a profile's create is its own variant (api/profiles.py)
+        variant["required"] = sorted({*variant.get("required", []), "moniker"})
         if model is not None:
             own = model.model_json_schema(ref_template=REF)
             components.update(own.pop("$defs", {}))
@@ -147,7 +150,7 @@ def build(monikers=None) -> dict:
               schemas.Accepted, schemas.ActionList,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
-              *CONVERSATION_MODELS, *tools.MODELS]
+              *CONVERSATION_MODELS, *tools.MODELS, *questions.MODELS, *profiles_api.MODELS]
     record_models, record_paths = search_api.openapi_paths(_op, _query)
     fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
     subagent_models, subagent_paths = subagents_api.openapi_paths(_op, _path, _query)
@@ -161,8 +164,9 @@ def build(monikers=None) -> dict:
         _create_variants(components, monikers)
     paths = {
         "/api/agents": {
-            "post": {**_op("create an agent session (idempotent by session_id)", 202, ok_model=schemas.Accepted,
-                           body=schemas.CreateAgentRequest, errors=(400, 404, 409)),
+            "post": {**_op("create an agent session (idempotent by session_id), from a moniker or a profile", 202,
+                           ok_model=schemas.Accepted, body=schemas.CreateAgentRequest, errors=(400, 404, 409),
+                           body_required=True),
                      },
             "get": _op("agents with their latest session: filtered, sorted, one page, and the total",
                        200, ok_model=schemas.AgentList, params=_query(schemas.AgentQuery)),
@@ -194,6 +198,8 @@ def build(monikers=None) -> dict:
         **fork_paths,
         **subagent_paths,
         **tools.openapi_paths(_op, _path, _query, _errors),
+        **questions.openapi_paths(_op, _path, _query),
+        **profiles_api.openapi_paths(_op, _path),
     }
     paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
                                                        **_json(schemas.Accepted)}

@@ -72,6 +72,7 @@ def pending_snapshot(create: dict) -> dict:
         "conversation_id": create.get("conversation_id"), "created_at": create["created_at"],
         "updated_at": create["created_at"], "action_id": create["id"], "action_status": create["status"],
         "last_error": create.get("error"),
+        "parent_agent_id": payload.get("parent_agent_id"), "parent_session_id": payload.get("parent_session_id"),
     }
 
 
@@ -106,21 +107,31 @@ def enqueue(type_: str, agent_id: str, session_id: str, payload: dict, status: i
 @bp.post("/agents")
 def create_agent():
     req: schemas.CreateAgentRequest = body(schemas.CreateAgentRequest)
-    if req.moniker not in ctx().monikers:
-        raise ApiError(400, "unknown_moniker", f"no moniker {req.moniker!r}; installed: {ctx().monikers.names()}")
-    config = session_config.check(req.config, ctx().monikers.get(req.moniker))
+    if req.profile is not None:  # api/profiles.py: the profile's moniker and resolved config
+        from api.profiles import create_payload
+
+        moniker, config = create_payload(req)
+    else:
+        if req.moniker not in ctx().monikers:
+            raise ApiError(400, "unknown_moniker", f"no moniker {req.moniker!r}; installed: {ctx().monikers.names()}")
+        moniker, config = req.moniker, session_config.check(req.config, ctx().monikers.get(req.moniker))
     if req.conversation_id and ctx().store.conversations.get(req.conversation_id) is None:
         raise not_found("conversation", req.conversation_id)
+    parent = ctx().store.states.get(req.parent_session_id) if req.parent_session_id else None
+    if req.parent_session_id and parent is None:
+        raise not_found("parent session", req.parent_session_id)
     with ctx().create_lock:
         existing = session_view(req.session_id) if req.session_id else None
         if existing:
             return repeated_create(req, existing)
         agent_id = req.agent_id or str(ULID())
         session_id = req.session_id or str(ULID())
-        payload = {"moniker": req.moniker, "task": req.task, "config": config,
+        payload = {"moniker": moniker, "task": req.task, "config": config,
                    "conversation_id": req.conversation_id}
         if req.name:
             payload["name"] = req.name
+        if parent is not None:  # a child session (its questions also reach the root's conversation)
+            payload.update(parent_agent_id=parent["agent_id"], parent_session_id=parent["session_id"])
         accepted = enqueue("create", agent_id, session_id, payload, conversation_id=req.conversation_id)
         if req.conversation_id:  # a participant from now on, so messages posted before it starts reach it
             ctx().store.conversations.join(req.conversation_id, kind="agent", agent_id=agent_id, session_id=session_id)

@@ -33,13 +33,26 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=200,
 
 
 class CreateAgentRequest(Strict):
-    moniker: str = Field(min_length=1, max_length=128, description="one of GET /api/monikers")
+    moniker: str | None = Field(None, min_length=1, max_length=128, description="one of GET /api/monikers")
+    profile: str | None = Field(None, min_length=1, max_length=64,
+                                description="or: one of GET /api/profiles (its moniker, prompt, tools, limits...; "
+                                            "config then overrides only what the profile allows)")
     name: Name | None = Field(None, description="a name for people; shown instead of the id where there is room")
     task: str = Field("", max_length=MAX_TEXT)
     agent_id: Id | None = None
     session_id: Id | None = Field(None, description="client-supplied id makes the create idempotent")
     conversation_id: Id | None = None
+    parent_session_id: Id | None = Field(None, description="make it a child of this existing session "
+                                                          "(404 if there is none)")
     config: SessionConfig = Field(default_factory=SessionConfig)
+
+    @model_validator(mode="after")
+    def _moniker_or_profile(self) -> "CreateAgentRequest":
+        if (self.moniker is None) == (self.profile is None):
+            raise ValueError("give exactly one of moniker or profile")
+        if self.config.profile is not None:
+            raise ValueError("config.profile is set from a profile, never by a create")
+        return self
 
     @field_validator("config")
     @classmethod
@@ -95,7 +108,7 @@ class AgentQuery(Page):
 class ActionQuery(Page):
     session_id: Id | None = None
     agent_id: Id | None = None
-    type: Literal["create", "pause", "resume", "interrupt", "destroy"] | None = None
+    type: Literal["create", "pause", "resume", "interrupt", "destroy", "answer"] | None = None
     status: Literal["pending", "processing", "done", "failed"] | None = None
     order: Literal["newest", "oldest"] = Field("newest", description="by acceptance time")
 
@@ -382,6 +395,9 @@ class Delivery(Open):
 class Posted(Open):
     message: Message
     deliveries: list[Delivery]
+    answer: dict | None = Field(None, description="when the message answered an open question: the answer "
+                                                  "action {agent_id, session_id, action_id, status, tool_call_id}; "
+                                                  "then no agent gets it as guidance")
 
 
 class ErrorBody(Strict):

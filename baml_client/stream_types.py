@@ -44,6 +44,7 @@ class StepFrameIn(BaseModel):
     tools_json: typing.Optional[str] = Field(default=None, description='JSON list of the tools this agent may call: name, description, args_schema')
     tool_results_json: typing.Optional[str] = Field(default=None, description='JSON list of the outcomes of the previous step\'s tool calls')
     inbox_json: typing.Optional[str] = Field(default=None, description='JSON list of other items that arrived since the previous step')
+    system_prompt: typing.Optional[str] = Field(default=None, description='the agent\'s own instructions (its profile\'s prompt segments), if any')
 
 class StepFrameOut(BaseModel):
     step: typing.Optional[str] = Field(default=None, description='the step token you were given')

@@ -213,7 +213,7 @@ class StepFrameInAst:
     def __init__(self, tb: type_builder.TypeBuilder):
         _tb = tb._tb # type: ignore (we know how to use this private attribute)
         self._bldr = _tb.class_("StepFrameIn")
-        self._properties: typing.Set[str] = set([  "step",  "state_json",  "guidance",  "reask",  "tools_json",  "tool_results_json",  "inbox_json",  ])
+        self._properties: typing.Set[str] = set([  "step",  "state_json",  "guidance",  "reask",  "tools_json",  "tool_results_json",  "inbox_json",  "system_prompt",  ])
         self._props = StepFrameInProperties(self._bldr, self._properties)
 
     def type(self) -> baml_py.FieldType:
@@ -268,6 +268,10 @@ class StepFrameInProperties:
     @property
     def inbox_json(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("inbox_json"))
+    
+    @property
+    def system_prompt(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("system_prompt"))
     
     
 

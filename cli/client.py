@@ -108,6 +108,17 @@ class Client:
         """approve / deny / result of one tool call: the 202 answer (409 when it does not wait for that)."""
         return self.post(f"/api/tool-calls/{tool_call_id}/{verb}", body)
 
+    def answer(self, session_id: str, text: str, tool_call_id: str | None = None,
+               user_id: str | None = None) -> dict:
+        """Answer a session's open ask_user question: the 202 answer (409 when none is open)."""
+        body = {"text": text, **({"tool_call_id": tool_call_id} if tool_call_id else {}),
+                **({"user_id": user_id} if user_id else {})}
+        return self.post(f"/api/sessions/{session_id}/answer", body)
+
+    def waiting(self, **filters) -> dict:
+        """Open questions and approvals, oldest first (GET /api/waiting)."""
+        return self.get("/api/waiting", **{k: v for k, v in filters.items() if v is not None})
+
     def action(self, action_id: str) -> dict:
         return self.get(f"/api/actions/{action_id}")
 

@@ -3,9 +3,13 @@
 \b
     agentsvc                          # run the service (same as `agentsvc serve`)
     agentsvc create joke "cats" --interval 2
+    agentsvc create --profile planner "move the wiki"
+    agentsvc profiles
     agentsvc list --status running
     agentsvc tail -f <session or agent id>
     agentsvc pause <session or agent id>
+    agentsvc waiting                  # open questions and approvals
+    agentsvc answer <session or agent id> "Paris"
 
 Commands that talk to a service find it at --url (AGENTSVC_URL, default
 http://127.0.0.1:8765) and send ``AGENTSVC_API_TOKEN`` as the bearer token.
@@ -93,8 +97,10 @@ def parse_config(config_json: str | None, settings: tuple[str, ...], interval, m
 
 
 @cli.command()
-@click.argument("moniker")
+@click.argument("moniker", required=False)
 @click.argument("task", required=False, default="")
+@click.option("--profile", help="start from this profile (agentsvc profiles) instead of a MONIKER; "
+                                "the one argument is then the TASK")
 @click.option("--config", "config_json", metavar="JSON|@FILE", help="session config as a JSON object")
 @click.option("-s", "--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="one config key (the value is parsed as JSON when it is JSON); repeatable")
@@ -107,10 +113,18 @@ def parse_config(config_json: str | None, settings: tuple[str, ...], interval, m
 @click.option("--wait/--no-wait", default=True, show_default=True, help="wait until the create is applied")
 @click.option("--timeout", default=60.0, show_default=True, help="seconds to wait")
 @remote
-def create(api, as_json, moniker, task, config_json, settings, interval, max_steps, name, conversation,
+def create(api, as_json, moniker, task, profile, config_json, settings, interval, max_steps, name, conversation,
            agent_id, session_id, wait, timeout):
-    """Start an agent session running MONIKER on TASK."""
-    body = {"moniker": moniker, "task": task, "config": parse_config(config_json, settings, interval, max_steps)}
+    """Start an agent session running MONIKER on TASK (or, with --profile, a profile on TASK)."""
+    config = parse_config(config_json, settings, interval, max_steps)
+    if profile:
+        if moniker and task:
+            raise click.UsageError("with --profile, give only the TASK")
+        body = {"profile": profile, "task": moniker or "", "config": config}
+    elif not moniker:
+        raise click.UsageError("give a MONIKER (agentsvc create joke cats) or --profile NAME")
+    else:
+        body = {"moniker": moniker, "task": task, "config": config}
     for key, value in (("name", name), ("conversation_id", conversation), ("agent_id", agent_id),
                        ("session_id", session_id)):
         if value:
@@ -127,6 +141,22 @@ def create(api, as_json, moniker, task, config_json, settings, interval, max_ste
             render.err.print(f"create failed: {result['error']}", markup=False)
     if action and action["status"] == "failed":
         sys.exit(FAILED)
+
+
+@cli.command("profiles")
+@click.argument("action", required=False, type=click.Choice(["reload"]))
+@remote
+def profiles(api, as_json, action):
+    """The loaded profiles, with their load errors; `reload` re-reads the directory."""
+    listed = api.post("/api/profiles/reload") if action == "reload" else api.get("/api/profiles")
+    if as_json:
+        render.as_json(listed)
+        return
+    render.table(None, ["profile", "ok", "moniker", "hash", "description / errors"],
+                 [[p["name"], "yes" if p["ok"] else "NO", p.get("moniker"), p.get("hash"),
+                   "; ".join(f"{e['file']}:{e['line'] or '?'} {e['field'] or ''} {e['message']}".replace("  ", " ")
+                             for e in p["errors"]) or p.get("description") or ""]
+                  for p in listed["profiles"]])
 
 
 @cli.command("list")
@@ -367,9 +397,49 @@ def say(api, as_json, conversation, text, user_id):
     posted = api.say(conversation, text, user_id)
     if as_json:
         render.as_json(posted)
+    elif posted.get("answer"):
+        render.out.print(f"message {posted['message']['message_id']} answered question "
+                         f"{posted['answer']['tool_call_id']} (action {posted['answer']['action_id']})", markup=False)
     else:
         render.out.print(f"message {posted['message']['message_id']} delivered to "
                          f"{len(posted['deliveries'])} sessions", markup=False)
+
+
+# ---- questions (ask_user) and everything waiting on a person ----------------------
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@click.argument("text")
+@click.option("--question", "tool_call_id", help="the question's tool call id (default: the oldest open one)")
+@click.option("--user", "user_id", help="who answers (default 'user')")
+@control_options
+@remote
+def answer(api, as_json, ident, text, tool_call_id, user_id, wait, timeout):
+    """Answer the open ask_user question of a session (or an agent's latest session)."""
+    snapshot = api.resolve(ident)
+    accepted = api.answer(snapshot["session_id"], text, tool_call_id, user_id)
+    outcome(api, as_json, accepted["action_id"], wait, timeout, f"answer {{status}} (action {{id}}, "
+            f"question {accepted['tool_call_id']}, session {accepted['session_id']})")
+
+
+@cli.command()
+@click.option("--kind", type=click.Choice(["question", "approval", "result"]), help="only this kind")
+@click.option("--agent", "agent_id", help="only this agent's")
+@click.option("--session", "session_id", help="only this session's")
+@click.option("-n", "--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--offset", default=0, show_default=True, type=click.IntRange(0))
+@remote
+def waiting(api, as_json, kind, agent_id, session_id, limit, offset):
+    """Every open question and approval across all agents, oldest first."""
+    found = api.waiting(kind=kind, agent_id=agent_id, session_id=session_id, limit=limit, offset=offset)
+    if as_json:
+        render.as_json(found)
+        return
+    rows = [[w["kind"], w["tool_call_id"], w["session_id"], (w.get("session") or {}).get("name") or "",
+             (w["created_at"] or "")[:19],
+             render.short(w.get("question") or f"{w['tool']} {json.dumps(w.get('args'))}", 60)]
+            for w in found["waiting"]]
+    render.table(f"{found['total']} waiting", ["kind", "tool call", "session", "name", "since", "what"], rows)
 
 
 def main(argv=None) -> int:

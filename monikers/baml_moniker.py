@@ -73,6 +73,7 @@ CLIENT_NAME = "AgentSession"
 RETRY_POLICY = "AgentBackoff"  # defined in baml_src/clients.baml
 DEFAULTS = {"base_url": "http://127.0.0.1:11434/v1", "model": "llama3.2", "temperature": 0.2, "timeout_s": 120.0}
 REASK_CHARS = 600  # how much of a parse error is shown to the model when re-asking
+GUIDANCE_KINDS = ("guidance", "message")  # already joined into frame.guidance (runtime/inbox.py)
 
 
 class Prices(BaseModel):
@@ -341,14 +342,14 @@ def tools_text(tools: list) -> str | None:
 
 def prompt_frame(api, frame: FrameIn, ctx: StepContext, state_json: str, reask: str | None):
     """The BAML frame_in: v0's fields, plus the allowed tools, the previous
-    step's tool results and the inbox (guidance items are already in
-    ``guidance``, so they are not repeated)."""
+    step's tool results, the inbox (user guidance and messages are already in
+    ``guidance``, so they are not repeated) and the profile's system prompt."""
     inbox = [item for item in getattr(frame, "inbox", None) or []
-             if (item.kind if isinstance(item, BaseModel) else item.get("kind")) != "guidance"]
+             if (item.kind if isinstance(item, BaseModel) else item.get("kind")) not in GUIDANCE_KINDS]
     return api.StepFrameIn(step=frame.step, state_json=state_json, guidance=frame.guidance, reask=reask,
                            tools_json=tools_text(getattr(ctx, "tools", None)),
                            tool_results_json=_json_text(getattr(frame, "tool_results", None)),
-                           inbox_json=_json_text(inbox))
+                           inbox_json=_json_text(inbox), system_prompt=getattr(ctx, "system_prompt", None))
 
 
 async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:

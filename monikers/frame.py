@@ -106,6 +106,10 @@ class StepContext:
     ``tools`` describes the tools this session may call (its ``config.tools``,
     each as ``Tool.describe()``: name, description, args_schema...), for a
     moniker that shows them to a model; empty when it may call none.
+
+    ``system_prompt`` is the agent's own instructions, rendered for this step
+    from its profile's prompt segments (profiles/hooks.py); None without a
+    profile.  A moniker that talks to a model sends it as the system message.
     """
 
     task: str
@@ -115,6 +119,7 @@ class StepContext:
     config: Json = field(default_factory=dict)
     usage_calls: list = field(default_factory=list)
     tools: list = field(default_factory=list)
+    system_prompt: str | None = None
 
     def record_usage(self, *, model: str | None = None, input_tokens: int = 0, output_tokens: int = 0,
                      duration_ms: float = 0.0, cost: float | None = None, **extra) -> None:

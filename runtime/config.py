@@ -5,11 +5,10 @@ Other config keys are handed to the moniker (``countdown`` reads ``n``,
 app.py checks both kinds at create time (api/session_config.py): a key that is
 neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
-from typing import Annotated
-
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import SkipJsonSchema
 
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
@@ -66,6 +65,10 @@ class SessionConfig(BaseModel):
         "destroy", description="a sub-agent: destroyed with its parent (default), or left running")
     max_depth: JsonInt = Field(3, ge=0, le=32, description="how deep sub-agents of this session may nest")
     max_children: JsonInt = Field(20, ge=0, le=1000, description="sub-agents this session may spawn")
+    # Not in the JSON schema: a create may not set it (the API refuses it); profiles/resolve.py does.
+    profile: SkipJsonSchema[dict[str, Any] | None] = Field(
+        None, description="set by the service when a session starts from a profile (name, hash, prompt, "
+                          "observers, flow, inbox priorities); never by a create")
 
 
 class CreatePayload(BaseModel):
@@ -78,7 +81,7 @@ class CreatePayload(BaseModel):
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None
-    # a sub-agent's create (spawn_agent, runtime/subagents.py); additive: plain creates leave them out
+    # a sub-agent's create (spawn_agent, runtime/subagents.py; ask_user's tests too): plain creates leave them out
     parent_agent_id: str | None = Field(None, max_length=128)
     parent_session_id: str | None = Field(None, max_length=128)
     subagent: dict | None = None  # {depth, max_depth, wait_call, on_parent_destroy}

@@ -8,6 +8,7 @@ delivering the same guidance twice changes nothing.
 """
 import asyncio
 import logging
+import re
 
 from pydantic import ValidationError
 
@@ -23,6 +24,7 @@ from runtime.tool_runner import ToolControls
 log = logging.getLogger("runtime.handlers")
 
 MAX_GUIDANCE = 20_000
+INBOX_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 class ActionError(Exception):
@@ -40,7 +42,7 @@ class Handlers:
         self.session_options = session_options or {}  # owner and heartbeat of the sessions we start
         self.destroy_grace_s = destroy_grace_s
         self.by_type = {"create": self.create, "pause": self.pause, "resume": self.resume,
-                        "interrupt": self.interrupt, "destroy": self.destroy}
+                        "interrupt": self.interrupt, "destroy": self.destroy, "inbox_item": self.inbox_item}
         runner = self.session_options.get("tools")
         if runner is not None:  # approve / deny / result of tool calls (runtime/tool_runner.py)
             self.by_type.update(ToolControls(sessions, runner, ActionError).handlers())
@@ -82,7 +84,9 @@ class Handlers:
             "config": spec.config.model_dump(), "status": "running", "iteration": -1,
             "next_step_token": moniker.initial_step, "state": {},
             "conversation_id": spec.conversation_id or action.get("conversation_id"),
-            "created_at": action.get("created_at"), **link,
+            "created_at": action.get("created_at"),
+            "parent_agent_id": spec.parent_agent_id, "parent_session_id": spec.parent_session_id,
+            **link,  # a sub-agent's tree, generation and first inbox (runtime/subagents.py)
         }
         if fork is not None:
             try:
@@ -189,8 +193,27 @@ class Handlers:
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         if agent is None or agent.status != "error":  # a failed session keeps guidance for its resume
             agent = await self._live(action, "interrupt")
-        if agent.add_guidance(action["id"], guidance, source):
+        # a message posted in a conversation is kind "message"; other guidance keeps kind "guidance"
+        kind = "message" if source and source.get("conversation_id") else "guidance"
+        if agent.add_inbox_item(action["id"], kind, guidance, source=source):
             await agent.save()  # durable before the action is marked done
+
+    async def inbox_item(self, action: dict, payload: dict) -> None:
+        """Queue an inbox item of any kind (runtime/inbox.py): ``{kind, text,
+        data?, source?}``.  Internal: not offered over HTTP; parts of the service
+        (and tests) enqueue it to hand a session a child's result, a note...
+        Delivered twice (after a crash), it is queued once."""
+        kind, text = payload.get("kind"), payload.get("text")
+        if not isinstance(kind, str) or not INBOX_KIND.fullmatch(kind):
+            raise ActionError("inbox_item needs a kind: lowercase letters, digits and _")
+        if text is not None and (not isinstance(text, str) or len(text) > MAX_GUIDANCE):
+            raise ActionError(f"inbox_item text must be a string of at most {MAX_GUIDANCE} characters")
+        source = payload.get("source") if isinstance(payload.get("source"), dict) else None
+        agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        if agent is None or agent.status != "error":
+            agent = await self._live(action, "deliver to")
+        if agent.add_inbox_item(action["id"], kind, text, data=payload.get("data"), source=source):
+            await agent.save()
 
     async def destroy(self, action: dict, payload: dict) -> None:
         """Graceful: resume if paused, ask to stop, wait, and cancel a step that hangs.

@@ -30,6 +30,7 @@ from runtime.observers import Observers
 from runtime.stepcall import call_moniker
 from runtime.tool_runner import ToolPhase, ToolRunner
 from tools.registry import ToolRegistry
+from profiles import hooks as profile_hooks
 
 log = logging.getLogger("runtime.session")
 
@@ -70,7 +71,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
         self.repetition = limits.RepetitionWatch(self.config.repeat_limit)
-        self.inbox_priorities: dict[str, int] | None = None  # per kind, over runtime/inbox.py's defaults
+        # The profile's prompt, observers, flow rules and inbox priorities (profiles/hooks.py)
+        self.hooks = profile_hooks.SessionHooks.for_config(self.config)
+        self.inbox_priorities: dict[str, int] | None = self.hooks.inbox_priorities  # per kind, over the defaults
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name",
                                                    *subagents.LINK_KEYS)}
         self.runner: asyncio.Task | None = None
@@ -211,7 +214,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.wait_while_paused()
             if self.stop_requested:
                 return
-            if await self._must_wait():
+            if await self._must_wait() or await self.hooks.before_step(self):
                 continue
             if not await self._step_once() or self.finished or self.stop_requested:
                 return
@@ -274,7 +277,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         frame_in = FrameIn(step=self.next_step_token, state=self.state, guidance=inbox_order.guidance_text(guidance),
                            tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
-                          iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config))
+                          iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config),
+                          system_prompt=self.hooks.system_prompt(self, iteration))
         started = time.perf_counter()
         outcome = await call_moniker(self.moniker, frame_in, ctx, timeout_s=self.config.step_timeout_s,
                                      policy=self.config.retries, heartbeat_s=self.heartbeat_s,
@@ -292,11 +296,13 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         calls = [{"id": str(ULID()), "call_id": c.id, "name": c.name, "args": c.args} for c in out.tool_calls]
         inputs = {"tool_results": frame_in.model_dump()["tool_results"], "inbox": inbox}
         done = out.done and not calls  # a step with tool calls is never the last
+        observed = await self.hooks.after_step(self, iteration, out, calls)
         stored = await self.persist.append_step({
             **row, "step_token": out.step, "next_step_token": out.next_step,
             "status": "done" if done else "ok", "text": out.text, "data": out.data, "state": out.state,
             "notes": _with_retries(out.notes, outcome.retried), "error": None,
-            "tool_calls": calls or None, "inputs": inputs if (self.tool_results or inbox) else None})
+            "tool_calls": calls or None, "inputs": inputs if (self.tool_results or inbox) else None,
+            "observers": observed})
         self.iteration, self.step_token, self.next_step_token = iteration, out.step, out.next_step
         self.state, self.result = out.state, {"text": out.text, "data": out.data}
         self.consume_guidance(guidance)
@@ -305,6 +311,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         await self.observers.notify("step_persisted", self.snapshot(), stored)
         if not calls:
             self._finish_if_over(done, out.text)
+        self.hooks.apply(self, observed, iteration)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
@@ -361,7 +368,7 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
     )
     if latest_step["status"] == "done" and SessionConfig.model_validate(snapshot.get("config") or {}).stop_on_done:
         fixed.update(status="done", status_reason="done")
-    return fixed
+    return profile_hooks.caught_up(fixed, latest_step)
 
 
 def _with_retries(notes: str | None, retried: list[str]) -> str | None:

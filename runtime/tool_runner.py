@@ -264,12 +264,18 @@ class ToolPhase:
         self.changed.set()
 
     def waiting_reason(self) -> str | None:
+        """approval, else user (a human's answer: ``ask_user``), else tool_result."""
         statuses = {r["status"] for r in self.rows.values()}
         if "waiting_approval" in statuses:
             return "approval"
-        if "waiting_result" in statuses:
-            return "tool_result"
-        return None
+        reasons = {self._waits_for(r["name"]) for r in self.rows.values() if r["status"] == "waiting_result"}
+        if "user" in reasons:
+            return "user"
+        return "tool_result" if reasons else None
+
+    def _waits_for(self, name: str) -> str:
+        registry = self.runner.registry
+        return getattr(registry.get(name), "waits_for", "tool_result") if name in registry else "tool_result"
 
     # ---- the phase --------------------------------------------------------
 
@@ -287,6 +293,8 @@ class ToolPhase:
         self.rows.update({k: v for k, v in self.delivered.items() if k in self.rows})
         self.loaded = True
         await self.runner.write([self.rows[r["id"]] for r in changed])
+        # e.g. runtime/questions.py: post open questions a crash left unposted, arm their timeouts
+        await self.runner.observers.notify("tool_phase_loaded", self.agent, list(self.rows.values()))
 
     def recover(self, stored: dict[str, dict]) -> tuple[list[dict], list[dict]]:
         missing = [c for c in self.calls if c["id"] not in stored]

@@ -18,6 +18,7 @@ from store import codec, filters, query
 
 KINDS = {"user", "agent"}
 SENDERS = {"user", "agent"}
+EVENT_TYPES = {"message", "step", "question", "answer"}
 ORDER = [("created_at", True), ("message_id", True)]
 MESSAGE_FIELDS = ("user_id", "agent_id", "session_id", "text", "data", "iteration", "step_token", "next_step_token",
                   "notes")
@@ -137,6 +138,22 @@ class Conversations:
         row, committed = self.submit_message(message)
         committed.result()
         return row
+
+    def question_ids(self, conversation_id: str, limit: int = 500) -> list[str]:
+        """Ids of the newest questions posted to a conversation (``event_type``
+        question; each message's id is its ask_user call's id)."""
+        where = filters.all_of(filters.eq_id("conversation_id", conversation_id),
+                               filters.eq_word("event_type", "question", EVENT_TYPES))
+        found = query.rows(self.tables[self.messages], self.messages, where, columns=["message_id"],
+                           order=[("created_at", False)], limit=limit)
+        return [r["message_id"] for r in found]
+
+    def conversations_of_session(self, session_id: str) -> list[str]:
+        """The conversations an agent session is a participant of now."""
+        where = filters.all_of(filters.eq_id("session_id", session_id), filters.eq_word("kind", "agent", KINDS))
+        return [r["conversation_id"] for r in query.rows(self.tables[self.members], self.members, where,
+                                                          order=[("joined_at", True)], limit=1000)
+                if r["left_at"] is None]
 
     def get_message(self, conversation_id: str, message_id: str) -> dict | None:
         where = filters.all_of(filters.eq_id("conversation_id", conversation_id), filters.eq_id("message_id", message_id))

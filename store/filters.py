@@ -79,3 +79,8 @@ def id_cmp(column: str, op: str, value: str) -> str:
 def any_of(*clauses) -> str | None:
     parts = [c for c in clauses if c]
     return " OR ".join(f"({p})" for p in parts) if parts else None
+
+
+def negate(clause: str) -> str:
+    """NOT of a clause built by this module (never of raw input)."""
+    return f"NOT ({clause})"

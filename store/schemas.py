@@ -84,6 +84,7 @@ AGENT_STEPS = _schema(
     ("attempts", pa.int32(), True),  # 1 + retries of transient failures
     ("tool_calls", pa.string(), True),  # [{id, call_id, name, args}] this step asked for (StepFrame-v1)
     ("inputs", pa.string(), True),  # {tool_results, inbox}: what this step's frame_in consumed
+    ("observers", pa.string(), True),  # {before, after, flow}: what the profile's observers and flow rules did
 )
 
 # One row per tool call a step asked for (StepFrame-v1), rewritten whole at each
@@ -220,7 +221,7 @@ JSON_COLUMNS = {
     "actions": {"payload"},
     "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage", "forked_from",
                     "subagent"},
-    "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs"},
+    "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs", "observers"},
     "tool_calls": {"args", "result", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},

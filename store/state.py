@@ -56,13 +56,15 @@ class StateTable:
     def get(self, session_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("session_id", session_id))
 
-    def get_many(self, session_ids) -> dict[str, dict]:
-        """Owner and status of several sessions in one query."""
+    OWNERSHIP = ("session_id", "agent_id", "status", "owner")
+
+    def get_many(self, session_ids, columns=OWNERSHIP) -> dict[str, dict]:
+        """Owner and status (or the ``columns`` asked for) of several sessions in one query."""
         session_ids = list(dict.fromkeys(session_ids))
         if not session_ids:
             return {}
         found = query.rows(self.table, self.name, filters.in_ids("session_id", session_ids),
-                           columns=["session_id", "agent_id", "status", "owner"], limit=len(session_ids))
+                           columns=list(columns), limit=len(session_ids))
         return {r["session_id"]: r for r in found}
 
     def latest_for_agent(self, agent_id: str) -> dict | None:

@@ -69,6 +69,48 @@ class ToolCallTable:
         order = [("created_at", True), ("iteration", True), ("seq", True), ("id", True)]
         return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
 
+    # ---- what waits on a person (GET /api/waiting) ----------------------
+
+    WAIT_KINDS = ("question", "approval", "result")
+    QUESTION_TOOL = "ask_user"
+
+    def _waiting_where(self, kind: str | None, agent_id: str | None, session_id: str | None) -> str:
+        """question: an ask_user call waiting for its answer; approval: any call
+        waiting for a yes; result: another external call waiting for its result."""
+        question = filters.eq_id("name", self.QUESTION_TOOL)
+        by_kind = {
+            "question": filters.all_of(filters.eq_word("status", "waiting_result", STATUSES), question),
+            "approval": filters.eq_word("status", "waiting_approval", STATUSES),
+            "result": filters.all_of(filters.eq_word("status", "waiting_result", STATUSES), filters.negate(question)),
+        }
+        return filters.all_of(
+            by_kind[kind] if kind else filters.in_words("status", WAITING, STATUSES),
+            filters.eq_id("agent_id", agent_id) if agent_id else None,
+            filters.eq_id("session_id", session_id) if session_id else None)
+
+    def waiting(self, *, kind: str | None = None, agent_id: str | None = None, session_id: str | None = None,
+                limit: int = 100, offset: int = 0) -> list[dict]:
+        """Calls waiting on a person, oldest first."""
+        order = [("created_at", True), ("iteration", True), ("seq", True), ("id", True)]
+        return query.rows(self.table, self.name, self._waiting_where(kind, agent_id, session_id), order=order,
+                          limit=limit, offset=offset)
+
+    def count_waiting(self, *, kind: str | None = None, agent_id: str | None = None,
+                      session_id: str | None = None) -> int:
+        return query.count(self.table, self._waiting_where(kind, agent_id, session_id))
+
+    def open_among(self, tool_call_ids: list[str]) -> list[dict]:
+        """Those of these calls that are questions still waiting, oldest first."""
+        if not tool_call_ids:
+            return []
+        where = filters.all_of(self._waiting_where("question", None, None), filters.in_ids("id", tool_call_ids))
+        return query.rows(self.table, self.name, where, order=[("created_at", True), ("seq", True)],
+                          limit=len(tool_call_ids))
+
+    def open_questions(self, session_id: str | None = None, limit: int = 1000) -> list[dict]:
+        """ask_user calls still waiting for an answer (of one session), oldest first."""
+        return self.waiting(kind="question", session_id=session_id, limit=limit)
+
     def count(self, status: str | None = None) -> int:
         return query.count(self.table, filters.eq_word("status", status, STATUSES) if status else None)
 

@@ -68,9 +68,15 @@ def model(sessions: list[str], sent: list[Sent]) -> dict[str, SessionModel]:
 class ControlStream(threading.Thread):
     """Sends pause / resume / interrupt to random sessions from a background
     thread, and a destroy as the n-th action for each n in ``destroy_at``,
-    recording every accepted action in the order it was accepted."""
+    recording every accepted action in the order it was accepted.
 
-    WEIGHTS = {"pause": 3, "resume": 3, "interrupt": 3}
+    ``inbox`` hands a session an inbox item of another kind (a child's result,
+    an answer, a system note) through the internal ``inbox_item`` action,
+    appended to the queue through the store as the service's own parts do:
+    like guidance, each must reach exactly one step."""
+
+    WEIGHTS = {"pause": 3, "resume": 3, "interrupt": 3, "inbox": 2}
+    INBOX_KINDS = ("child_result", "answer", "system")
 
     def __init__(self, svc: Service, agents: list[dict], seed: int, destroy_at=(),
                  gap_s: tuple[float, float] = (0.01, 0.15)):
@@ -86,6 +92,8 @@ class ControlStream(threading.Thread):
         self.refused: list[tuple[str, int, str]] = []
         self.stopping = threading.Event()
         self.error: BaseException | None = None
+        self.data_dir = svc.data_dir
+        self.store = None  # opened on the first inbox item
 
     def run(self) -> None:
         try:
@@ -102,6 +110,9 @@ class ControlStream(threading.Thread):
         self.attempted += 1
         body = {"session_id": agent["session_id"]}
         guidance = None
+        if verb == "inbox":
+            self.send_inbox_item(agent)
+            return
         if verb == "interrupt":
             guidance = body["guidance"] = f"tell jokes about topic-{len(self.sent)}-{self.rng.randrange(10**6)}"
         r = self.http.post(f"{self.url}/api/agents/{agent['agent_id']}/{verb}", json=body, timeout=30)
@@ -110,10 +121,23 @@ class ControlStream(threading.Thread):
         else:
             self.refused.append((verb, r.status_code, r.text[:200]))
 
+    def send_inbox_item(self, agent: dict) -> None:
+        from store import Store
+        if self.store is None:
+            self.store = Store(self.data_dir + "/lancedb")
+        kind = self.rng.choice(self.INBOX_KINDS)
+        text = f"{kind} number {len(self.sent)}"
+        action = self.store.actions.enqueue("inbox_item", agent_id=agent["agent_id"],
+                                            session_id=agent["session_id"],
+                                            payload={"kind": kind, "text": text, "source": {"kind": kind}})
+        self.sent.append(Sent(agent["agent_id"], agent["session_id"], "inbox", action["id"], text))
+
     def stop(self) -> list[Sent]:
         self.stopping.set()
         self.join(timeout=60)
         assert not self.is_alive(), "control stream did not stop"
+        if self.store is not None:
+            self.store.close()
         if self.error:
             raise self.error
         return self.sent
@@ -235,6 +259,8 @@ class ToolStream(threading.Thread):
         self.refused: list[tuple[str, int, str]] = []
         self.stopping = threading.Event()
         self.error: BaseException | None = None
+        self.data_dir = svc.data_dir
+        self.store = None  # opened on the first inbox item
 
     def run(self) -> None:
         try:

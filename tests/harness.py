@@ -34,12 +34,13 @@ def wait_for(predicate, timeout: float = 45.0, interval: float = 0.05, what: str
 class Service:
     """agents.py and app.py on one data directory, driven over HTTP."""
 
-    def __init__(self, data_dir: str, log_dir: str, agents_args=(), env=None):
+    def __init__(self, data_dir: str, log_dir: str, agents_args=(), env=None, app_args=()):
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.agents_args = list(agents_args)
+        self.app_args = list(app_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.agents: subprocess.Popen | None = None
         self.app: subprocess.Popen | None = None
@@ -59,7 +60,7 @@ class Service:
         return self
 
     def start_app(self) -> None:
-        self.app = self._spawn("app.py", "--port", str(self.port))
+        self.app = self._spawn("app.py", "--port", str(self.port), *self.app_args)
         wait_for(self._healthy, timeout=60, what="app.py to answer /api/health")
 
     def start_agents(self, *extra) -> None:

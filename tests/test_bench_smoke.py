@@ -21,6 +21,7 @@ EXPECTED = {
     "bench_tools": ["machine", "single", "many", "target"],
     "bench_memory": ["machine", "cache_mb", "samples"],
     "bench_search": ["machine", "latency", "refresh", "cpu", "target"],
+    "bench_ask_user": ["machine", "sessions", "answer_to_next_step", "ratio_p50_ask_user_over_human"],
 }
 
 

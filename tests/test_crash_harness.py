@@ -82,7 +82,8 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
     for sid, count in paused.items():
         assert len(svc.steps(sid)) == count, f"paused session {sid} kept stepping"
 
-    # History: 0..n per session, and each interrupt's guidance used by one step at most.
+    # History: 0..n per session, and each interrupt's guidance (and each other inbox item:
+    # child results, answers, system notes) used by one step at most.
     total_steps = 0
     for sid in sessions:
         steps = svc.steps(sid)
@@ -90,7 +91,8 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
         assert_contiguous(steps, f"session {sid}")
         pending = {g["action_id"] for g in svc.session(sid).get("pending_guidance") or []}
         for s in sent:
-            if s.session_id != sid or s.verb != "interrupt" or actions[s.action_id]["status"] != "done":
+            if (s.session_id != sid or s.verb not in ("interrupt", "inbox")
+                    or actions[s.action_id]["status"] != "done"):
                 continue
             used = delivered(steps, s.action_id)
             assert used <= 1, f"guidance of {s.action_id} reached {used} steps of {sid}"
@@ -104,6 +106,7 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
     tool_counts.update(assert_child_outcomes_exactly_once(svc, trees))
     interrupted = sum(s["status"] == "interrupted" for sid in sessions for s in svc.steps(sid))
     counts = {"seed": seed, "kills": kills, "actions": len(sent), "steps": total_steps, "sessions": len(sessions),
+              "inbox_items": sum(s.verb == "inbox" for s in sent),
               "destroyed": sum(m.status == "stopped" for m in models.values()),
               "interrupted_steps": interrupted,
               "failed_actions": sum(a["status"] == "failed" for a in actions.values()),

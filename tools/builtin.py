@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tools.ask_user import ASK_USER
 from tools.registry import Tool, ToolContext
 
 COUNT_DIR_ENV = "AGENTSVC_TOOL_COUNT_DIR"
@@ -154,4 +155,4 @@ REPEAT = Tool("repeat", "Test tool: `text` repeated `times` times (a large resul
               RepeatArgs, timeout_s=5, idempotent=True)
 FAIL = Tool("fail", "Test tool: fails on purpose with `message`.", fail_run, FailArgs, timeout_s=5)
 
-BUILTINS = (WAIT, HUMAN, ADD, SLEEP_COUNT, SLEEP_COUNT_IDEMPOTENT, REPEAT, FAIL)
+BUILTINS = (WAIT, HUMAN, ASK_USER, ADD, SLEEP_COUNT, SLEEP_COUNT_IDEMPOTENT, REPEAT, FAIL)

@@ -56,7 +56,8 @@ class Tool:
     JSON schema); a tool whose schema comes from elsewhere (an MCP server) sets
     ``args_schema`` instead and validates in ``run``.  ``run`` is None for an
     ``external`` tool, whose result is posted from outside (a human, another
-    system).  ``idempotent`` tools may run again after a crash left their
+    system); ``waits_for`` is the session's ``status_reason`` while such a
+    call waits (``user`` for ``ask_user``).  ``idempotent`` tools may run again after a crash left their
     outcome unknown; others never are.
     """
 
@@ -69,6 +70,7 @@ class Tool:
     idempotent: bool = False
     needs_approval: bool = False
     external: bool = False
+    waits_for: str = "tool_result"  # an external call's waiting reason: "user" for a human's answer
 
     def schema(self) -> dict:
         if self.args_model is not None:

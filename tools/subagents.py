@@ -128,10 +128,11 @@ def parent_context(store, parent: dict, child_session_id: str, transcript: int) 
             "source": {"kind": "parent", "agent_id": parent["agent_id"], "session_id": parent["session_id"]}}
 
 
-def build(store, monikers, profiles: Callable[[str], dict] | None = None) -> list[Tool]:
+def build(store, monikers, profiles: Callable[[str, dict], dict] | None = None) -> list[Tool]:
     """Both tools, bound to the service's store and monikers.  ``profiles``:
-    a profile loader (name -> {moniker, config?, task?}) where one is installed;
-    without it, ``profile`` is refused with a clear error."""
+    a profile loader ``(name, config overrides) -> {moniker, config}`` (agents.py
+    wires the profile library's); KeyError for an unknown or broken profile,
+    ValueError for an override it refuses.  Without one, ``profile`` is refused."""
     spawned: dict[str, set[str]] = {}  # parent -> children queued by this process, not yet in agent_state
     lock = asyncio.Lock()
 
@@ -141,10 +142,12 @@ def build(store, monikers, profiles: Callable[[str], dict] | None = None) -> lis
         if profiles is None:
             raise SpawnRefused(NO_PROFILES)
         try:
-            profile = profiles(args.profile)
-        except KeyError:
-            raise SpawnRefused(f"no profile {args.profile!r}") from None
-        return profile["moniker"], {**(profile.get("config") or {}), **args.config}
+            profile = profiles(args.profile, dict(args.config))
+        except KeyError as exc:
+            raise SpawnRefused(str(exc.args[0]) if exc.args else f"no profile {args.profile!r}") from None
+        except ValueError as exc:
+            raise SpawnRefused(f"profile {args.profile!r}: {exc}") from None
+        return profile["moniker"], dict(profile.get("config") or {})
 
     def prepare(args: SpawnArgs, ctx: ToolContext) -> dict:
         session_id = ctx.tool_call_id

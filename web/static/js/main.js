@@ -11,9 +11,12 @@
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./pages/search.js";
+import "./pages/needs_you.js";
+import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
+import "./components/observers.js";
 //                  A step part lives in web/static/js/components/ and imports
 //                  registerStepPart from "../core/registry.js"; it may also use
 //                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
@@ -27,10 +30,13 @@ import "./pages/session.js";
 import "./pages/conversations.js";
 import "./pages/conversation.js";
 import "./pages/search.js";
+import "./pages/needs_you.js";
+import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
 import "./components/session_tree.js";
+import "./components/observers.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";

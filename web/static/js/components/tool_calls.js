@@ -74,6 +74,7 @@ function controls(row) {
         onclick: () => decide(row, "deny", reason.value ? { reason: reason.value } : {}) }, "Deny"),
       reason);
   }
+  if (row.status === "waiting_result" && row.name === "ask_user") return answerForm(row);
   if (row.status === "waiting_result") {
     const text = h("textarea", { placeholder: "result: JSON or plain text", name: "result", rows: 2,
       "aria-label": "Result of " + row.name });
@@ -85,6 +86,25 @@ function controls(row) {
     } }, text, h("button", { type: "submit", dataset: { testid: "tool-post-result" } }, "Post result"));
   }
   return null;
+}
+
+// A question (ask_user): answered like on the "Needs you" page (POST /api/sessions/<id>/answer).
+function answerForm(row) {
+  const args = row.args || {};
+  const text = h("input", { name: "answer", placeholder: "your answer", "aria-label": "Answer to: " + args.question });
+  const send = async (answer) => {
+    try {
+      await post(`/api/sessions/${row.session_id}/answer`, { text: answer, tool_call_id: row.id });
+      toast("answer sent");
+    } catch (err) {
+      toast("answer failed: " + err.message, true);
+    }
+  };
+  return h("form.tool-actions", { onsubmit: (e) => {
+    e.preventDefault();
+    if (text.value.trim()) send(text.value);
+  } }, h("strong", args.question || ""), (args.choices || []).map((choice) => h("button", { type: "button",
+    onclick: () => send(choice) }, choice)), text, h("button", { type: "submit" }, "Answer"));
 }
 
 async function decide(row, verb, body) {

@@ -73,7 +73,11 @@ export const STATUS_WORDS = {
 };
 
 export const statusWord = (status) => STATUS_WORDS[status] || status || "unknown";
-export const reasonWords = (reason) => (reason ? REASONS[reason] || reason.replace(/[_:]/g, " ") : "");
+// A waiting session's reason says what it waits for ("user" there is not "by you").
+const WAITING_REASONS = { user: "for your answer", approval: "for an approval", tool_result: "for a tool's result" };
+
+export const reasonWords = (reason, status) => (!reason ? ""
+  : (status === "waiting" && WAITING_REASONS[reason]) || REASONS[reason] || reason.replace(/[_:]/g, " "));
 
 export function badge(status) {
   return h("span.badge." + (status || "unknown"), statusWord(status));

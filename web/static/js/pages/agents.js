@@ -91,7 +91,7 @@ function agentRow(a) {
     h("div.hint", h("code", short(a.agent_id)), a.task ? " · " + a.task : "")),
   h("td", { dataset: { label: "Moniker" } }, a.moniker || ""),
   h("td", { dataset: { label: "Status" } }, badge(a.status),
-    a.status_reason ? h("div.hint", reasonWords(a.status_reason)) : null),
+    a.status_reason ? h("div.hint", reasonWords(a.status_reason, a.status)) : null),
   h("td", { dataset: { label: "Steps" } }, a.iteration >= 0 ? String(stepNumber(a.iteration)) : "–"),
   h("td.text" + (a.status === "error" ? ".bad" : ""), { dataset: { label: "Last output" }, title: output }, output),
   h("td", { dataset: { label: "Updated" } }, when(a.updated_at)));

@@ -34,7 +34,8 @@ function mount(section) {
       addMessage(posted.message);
       text.value = "";
       const n = posted.deliveries.length;
-      toast(n ? `Sent to ${n} agent session${n > 1 ? "s" : ""}` : "Sent (no agents in this conversation yet)");
+      if (posted.answer) toast("Sent as the answer to the open question");
+      else toast(n ? `Sent to ${n} agent session${n > 1 ? "s" : ""}` : "Sent (no agents in this conversation yet)");
     } catch (err) {
       error.textContent = err.message;
     }
@@ -54,11 +55,35 @@ function addMessage(m) {
     ? [h("a", { href: "#/session/" + m.session_id }, tag(m.agent_id)), ` · step ${stepNumber(m.iteration)}`]
     : [m.user_id || "user"];
   const li = h("li." + m.sender_type, { dataset: { key: keyOf(m), message: m.message_id, testid: "message" } },
-    h("div.msg-head", ...who, " · ", when(m.created_at)), h("div.msg-text", m.text || ""));
+    h("div.msg-head", ...who, " · ", when(m.created_at)), h("div.msg-text", m.text || ""), questionPart(m));
   const later = [...ui.messages.children].find((n) => n.dataset.key > li.dataset.key);
   ui.messages.insertBefore(li, later || null);
   ui.empty.hidden = true;
   if (!later) li.scrollIntoView({ block: "nearest" });
+}
+
+// A question an agent asked (ask_user; a child's, in its root's conversation): a
+// link to the asking session and its choices as buttons.  A reply here answers
+// it (the server routes it), so a button just posts the choice, naming the question.
+function questionPart(m) {
+  const data = m.data || {};
+  if (m.event_type !== "question" || data.kind !== "question") return null;
+  const child = data.child;
+  return h("div.msg-question", { dataset: { testid: "message-question" } },
+    child ? h("a", { href: `#/session/${child.session_id}` }, "open " + (child.name || tag(child.agent_id))) : null,
+    (data.choices || []).map((choice) => h("button", { type: "button", dataset: { testid: "message-choice" },
+      onclick: () => reply(choice, { tool_call_id: data.tool_call_id }) }, choice)),
+    h("span.hint", " or reply below"));
+}
+
+async function reply(text, data) {
+  try {
+    const posted = await post(`/api/conversations/${current.id}/messages`, { text, data });
+    addMessage(posted.message);
+    toast(posted.answer ? "Answer sent" : "Sent (that question was closed already)");
+  } catch (err) {
+    toast(err.message, true);
+  }
 }
 
 async function load() {

@@ -105,7 +105,7 @@ function render(s) {
   ui.steps.setSession(s);
   ui.record.update(s);
   ui.title.replaceChildren(agentLabel(s), " ", badge(s.status),
-    s.status_reason ? h("small", { dataset: { testid: "session-reason" } }, " " + reasonWords(s.status_reason)) : "");
+    s.status_reason ? h("small", { dataset: { testid: "session-reason" } }, " " + reasonWords(s.status_reason, s.status)) : "");
   replace(ui.facts,
     fact("Status", h("span", { dataset: { testid: "session-status" } }, s.status)),
     fact("Agent", h("code", { title: s.agent_id }, short(s.agent_id))),

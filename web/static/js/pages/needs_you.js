@@ -1,0 +1,133 @@
+// The "Needs you" page: everything agents wait on a person for, oldest first
+// (GET /api/waiting): questions (ask_user) answered in place (a choice button or
+// free text), approvals approved or denied in place, other external tools'
+// results posted in place.  It follows the "all" room: any tool_call event
+// (a question asked, answered or timed out elsewhere) reloads the list shortly.
+// The nav count is components/needs_you_count.js.
+import { get, post } from "../core/api.js";
+import { h, replace } from "../core/dom.js";
+import { agentLabel, when } from "../core/format.js";
+import { registerPage } from "../core/registry.js";
+import { toast } from "../core/toast.js";
+import { refreshCount } from "../components/needs_you_count.js";
+
+const PAGE = 100;
+const KIND_WORDS = { question: "question", approval: "approval", result: "external result" };
+let ui = null;
+let reloadTimer = null;
+
+function mount(section) {
+  ui = {
+    list: h("ul.waiting-list", { dataset: { testid: "waiting" } }),
+    empty: h("p.empty", { hidden: true }, "Nothing waits for you. Questions agents ask (ask_user) and tool calls "
+      + "that need your approval show up here."),
+    more: h("p.hint", { hidden: true }),
+    count: h("span.hint"),
+  };
+  replace(section, h("div.panel", h("h2", "Needs you ", ui.count), ui.list, ui.empty, ui.more));
+}
+
+async function load() {
+  const data = await get("/api/waiting", { limit: PAGE });
+  replace(ui.list, data.waiting.map(item));
+  ui.empty.hidden = data.waiting.length > 0;
+  ui.count.textContent = data.total ? `(${data.total} open, oldest first)` : "";
+  ui.more.hidden = data.total <= data.waiting.length;
+  ui.more.textContent = `${data.total - data.waiting.length} more wait behind these; they show as these are settled.`;
+  refreshCount(data.total);
+}
+
+function item(w) {
+  const session = w.session || {};
+  const who = agentLabel({ name: session.name, agent_id: w.agent_id });
+  const parent = session.parent_session_id
+    ? h("a.hint", { href: "#/session/" + session.parent_session_id }, " · child of another agent") : null;
+  return h("li.waiting-item", { dataset: { testid: "waiting-item", call: w.tool_call_id, kind: w.kind } },
+    h("div.waiting-head",
+      h("span.badge.kind", KIND_WORDS[w.kind] || w.kind), " ",
+      h("a.waiting-who", { href: `#/session/${w.session_id}?iteration=${w.iteration}&tool_call=${w.tool_call_id}` },
+        who),
+      parent, " ", h("span.hint", "asked ", when(w.created_at)),
+      w.deadline ? h("span.hint", " · answers itself ", when(w.deadline),
+        w.default != null ? ` with “${w.default}”` : " as unanswered") : null),
+    w.kind === "question" ? question(w) : w.kind === "approval" ? approval(w) : result(w));
+}
+
+function question(w) {
+  const text = h("input", { name: "answer", placeholder: "your answer", "aria-label": "Answer to: " + w.question,
+    dataset: { testid: "answer-text" } });
+  const send = (answer) => act(`/api/sessions/${w.session_id}/answer`,
+    { text: answer, tool_call_id: w.tool_call_id }, "answer sent");
+  return [
+    h("p.waiting-question", { dataset: { testid: "question" } }, w.question),
+    w.choices ? h("div.tool-actions", w.choices.map((choice) => h("button", { type: "button",
+      dataset: { testid: "answer-choice" }, onclick: () => send(choice) }, choice))) : null,
+    h("form.tool-actions", { onsubmit: (e) => {
+      e.preventDefault();
+      if (text.value.trim()) send(text.value);
+    } }, text, h("button.primary", { type: "submit", dataset: { testid: "answer-submit" } }, "Answer")),
+  ];
+}
+
+function approval(w) {
+  const reason = h("input", { name: "reason", placeholder: "reason (told to the model)",
+    "aria-label": "Reason for denying " + w.tool });
+  return [
+    h("p", "Run ", h("strong", w.tool), "?"),
+    h("pre.tool-json", JSON.stringify(w.args, null, 2)),
+    h("div.tool-actions",
+      h("button", { type: "button", dataset: { testid: "waiting-approve" },
+        onclick: () => act(`/api/tool-calls/${w.tool_call_id}/approve`, {}, "approved") }, "Approve"),
+      h("button.danger", { type: "button", dataset: { testid: "waiting-deny" },
+        onclick: () => act(`/api/tool-calls/${w.tool_call_id}/deny`, reason.value ? { reason: reason.value } : {},
+          "denied") }, "Deny"),
+      reason),
+  ];
+}
+
+function result(w) {
+  const text = h("textarea", { name: "result", rows: 2, placeholder: "result: JSON or plain text",
+    "aria-label": "Result of " + w.tool });
+  return [
+    h("p", h("strong", w.tool), " waits for its result"),
+    h("pre.tool-json", JSON.stringify(w.args, null, 2)),
+    h("form.tool-actions", { onsubmit: (e) => {
+      e.preventDefault();
+      let value = text.value;
+      try { value = JSON.parse(text.value); } catch (err) { /* plain text is a fine result */ }
+      act(`/api/tool-calls/${w.tool_call_id}/result`, { result: value }, "result posted");
+    } }, text, h("button", { type: "submit" }, "Post result")),
+  ];
+}
+
+async function act(path, body, done) {
+  try {
+    await post(path, body);
+    toast(done);
+  } catch (err) {
+    toast(err.message, true);
+  }
+  scheduleReload(300);
+}
+
+// Live changes reload at most every second: a busy service does not keep the page reloading.
+function scheduleReload(delay = 1000) {
+  if (reloadTimer) return;
+  reloadTimer = setTimeout(() => {
+    reloadTimer = null;
+    load().catch((err) => toast("Could not load: " + err.message, true));
+  }, delay);
+}
+
+registerPage({
+  name: "needs_you",
+  nav: { label: "Needs you", href: "#/needs-you", order: 15 },
+  match: (parts) => (parts[0] === "needs-you" ? {} : null),
+  mount,
+  enter() {},
+  rooms: () => ["all"],
+  catchUp: () => load().catch((err) => toast("Could not load: " + err.message, true)),
+  on: {
+    tool_call: () => scheduleReload(),
+  },
+});
