@@ -45,7 +45,7 @@ def test_orchestrator_starts_follows_up_and_answers(shared_service):
             "llm": {"base_url": llm.base_url, "model": "fake-orchestrator"},
             "sub_moniker": "scripted", "sub_config": {"interval_s": 0, "frames": research}})
         sid = made["session_id"]
-        svc.wait_steps(sid, 1)
+        svc.wait_steps(sid, 1, timeout=90)  # the module's agents.py may still be starting
 
         say(svc, cid, "What is the population of Paris?")  # branch 1: a new sub-agent
         wait_for(lambda: "researcher: Paris has 2.1M people" in agent_texts(svc, cid), timeout=60,
@@ -101,7 +101,7 @@ def test_a_baml_agent_waiting_on_its_sub_agent_makes_no_model_call_meanwhile(sha
         assert len(llm.requests) == 1, "the model was called while its sub-agent worked"  # (no summary: not done)
         r = svc.post(f"/api/tool-calls/{human['id']}/result", json={"result": "go"})
         assert r.status_code == 202
-        svc.wait_status(sid, "done")
+        svc.wait_status(sid, "done", timeout=60)
         prompts = [q.prompt for q in llm.requests if "archive entry" not in q.prompt]  # not the record's summary
     assert len(prompts) == 2 and "the inner answer" in prompts[1]
     (row,) = svc.get("/api/tool-calls", session_id=sid).json()["tool_calls"]

@@ -58,9 +58,9 @@ def test_child_result_reaches_a_stepping_parent_once(shared_service):
         + working(400), interval_s=0.1)
     sid = made["session_id"]
     (child,) = spawned_ids(svc, sid)
-    svc.wait_status(child, "done")
+    svc.wait_status(child, "done", timeout=60)
     (consumed, _), = wait_one_result(svc, sid, child)
-    svc.wait_steps(sid, consumed + 4)  # it keeps stepping, and nothing comes twice
+    svc.wait_steps(sid, consumed + 4, timeout=60)  # it keeps stepping, and nothing comes twice
     assert svc.control(made["agent_id"], "destroy")["status"] == "done"
     got = [(i, item) for i, item in child_results(svc.steps(sid)) if item["data"]["child_session_id"] == child]
     assert len(got) == 1, got
@@ -102,7 +102,7 @@ def test_child_result_waits_for_a_paused_parent_and_wakes_a_finished_one(shared_
     (child,) = spawned_ids(svc, sid)
     assert svc.control(paused["agent_id"], "pause")["status"] == "done"
     answer_human(svc, child)
-    svc.wait_status(child, "done")
+    svc.wait_status(child, "done", timeout=60)
     wait_for(lambda: (a := child_result_actions(svc, sid)) and a[0]["status"] == "done", what="delivery")
     before = svc.settled_step_count(sid)
     assert not child_results(svc.steps(sid)), "a paused parent stepped"
@@ -116,11 +116,11 @@ def test_child_result_waits_for_a_paused_parent_and_wakes_a_finished_one(shared_
         {"text": "late answer", "done": True}])]}, {"text": "nothing to do", "done": True}])
     sid = done["session_id"]
     (child,) = spawned_ids(svc, sid)
-    svc.wait_status(sid, "done")
+    svc.wait_status(sid, "done", timeout=60)
     assert len(svc.steps(sid)) == 2
     answer_human(svc, child)
     steps = wait_for(lambda: (s := svc.steps(sid)) and len(s) >= 3 and s, what="the woken parent's step")
-    svc.wait_status(sid, "done")
+    svc.wait_status(sid, "done", timeout=60)
     got = child_results(svc.steps(sid))
     assert [(i, item["data"]["text"]) for i, item in got] == [(2, "late answer")]
     assert steps[2]["iteration"] == 2 and svc.session(sid)["status_reason"] == "done"
@@ -136,7 +136,7 @@ def test_three_children_finishing_between_two_steps_arrive_in_one_step_in_finish
     assert svc.control(made["agent_id"], "pause")["status"] == "done"
     for n in (2, 0, 1):  # finish in this order
         answer_human(svc, kids[n])
-        svc.wait_status(kids[n], "done")
+        svc.wait_status(kids[n], "done", timeout=60)
     actions = wait_for(lambda: (a := child_result_actions(svc, sid)) and len(a) == 3
                        and all(x["status"] == "done" for x in a) and a, what="three deliveries")
     assert [a["payload"]["child_session_id"] for a in actions] == [kids[2], kids[0], kids[1]]
@@ -157,11 +157,11 @@ def test_wait_true_ends_the_call_with_the_childs_result_and_no_step_meanwhile(sh
     call = wait_for(lambda: next((r for r in tool_rows(svc, sid) if r["status"] == "waiting_result"), None),
                     what="the spawn call to wait")
     child = call["result"]["session_id"]
-    assert svc.wait_status(sid, "waiting")["status_reason"] == "tool_result"
-    svc.wait_status(child, "waiting")
+    assert svc.wait_status(sid, "waiting", timeout=60)["status_reason"] == "tool_result"
+    svc.wait_status(child, "waiting", timeout=60)
     assert svc.settled_step_count(sid) == 1  # no step (so no model call) while the child works
     answer_human(svc, child)
-    svc.wait_status(sid, "done")
+    svc.wait_status(sid, "done", timeout=60)
     (row,) = tool_rows(svc, sid)
     assert row["status"] == "success" and row["result"]["text"] == "waited for"
     assert row["result"]["data"] == {"n": 7} and row["result"]["session_id"] == child
@@ -181,11 +181,11 @@ def test_message_agent_reactivates_a_finished_child_and_its_next_result_arrives(
         {"text": "thanks", "done": True}])
     sid = made["session_id"]
     (child,) = spawned_ids(svc, sid)
-    svc.wait_status(sid, "done")
+    svc.wait_status(sid, "done", timeout=60)
     answer_human(svc, child)
     wait_for(lambda: len(child_results(svc.steps(sid))) == 2, timeout=60, what="both results")
-    svc.wait_status(sid, "done")
-    svc.wait_status(child, "done")
+    svc.wait_status(sid, "done", timeout=60)
+    svc.wait_status(child, "done", timeout=60)
     got = child_results(svc.steps(sid))
     assert [(item["data"]["generation"], item["data"]["text"]) for _, item in got] == [
         (1, "first answer"), (2, "second answer")]
@@ -204,7 +204,7 @@ def test_inherit_transcript_gives_the_child_its_parents_context(shared_service):
     made = parent(svc, [{"text": "thinking about zebras"}, {"text": "and about giraffes", "tool_calls": [
         child_spec([{"text": "seen", "done": True}], inherit={"transcript": 2})]}, {"text": "ok", "done": True}])
     (child,) = spawned_ids(svc, made["session_id"])
-    svc.wait_status(child, "done")
+    svc.wait_status(child, "done", timeout=60)
     first = svc.steps(child)[0]
     (item,) = [i for i in first["inputs"]["inbox"] if i["kind"] == "parent_context"]
     assert "zebras" in item["text"] and "giraffes" in item["text"]
@@ -217,7 +217,7 @@ def test_max_children_and_max_depth_are_clear_tool_errors(shared_service):
     made = parent(svc, [{"text": "three", "tool_calls": [
         child_spec([{"text": "x", "done": True}]) for _ in range(3)]}, {"text": "ok", "done": True}],
         max_children=2)
-    svc.wait_status(made["session_id"], "done")
+    svc.wait_status(made["session_id"], "done", timeout=60)
     rows = tool_rows(svc, made["session_id"])
     assert sorted(r["status"] for r in rows) == ["failed", "success", "success"]
     (failed,) = [r for r in rows if r["status"] == "failed"]
@@ -228,19 +228,31 @@ def test_max_children_and_max_depth_are_clear_tool_errors(shared_service):
                     {"text": "ok", "done": True}], tools=["spawn_agent", "human"])]}, {"text": "ok", "done": True}],
         max_depth=1)
     (child,) = spawned_ids(svc, deep["session_id"])
-    svc.wait_status(child, "done")
+    svc.wait_status(child, "done", timeout=60)
     (row,) = tool_rows(svc, child)
     assert row["status"] == "failed" and "max_depth reached" in row["error"]
     assert children_of(svc, child) == []
 
 
-def test_profile_is_refused_clearly_without_a_profile_loader(shared_service):
+def test_spawn_by_profile_uses_the_profile_library(shared_service):
+    """``profile`` resolves through agents.py's profile library (the shipped
+    ``researcher``), with the call's config as a create's overrides; an unknown
+    profile or an override it forbids is a clear tool error."""
     svc = shared_service
-    made = parent(svc, [{"text": "x", "tool_calls": [{"name": "spawn_agent", "args": {
-        "task": "t", "profile": "researcher"}}]}, {"text": "ok", "done": True}])
-    svc.wait_status(made["session_id"], "done")
-    (row,) = tool_rows(svc, made["session_id"])
-    assert row["status"] == "failed" and "profiles are not available" in row["error"]
+    spawn = lambda profile, **config: {"name": "spawn_agent", "args": {  # noqa: E731
+        "task": "look it up", "profile": profile, "name": profile, "config": config}}
+    made = parent(svc, [{"text": "x", "tool_calls": [
+        spawn("researcher", max_steps=1), spawn("no-such-profile"), spawn("researcher", tools=["wait"])]},
+        {"text": "ok", "done": True}])
+    svc.wait_status(made["session_id"], "done", timeout=60)
+    rows = sorted(tool_rows(svc, made["session_id"]), key=lambda r: r["seq"])
+    assert [r["status"] for r in rows] == ["success", "failed", "failed"], rows
+    assert "no profile 'no-such-profile'" in rows[1]["error"]
+    assert "not allowed by profile 'researcher'" in rows[2]["error"]
+    child = svc.session(rows[0]["result"]["session_id"])
+    assert child["moniker"] == "baml" and child["config"]["profile"]["name"] == "researcher"
+    assert child["config"]["max_steps"] == 1 and child["config"]["tools"] == ["http_fetch"]
+    svc.control(child["agent_id"], "destroy")
 
 
 # ---- trees: destroy, abandon, pause/resume, budgets ---------------------------
@@ -261,7 +273,7 @@ def test_destroy_cascades_down_the_tree_and_abandon_keeps_a_child(shared_service
     child, loner = spawned_ids(svc, root, 2)
     (grand,) = spawned_ids(svc, child)
     for sid in (child, loner, grand):
-        svc.wait_steps(sid, 2)
+        svc.wait_steps(sid, 2, timeout=60)
     tree = svc.get(f"/api/sessions/{root}/children", descendants="true").json()
     assert {(r["session_id"], r["depth"]) for r in tree["children"]} == {(child, 1), (loner, 1), (grand, 2)}
     assert svc.get(f"/api/sessions/{grand}/children").json()["parent"]["session_id"] == child
@@ -269,18 +281,18 @@ def test_destroy_cascades_down_the_tree_and_abandon_keeps_a_child(shared_service
     # pause and resume the whole tree
     assert svc.control(made["agent_id"], "pause", tree=True)["status"] == "done"
     for sid in (root, child, loner, grand):
-        svc.wait_status(sid, "paused")
+        svc.wait_status(sid, "paused", timeout=60)
     counts = {sid: svc.settled_step_count(sid) for sid in (child, grand)}
     assert svc.control(made["agent_id"], "resume", tree=True)["status"] == "done"
     for sid in (child, grand):
-        svc.wait_steps(sid, counts[sid] + 2)
+        svc.wait_steps(sid, counts[sid] + 2, timeout=60)
 
     assert svc.control(made["agent_id"], "destroy")["status"] == "done"
     for sid in (root, child, grand):
-        svc.wait_status(sid, "stopped")
+        svc.wait_status(sid, "stopped", timeout=60)
     settled = {sid: svc.settled_step_count(sid) for sid in (child, grand)}
     loner_steps = len(svc.steps(loner))
-    svc.wait_steps(loner, loner_steps + 3)  # the abandoned child works on
+    svc.wait_steps(loner, loner_steps + 3, timeout=60)  # the abandoned child works on
     assert svc.session(loner)["status"] == "running"
     assert {sid: len(svc.steps(sid)) for sid in settled} == settled
     loner_agent = svc.session(loner)["agent_id"]
@@ -295,9 +307,9 @@ def test_a_budget_covers_the_whole_tree(shared_service):
                   + working(400), interval_s=0.1, budget_tokens=100)
     root = made["session_id"]
     (child,) = spawned_ids(svc, root)
-    snap = svc.wait_status(child, "paused")
+    snap = svc.wait_status(child, "paused", timeout=60)
     assert snap["status_reason"] == "budget" and "budget" in snap["last_error"]
-    assert svc.wait_status(root, "paused")["status_reason"] == "budget"
+    assert svc.wait_status(root, "paused", timeout=60)["status_reason"] == "budget"
     steps = svc.steps(child)
     assert len(steps) == 3  # 90 tokens; a fourth step (~30 more) would have crossed 100
     assert sum(s["usage"]["input_tokens"] + s["usage"]["output_tokens"] for s in steps) == 90
@@ -305,10 +317,10 @@ def test_a_budget_covers_the_whole_tree(shared_service):
 
     # the dashboard's "raise budget and resume" (no tree flag): the tree its budget paused resumes with it
     assert svc.control(made["agent_id"], "resume", budget_tokens=1000)["status"] == "done"
-    svc.wait_status(child, "done")
+    svc.wait_status(child, "done", timeout=60)
     assert len(svc.steps(child)) == 11
     assert svc.session(root)["config"]["budget_tokens"] == 1000
-    svc.wait_status(root, "running")
+    svc.wait_status(root, "running", timeout=60)
     svc.control(made["agent_id"], "destroy")
 
 
@@ -320,8 +332,8 @@ def test_a_failed_or_destroyed_child_reports_too(shared_service):
         child_spec(working(400), name="doomed", interval_s=0.1)]}] + working(400), interval_s=0.05)
     sid = made["session_id"]
     failing, doomed = spawned_ids(svc, sid, 2)
-    svc.wait_status(failing, "error")
-    svc.wait_steps(doomed, 1)
+    svc.wait_status(failing, "error", timeout=60)
+    svc.wait_steps(doomed, 1, timeout=60)
     assert svc.control(svc.session(doomed)["agent_id"], "destroy")["status"] == "done"
     both = wait_for(lambda: (r := child_results(svc.steps(sid))) and len(r) == 2 and r, what="both outcomes")
     got = {item["data"]["child_session_id"]: item for _, item in both}
@@ -345,7 +357,7 @@ def test_the_recovery_scan_reports_an_outcome_a_crash_left_unreported(shared_ser
         {"text": "never reached", "done": True}], name="cut")]}] + working(400), interval_s=0.2)
     sid = made["session_id"]
     (child,) = spawned_ids(svc, sid)
-    svc.wait_status(child, "waiting")
+    svc.wait_status(child, "waiting", timeout=60)
     assert svc.stop_agents() == 0
     store = Store(os.path.join(svc.data_dir, "lancedb"))
     try:
@@ -358,6 +370,6 @@ def test_the_recovery_scan_reports_an_outcome_a_crash_left_unreported(shared_ser
     (iteration, item), = wait_one_result(svc, sid, child)
     assert item["data"]["text"] == "recovered" and item["data"]["status"] == "done"
     assert svc.session(child)["reported_generation"] == 1
-    svc.wait_steps(sid, iteration + 3)
+    svc.wait_steps(sid, iteration + 3, timeout=60)
     assert len([i for i, it in child_results(svc.steps(sid)) if it["data"]["child_session_id"] == child]) == 1
     svc.control(made["agent_id"], "destroy")

@@ -19,8 +19,8 @@ def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_
         + working(400), interval_s=0.2)
     root = made["session_id"]
     quick, slow = spawned_ids(svc, root, 2)
-    svc.wait_status(quick, "done")
-    svc.wait_steps(slow, 1)
+    svc.wait_status(quick, "done", timeout=60)
+    svc.wait_steps(slow, 1, timeout=60)
 
     page.goto(f"{svc.url}/#/session/{root}")
     tree = page.get_by_test_id("session-tree")
