@@ -106,6 +106,21 @@ class Persistence:
     async def adopt_session(self, session_id: str, new_owner: str, expected_owner: str | None) -> bool:
         return await asyncio.to_thread(self.store.states.adopt, session_id, new_owner, expected_owner)
 
+    # sub-agents (runtime/subagents.py)
+    async def enqueue(self, type_: str, *, agent_id: str, session_id: str, payload: dict) -> dict:
+        """Append an action (durable when this returns)."""
+        return await asyncio.to_thread(self.store.actions.enqueue, type_, agent_id=agent_id,
+                                       session_id=session_id, payload=payload)
+
+    async def children(self, session_id: str) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.children, session_id)
+
+    async def tree(self, root_session_id: str) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.tree, root_session_id)
+
+    async def unreported_outcomes(self) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.unreported_outcomes)
+
     # retention
     async def finished_sessions_before(self, when) -> list[dict]:
         return await asyncio.to_thread(self.store.states.finished_before, when)

@@ -1,5 +1,6 @@
 """agent_state: the latest snapshot of each agent session, one row per session_id."""
 from concurrent.futures import Future
+from datetime import datetime
 
 from store import codec, filters, query
 
@@ -23,6 +24,14 @@ def _matches(row: dict, moniker: str | None, text: str | None) -> bool:
         return any(needle in (row.get(k) or "").casefold() for k in ("name", "task", "agent_id", "session_id"))
     return True
 RESUMABLE = ("running", "waiting", "paused", "stopping")
+TIME_COLUMNS = ("created_at", "updated_at", "status_changed_at", "step_started_at", "heartbeat_at")
+
+
+def _as_time(value):
+    """Rows come back with ISO-8601 times (store/codec.py); saving one again needs them as datetimes."""
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value
 
 
 class StateTable:
@@ -40,7 +49,7 @@ class StateTable:
         """Queue insert-or-replace of the snapshot of ``snapshot['session_id']``
         (merge_insert on the declared primary key, never an overwrite of the
         table); the future resolves once it is durable."""
-        row = dict(snapshot)
+        row = {k: _as_time(v) if k in TIME_COLUMNS else v for k, v in snapshot.items()}  # a read row saved again
         row["updated_at"] = codec.utcnow()
         return self.writer.submit_upsert(self.name, self.key, [row])
 
@@ -124,6 +133,28 @@ class StateTable:
         """Finished sessions whose status changed at or after ``when`` (the archive's catch-up)."""
         where = filters.all_of(filters.in_words("status", ("stopped", "done", "error"), STATUSES),
                                filters.ts_cmp("status_changed_at", ">=", when))
+        return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
+
+    # ---- sub-agent trees (runtime/subagents.py) ----------------------------
+
+    def children(self, parent_session_id: str, limit: int = 1000) -> list[dict]:
+        """The direct children of a session, oldest first."""
+        return query.rows(self.table, self.name, filters.eq_id("parent_session_id", parent_session_id),
+                          order=[("created_at", True), ("session_id", True)], limit=limit)
+
+    def tree(self, root_session_id: str, limit: int = 10_000) -> list[dict]:
+        """A whole tree: its root and every session whose root it is, oldest first."""
+        where = filters.any_of(filters.eq_id("session_id", root_session_id),
+                               filters.eq_id("root_session_id", root_session_id))
+        return query.rows(self.table, self.name, where, order=[("created_at", True), ("session_id", True)],
+                          limit=limit)
+
+    def unreported_outcomes(self, limit: int = 500) -> list[dict]:
+        """Finished children whose latest outcome was never queued for their parent
+        (a crash between finishing and reporting, or a path that bypassed the report)."""
+        where = filters.all_of("parent_session_id IS NOT NULL",
+                               filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+                               "COALESCE(reported_generation, 0) < COALESCE(generation, 1)")
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
     def delete_sessions(self, session_ids: list[str]) -> None:
