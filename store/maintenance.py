@@ -14,8 +14,10 @@ produces (issue 9).  Three things make sure it does:
   of seconds), so each run compacts a few dozen fragments and removes a few
   hundred versions: cheap, where a rare run grew to seconds and then lost every
   commit race.
-- Its first try commits like any other writer, and Lance rebases it over the
-  appends that landed meanwhile.  When that loses anyway (Lance's "Retryable
+- On an append-only table its first try commits like any other writer, and
+  Lance rebases it over the appends that landed meanwhile.  A table that takes
+  updates holds its commit lock from the first try (an update would preempt
+  the compaction and leave its files behind).  When a try loses anyway (Lance's "Retryable
   commit conflict", or its retry loop giving up with "Too many concurrent
   writers"), every further try holds this process's commit lock for the table:
   the table's committer waits for the run instead of racing it.  Writes queue
@@ -56,6 +58,7 @@ fragments or versions pass a threshold is logged as a warning.
 """
 import logging
 import time
+from contextlib import nullcontext
 from datetime import datetime, timedelta, timezone
 
 import lance
@@ -76,6 +79,13 @@ WARN_VERSIONS = 2000
 COMPACT_TARGET_ROWS = 100_000  # fragments this big are left as they are
 MAX_INDEX_SEGMENTS = 8  # an index's segments (base + deltas) before its deltas are merged
 FULL_MERGE_RATIO = 0.5  # the deltas are merged into the base once they are this big next to it
+# Tables that only ever get appends (and rare retention deletes).  Lance rebases
+# a compaction over appends, so their upkeep runs beside their commits.  Every
+# other table takes updates or upserts, which preempt a compaction and leave its
+# rewritten files on disk for 7 days ("Compaction commit failed; leaving N
+# rewritten fragment(s) in place for GC"): their upkeep holds the table's commit
+# lock from the first try (in this process; another worker can still preempt it).
+APPEND_ONLY = frozenset({"agent_steps", "conversation_messages"})
 LANCE_CACHE_BYTES = 4 * 1024 * 1024  # the maintenance datasets' caches (each), apart from the Store's
 
 
@@ -171,7 +181,7 @@ class Maintainer:
         error = None
         for attempt in range(1, self.attempts + 1):
             try:
-                self._optimize_once(name, table, hold_lock=attempt > 1)
+                self._optimize_once(name, table, hold_lock=attempt > 1 or name not in APPEND_ONLY)
                 error = None
                 break
             except (RuntimeError, OSError, ValueError) as exc:
@@ -201,20 +211,19 @@ class Maintainer:
         return {"table": name, "ok": True, "seconds": seconds, "after": health.shape}
 
     def _optimize_once(self, name: str, table, *, hold_lock: bool) -> None:
-        if not hold_lock:
-            self._upkeep(table)
-            return
-        # This process's committer for the table waits for us instead of racing us.
-        with self.store.writer.table_lock(name):
-            table.checkout_latest()
-            self._upkeep(table)
+        """Compact the small fragments, index the new rows, remove old versions.
 
-    def _upkeep(self, table) -> None:
-        """Compact the small fragments, index the new rows, remove old versions."""
-        dataset = table.to_lance(session=self.lance_session)
-        dataset.optimize.compact_files(target_rows_per_fragment=COMPACT_TARGET_ROWS)
-        if dataset.list_indices():
-            dataset.optimize.optimize_indices(num_indices_to_merge=indices_to_merge(dataset))
+        With ``hold_lock`` (every try but the first of an append-only table),
+        this process's committer for the table waits for the compaction and
+        the index commit instead of racing them.  Cleanup commits nothing, so
+        it runs outside the lock."""
+        with self.store.writer.table_lock(name) if hold_lock else nullcontext():
+            if hold_lock:
+                table.checkout_latest()
+            dataset = table.to_lance(session=self.lance_session)
+            dataset.optimize.compact_files(target_rows_per_fragment=COMPACT_TARGET_ROWS)
+            if dataset.list_indices():
+                dataset.optimize.optimize_indices(num_indices_to_merge=indices_to_merge(dataset))
         dataset.cleanup_old_versions(older_than=self.keep_versions)
 
     def _abandoned(self, name: str, health: TableHealth, error: Exception) -> dict:
