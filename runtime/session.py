@@ -25,6 +25,7 @@ from runtime import limits
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from runtime.config import SessionConfig
+from runtime.fence import SessionLost
 from runtime.observers import Observers
 from runtime.stepcall import call_moniker
 from runtime.tool_runner import ToolPhase, ToolRunner
@@ -190,6 +191,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.flush_saves()
         except asyncio.CancelledError:
             raise
+        except SessionLost:  # another worker adopted it: write nothing more (runtime/fence.py)
+            return
         except Exception as exc:  # storage failed under us: record it if we still can
             log.exception("session %s runner crashed agent=%s", self.session_id, self.agent_id)
             self.last_error = f"runner: {type(exc).__name__}: {exc}"
