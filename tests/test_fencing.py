@@ -87,3 +87,65 @@ def test_a_frozen_worker_does_not_step_sessions_it_lost(service):
     assert svc.agents.poll() is None, "the thawed worker exited instead of dropping the session it lost"
     logs = "".join(open(os.path.join(svc.log_dir, n)).read() for n in os.listdir(svc.log_dir))
     assert f"lost session {sid}" in logs, "the thawed worker did not say it dropped the session"
+
+
+# ---- the store's part, in this process ---------------------------------------
+
+def _snapshot(session_id: str, owner: str | None, **extra) -> dict:
+    return {"session_id": session_id, "agent_id": "a" + session_id, "moniker": "echo", "status": "running",
+            "iteration": 0, "owner": owner, "created_at": datetime.now(timezone.utc), **extra}
+
+
+def test_a_snapshot_save_never_overwrites_another_owner(tmp_path):
+    """agent_state upserts are conditional on the stored owner: a save by a
+    worker that lost the session is refused (and says so), other rows of the
+    same commit land."""
+    from store import Store
+    store = Store(str(tmp_path / "db"))
+    try:
+        store.states.save(_snapshot("s1", "wb"))
+        store.states.save(_snapshot("s2", "wa"))
+        stale = store.states.submit(_snapshot("s1", "wa", iteration=7))
+        fine = store.states.submit(_snapshot("s2", "wa", iteration=3))
+        assert stale.result() is True and fine.result() in (True, None)  # one commit or two
+        assert (store.states.get("s1")["owner"], store.states.get("s1")["iteration"]) == ("wb", 0)
+        assert (store.states.get("s2")["owner"], store.states.get("s2")["iteration"]) == ("wa", 3)
+        assert store.states.submit(_snapshot("s2", "wa", iteration=4)).result() is None  # nothing refused
+    finally:
+        store.close()
+
+
+def test_an_owner_that_reasserts_makes_a_pending_adoption_fail(tmp_path):
+    """Adoption expects the snapshot it read unchanged: once the old owner has
+    reasserted (or saved) the row, an adopter that read it before loses."""
+    from store import Store
+    store = Store(str(tmp_path / "db"))
+    try:
+        store.states.save(_snapshot("s1", "wa"))
+        store.states.save(_snapshot("s2", "wa"))
+        read = {sid: store.states.get(sid)["updated_at"] for sid in ("s1", "s2")}  # what an adopter read
+        assert store.states.reassert(["s1"], "wa") == {"s1"}
+        assert not store.states.adopt("s1", "wb", "wa", read["s1"])  # changed since it was read
+        assert store.states.get("s1")["owner"] == "wa"
+        assert store.states.adopt("s2", "wb", "wa", read["s2"])  # unchanged: adopted
+        assert store.states.reassert(["s1", "s2"], "wa") == {"s1"}  # the read-back names what is held
+    finally:
+        store.close()
+
+
+def test_a_guarded_append_is_dropped_when_its_guard_says_no(tmp_path):
+    """The committer asks a step row's guard right before the commit."""
+    import pytest
+    from store import Store
+    from store.writer import Fenced
+    store = Store(str(tmp_path / "db"))
+    try:
+        step = {"agent_id": "a1", "session_id": "s1", "iteration": 0, "status": "ok"}
+        _, refused = store.steps.submit(step, guard=lambda: False)
+        with pytest.raises(Fenced):
+            refused.result()
+        _, kept = store.steps.submit({**step, "iteration": 1}, guard=lambda: True)
+        kept.result()
+        assert [s["iteration"] for s in store.steps.search(session_id="s1")] == [1]
+    finally:
+        store.close()
