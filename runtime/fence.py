@@ -41,6 +41,12 @@ def _log_failure(task: asyncio.Future) -> None:
         log.error("lease revalidation failed (tried again at the next heartbeat): %s", task.exception())
 
 
+def _expected_loss(future: asyncio.Future) -> None:
+    """Retrieve the outcome of a lost session's last save (SessionLost, most likely)."""
+    if not future.cancelled():
+        future.exception()
+
+
 class SessionLost(Exception):
     """This worker no longer owns the session: another worker adopted it."""
 
@@ -126,5 +132,8 @@ class Fence:
             agent.request_stop()
             if agent.runner is not None and agent.runner is not asyncio.current_task():
                 agent.runner.cancel()
+            saving = getattr(agent, "_saving", None)  # a save started behind the last step
+            if saving is not None:
+                saving.add_done_callback(_expected_loss)
         log.warning("worker %s lost session %s agent=%s: %s", self.worker_id, session_id,
                     agent.agent_id if agent else None, why)
