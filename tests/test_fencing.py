@@ -85,8 +85,12 @@ def test_a_frozen_worker_does_not_step_sessions_it_lost(service):
     for action_id in (before, during, after):
         assert delivered(steps, action_id) == 1, f"guidance {action_id} reached {delivered(steps, action_id)} steps"
     assert svc.agents.poll() is None, "the thawed worker exited instead of dropping the session it lost"
-    logs = "".join(open(os.path.join(svc.log_dir, n)).read() for n in os.listdir(svc.log_dir))
-    assert f"lost session {sid}" in logs, "the thawed worker did not say it dropped the session"
+    # It says so once it has checked: that check may wait behind a commit the
+    # freeze cut in two (Lance retries it for up to 30 s), so wait for the line.
+    def logs() -> str:
+        return "".join(open(os.path.join(svc.log_dir, n)).read() for n in os.listdir(svc.log_dir))
+    wait_for(lambda: f"lost session {sid}" in logs(), timeout=60, interval=0.2,
+             what="the thawed worker to say it dropped the session")
 
 
 # ---- the store's part, in this process ---------------------------------------
