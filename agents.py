@@ -13,7 +13,7 @@ import signal
 from prometheus_client import start_http_server
 
 import settings
-from monikers import default_registry
+from monikers import default_registry, llm_gate
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
 from runtime.metrics import RuntimeMetrics
@@ -22,7 +22,9 @@ from runtime.events import events_token
 from runtime.embeddings import EmbeddingSettings
 from runtime.record_keeping import RecordKeeping, semantic_search
 from runtime.health import HealthServer
+from runtime.rate_limits import RateLimiter, load_config as load_rate_limits
 from runtime.service import AgentService
+from runtime.turns import TurnKeeper
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog, search_history
@@ -90,6 +92,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--events-url", default=live_observers.default_events_url(),
                         help="app.py to relay live events to, 'off' for none "
                              "[AGENTSVC_EVENTS_URL, http://127.0.0.1:$AGENTSVC_PORT]")
+    parser.add_argument("--rate-limits", default=os.environ.get("AGENTSVC_RATE_LIMITS"), metavar="FILE",
+                        help="shared per-model rate limits, a JSON or TOML file: "
+                             "{\"models\": {\"gpt-4o\": {\"requests_per_minute\": 500, \"tokens_per_minute\": 200000}}} "
+                             "[AGENTSVC_RATE_LIMITS]")
+    parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM[:TPM]",
+                        help="one model's requests (and tokens) per minute, over the file; repeatable")
     settings.add_tool_args(parser)
     settings.add_profile_args(parser)
     settings.add_logging_args(parser)
@@ -115,6 +123,21 @@ async def start_tools(args: argparse.Namespace, store: Store, worker_id: str):
     return tools, bridge
 
 
+def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> RateLimiter | None:
+    """The shared per-model rate limits (runtime/rate_limits.py), installed as the
+    gate of every model call; None (no limits) when none are configured.  A bad
+    file or flag stops the start, saying why."""
+    config = load_rate_limits(args.rate_limits, args.rate_limit)
+    if not config.models:
+        return None
+    limiter = RateLimiter(config, store.rate_ledger, worker_id)
+    llm_gate.install(limiter)
+    log.info("rate limits (per %g s, shared by every worker): %s", config.window_s,
+             ", ".join(f"{m} {l.requests_per_minute or '-'} req / {l.tokens_per_minute or '-'} tok"
+                       for m, l in config.models.items()))
+    return limiter
+
+
 async def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
         os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
@@ -125,6 +148,7 @@ async def serve(args: argparse.Namespace) -> None:
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
+    limiter = rate_limiter(args, store, identity.worker_id)
     tools, mcp_bridge = await start_tools(args, store, identity.worker_id)
     # Sessions carry their resolved profile in their config, so running them needs
     # no files; the library is for sessions started here by name (sub-agents).
@@ -140,9 +164,13 @@ async def serve(args: argparse.Namespace) -> None:
                                             "keep_summaries": args.retention_keep_summaries})
     record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
                            every_s=args.archive_every, embedder=embedder)
+    turns = TurnKeeper(store)  # runtime/turns.py: a row per turn, with its summary
+    service.observers.add(turns)
     metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
     if metrics is not None:
         service.observers.add(metrics)
+        if limiter is not None:
+            metrics.watch_rate_limits(limiter)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="127.0.0.1", registry=metrics.registry)
     health = None
@@ -166,6 +194,9 @@ async def serve(args: argparse.Namespace) -> None:
         record_task.cancel()
         await asyncio.gather(record_task, return_exceptions=True)
         await record.close()
+        await turns.close()
+        if limiter is not None:
+            await limiter.close()
         if health is not None:
             health.close()
         if relay is not None:

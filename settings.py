@@ -31,9 +31,9 @@ def add_storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a LanceDB storage option (repeatable), e.g. aws_endpoint=http://127.0.0.1:9000 "
                              "[AGENTSVC_STORAGE_OPTIONS as a JSON object]")
-    parser.add_argument("--cache-mb", type=int, default=env_int("AGENTSVC_LANCE_CACHE_MB", 16),
+    parser.add_argument("--cache-mb", type=int, default=env_int("AGENTSVC_LANCE_CACHE_MB", 4),
                         help="size of each of LanceDB's two caches (index, metadata) in this process, MiB; "
-                             "0 for LanceDB's own defaults [AGENTSVC_LANCE_CACHE_MB, 16]")
+                             "0 for LanceDB's own defaults [AGENTSVC_LANCE_CACHE_MB, 4]")
     parser.add_argument("--commit-interval", type=float, default=env_float("AGENTSVC_COMMIT_INTERVAL_S", 0.05),
                         help="least time between two commits of one table while writes keep coming (the queue "
                              "is not paced), seconds [AGENTSVC_COMMIT_INTERVAL_S, 0.05]")

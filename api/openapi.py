@@ -9,6 +9,7 @@ from api import profiles as profiles_api
 from api import questions, schemas, tools
 from api import fork as fork_api
 from api import search as search_api
+from api import turns as turns_api
 
 REF = "#/components/schemas/{model}"
 
@@ -152,7 +153,8 @@ def build(monikers=None) -> dict:
               *CONVERSATION_MODELS, *tools.MODELS, *questions.MODELS, *profiles_api.MODELS]
     record_models, record_paths = search_api.openapi_paths(_op, _query)
     fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
-    models += record_models + fork_models
+    turn_models, turn_paths = turns_api.openapi_paths(_op, _path, _query)
+    models += record_models + fork_models + turn_models
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -193,6 +195,7 @@ def build(monikers=None) -> dict:
         **_conversation_paths(),
         **record_paths,
         **fork_paths,
+        **turn_paths,
         **tools.openapi_paths(_op, _path, _query, _errors),
         **questions.openapi_paths(_op, _path, _query),
         **profiles_api.openapi_paths(_op, _path),

@@ -23,9 +23,14 @@ task to a paid cloud API.  Session config is persisted in the database, so it
 never holds a key: ``llm.api_key_env`` names the environment variable that
 does, and ``llm.api_key`` is rejected.
 
-Failures: 429/5xx/connection errors are retried with exponential backoff (the
-``AgentBackoff`` policy in baml_src/clients.baml); what still fails, and a
-timeout, raises :class:`StepError`.  A reply that does not parse as a frame is
+Failures: 5xx, timeouts and connection errors are retried with exponential
+backoff (0.15, 0.3, 0.6, 1.2 s, as the ``AgentBackoff`` policy in
+baml_src/clients.baml), and a 429 after its ``Retry-After``; what still
+fails raises :class:`StepError`.  The retries are ours, not BAML's
+(:func:`baml_call`): every HTTP request, retries included, is admitted by the
+model-call gate (monikers/llm_gate.py), which is where the shared per-model
+rate limits hold (runtime/rate_limits.py), and the time a call waited there is
+reported with its usage (``rate_wait_ms``).  A reply that does not parse as a frame is
 re-asked up to ``max_reasks`` times, telling the model what was wrong; then
 the step fails with the last raw reply kept on the error step row.  Every ask
 is reported with ``ctx.record_usage`` (tokens from BAML's Collector).
@@ -53,6 +58,7 @@ runner (the step's error) and this module's logger.
 Big integers beyond 64 bits in a model's reply come back as floats (BAML's
 parser); everything else in ``state``/``data`` round-trips exactly.
 """
+import asyncio
 import functools
 import json
 import logging
@@ -66,13 +72,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from monikers.config_types import JsonInt, json_int
 
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
+from monikers.llm_gate import estimate_tokens, gate, retry_after_s
 
 log = logging.getLogger("monikers.baml")
 
 CLIENT_NAME = "AgentSession"
-RETRY_POLICY = "AgentBackoff"  # defined in baml_src/clients.baml
 DEFAULTS = {"base_url": "http://127.0.0.1:11434/v1", "model": "llama3.2", "temperature": 0.2, "timeout_s": 120.0}
 REASK_CHARS = 600  # how much of a parse error is shown to the model when re-asking
+RETRIES = 4  # 5xx, timeouts, connection errors: the first try and 4 more
+RETRY_BASE_S = 0.15
+RATE_LIMITED_RETRIES = 8  # 429s, each after its Retry-After (or the backoff without one)
 GUIDANCE_KINDS = ("guidance", "message")  # already joined into frame.guidance (runtime/inbox.py)
 
 
@@ -201,23 +210,93 @@ def baml_api() -> SimpleNamespace:
 
 
 def client_registry(api, settings: LLMSettings):
-    """A per-call client, so two sessions can use two endpoints or models."""
+    """A per-call client, so two sessions can use two endpoints or models.  It has
+    no retry policy: :func:`baml_call` retries, one gated request at a time."""
     registry = api.ClientRegistry()
-    registry.add_llm_client(CLIENT_NAME, "openai-generic", settings.client_options(), retry_policy=RETRY_POLICY)
+    registry.add_llm_client(CLIENT_NAME, "openai-generic", settings.client_options())
     registry.set_primary(CLIENT_NAME)
     return registry
 
 
-def record_ask(ctx: StepContext, collector, settings: LLMSettings, attempt: int) -> None:
-    """Report one ask (with its HTTP retries) as one usage call of the step."""
+@dataclass
+class CallInfo:
+    """What one gated BAML call took: its HTTP requests and its wait at the gate."""
+
+    http_calls: int = 0
+    waited_s: float = 0.0
+
+
+def _last_response(collector) -> tuple[int, dict | None]:
+    """Tokens and response headers of the collector's newest HTTP request."""
     entry = collector.last
     if entry is None:
+        return 0, None
+    tokens = (entry.usage.input_tokens or 0) + (entry.usage.output_tokens or 0)
+    calls = entry.calls
+    response = calls[-1].http_response if calls else None
+    return tokens, (dict(response.headers) if response is not None else None)
+
+
+def _retryable(api, exc: Exception) -> bool:
+    if isinstance(exc, api.errors.BamlTimeoutError):
+        return True
+    if isinstance(exc, api.errors.BamlClientHttpError):
+        return exc.status_code >= 500 or exc.status_code == 408
+    return isinstance(exc, api.errors.BamlClientError) and bool(UNREACHABLE.search(str(exc)))
+
+
+async def baml_call(api, settings: LLMSettings, function: str, args: tuple, collector, info: CallInfo,
+                    estimate: int):
+    """Call the BAML ``function`` through the model-call gate: the single path of
+    every model call in the service.  Each HTTP request (retries included) waits
+    for a permit for ``settings.model``; a 429 tells the gate its Retry-After (which
+    holds the model back, here and in every worker) and is retried after it;
+    5xx, timeouts and connection errors are retried with backoff.  ``info``
+    gathers the requests made and the time waited; BAML's last error is raised."""
+    registry = client_registry(api, settings)
+    call = getattr(api.b, function)
+    failures = rate_limited = 0
+    while True:
+        permit = await gate().acquire(settings.model, estimate)
+        info.waited_s += permit.waited_s
+        error = None
+        try:
+            out = await call(*args, baml_options={"client_registry": registry, "collector": collector})
+        except api.errors.BamlError as exc:
+            error = exc
+        finally:
+            info.http_calls += 1
+            tokens, headers = _last_response(collector)
+            status = getattr(error, "status_code", None) if isinstance(error, api.errors.BamlClientHttpError) \
+                else (None if error is not None and not isinstance(error, api.errors.BamlValidationError) else 200)
+            retry_after = retry_after_s(headers) if status == 429 else None
+            gate().release(permit, tokens=tokens or None, status=status, retry_after=retry_after)
+        if error is None:
+            return out
+        if status == 429 and rate_limited < RATE_LIMITED_RETRIES:
+            rate_limited += 1
+            log.info("%s answered 429 (retry after %s s); retrying %s", settings.model, retry_after, function)
+            if retry_after is None:
+                await asyncio.sleep(RETRY_BASE_S * 2 ** min(rate_limited - 1, 6))
+            continue  # with a Retry-After, the gate holds the next permit back until it has passed
+        if _retryable(api, error) and failures < RETRIES:
+            failures += 1
+            await asyncio.sleep(RETRY_BASE_S * 2 ** (failures - 1))
+            continue
+        raise error
+
+
+def record_ask(ctx: StepContext, collector, settings: LLMSettings, attempt: int, info: CallInfo) -> None:
+    """Report one ask (with its HTTP retries and its wait for a permit) as one usage call of the step."""
+    entry = collector.last
+    if entry is None and not info.waited_s:
         return
-    input_tokens = entry.usage.input_tokens or 0
-    output_tokens = entry.usage.output_tokens or 0
+    input_tokens = (entry.usage.input_tokens or 0) if entry else 0
+    output_tokens = (entry.usage.output_tokens or 0) if entry else 0
     ctx.record_usage(model=settings.model, input_tokens=input_tokens, output_tokens=output_tokens,
-                     duration_ms=entry.timing.duration_ms or 0, cost=settings.cost(input_tokens, output_tokens),
-                     attempt=attempt, http_calls=len(entry.calls))
+                     duration_ms=(entry.timing.duration_ms or 0) if entry else 0,
+                     cost=settings.cost(input_tokens, output_tokens), attempt=attempt, http_calls=info.http_calls,
+                     rate_wait_ms=round(info.waited_s * 1000, 1))
 
 
 UNREACHABLE = re.compile(r"connection refused|error sending request|tcp connect|failed to connect|dns error|"
@@ -355,15 +434,16 @@ def prompt_frame(api, frame: FrameIn, ctx: StepContext, state_json: str, reask: 
 async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
     settings = resolve_settings(ctx.config)
     api = baml_api()
-    registry = client_registry(api, settings)
     state_json = json.dumps(frame.state, sort_keys=True, ensure_ascii=False)
     reask, raw = None, None
     for attempt in range(settings.max_reasks + 1):
         collector = api.Collector(name=f"{ctx.session_id}:{ctx.iteration}:{attempt}")
         frame_in = prompt_frame(api, frame, ctx, state_json, reask)
+        info = CallInfo()
+        estimate = estimate_tokens(state_json, ctx.task, frame.guidance, frame_in.tools_json, ctx.system_prompt,
+                                   frame_in.tool_results_json, frame_in.inbox_json, reply_tokens=settings.max_tokens)
         try:
-            out = await api.b.RunMonikerStep(frame_in, ctx.task,
-                                             baml_options={"client_registry": registry, "collector": collector})
+            out = await baml_call(api, settings, "RunMonikerStep", (frame_in, ctx.task), collector, info, estimate)
             return to_frame_out(frame, out, raw_reply(collector))
         except api.errors.BamlValidationError as exc:
             raw, reask = exc.raw_output, _short(exc.message)
@@ -375,7 +455,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         except api.errors.BamlError as exc:
             raise endpoint_error(api, exc, settings) from None
         finally:
-            record_ask(ctx, collector, settings, attempt)
+            record_ask(ctx, collector, settings, attempt, info)
         log.info("session %s step %s: unparseable reply (ask %d of %d): %s", ctx.session_id, frame.step,
                  attempt + 1, settings.max_reasks + 1, reask)
     raise StepError(f"unparseable LLM output after {settings.max_reasks + 1} ask(s): {reask}", raw_output=raw)

@@ -101,7 +101,9 @@ class StepContext:
 
     A moniker that calls a model reports each call with :meth:`record_usage`;
     the runner puts the calls on the step row and adds them to the session's
-    running totals, also when the step then fails.
+    running totals, also when the step then fails.  A call reported without
+    ``rate_wait_ms`` did not pass the model-call gate (monikers/llm_gate.py):
+    it is counted against its model's shared rate limit after the fact.
 
     ``tools`` describes the tools this session may call (its ``config.tools``,
     each as ``Tool.describe()``: name, description, args_schema...), for a
@@ -123,6 +125,9 @@ class StepContext:
 
     def record_usage(self, *, model: str | None = None, input_tokens: int = 0, output_tokens: int = 0,
                      duration_ms: float = 0.0, cost: float | None = None, **extra) -> None:
+        if "rate_wait_ms" not in extra:  # a call that did not pass the model-call gate (monikers/llm_gate.py)
+            from monikers import llm_gate
+            llm_gate.account(model, int(input_tokens or 0) + int(output_tokens or 0))
         self.usage_calls.append({"model": model, "input_tokens": int(input_tokens or 0),
                                  "output_tokens": int(output_tokens or 0),
                                  "duration_ms": float(duration_ms or 0.0), "cost": cost, **extra})

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from monikers.baml_moniker import LLMConfig
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 
 PLACE = "_scripted"
@@ -25,6 +26,8 @@ class ScriptedConfig(BaseModel):
 
     frames: list[dict[str, Any]] = Field(default_factory=list, max_length=10_000,
                                          description="frame_out objects returned one per step")
+    llm: LLMConfig | None = Field(None, description="a model for what is written about the session (turn and "
+                                                    "archive summaries); the steps themselves never call it")
 
 
 async def scripted_step(frame: FrameIn, ctx: StepContext) -> FrameOut:

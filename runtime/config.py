@@ -5,7 +5,7 @@ Other config keys are handed to the moniker (``countdown`` reads ``n``,
 app.py checks both kinds at create time (api/session_config.py): a key that is
 neither the runner's nor in the moniker's ``config_model`` is refused there.
 """
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import SkipJsonSchema
@@ -50,6 +50,11 @@ class SessionConfig(BaseModel):
     approve: list[ToolName] = Field(default_factory=list, max_length=256,
                                     description="tools whose calls wait for a human's approval first")
     tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
+    when_idle: Literal["continue", "wait"] = Field(
+        "continue", description="after a step that calls no tool and is not done: keep stepping (continue), or end "
+                                "the turn and wait (wait: status waiting, reason idle, until anything reaches the "
+                                "inbox: a message, guidance, a child's result, an answer); a profile's flow rules "
+                                "decide instead when they match")
     # Not in the JSON schema: a create may not set it (the API refuses it); profiles/resolve.py does.
     profile: SkipJsonSchema[dict[str, Any] | None] = Field(
         None, description="set by the service when a session starts from a profile (name, hash, prompt, "

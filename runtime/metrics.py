@@ -29,6 +29,10 @@ class RuntimeMetrics:
         self._known_tools = getattr(service, "tools", None)
         self.registry.register(_StoreCollector(service, store))
 
+    def watch_rate_limits(self, limiter) -> None:
+        """Export the shared model rate limits (runtime/rate_limits.py) at scrape time."""
+        self.registry.register(_RateLimitCollector(limiter))
+
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         self.steps.labels(step["status"]).inc()
         if step.get("latency_ms") is not None:
@@ -98,3 +102,34 @@ def _table_families(health: dict):
     yield from gauges.values()
     yield from counters.values()
     yield last_ok
+
+
+class _RateLimitCollector:
+    """Per rate-limited model (models without a limit share one label): requests let
+    through, time they waited, 429s, ledger writes, and the share and slow-down in force."""
+
+    COUNTERS = (("requests", "agentsvc_llm_requests", "model requests let through by the rate limiter"),
+                ("waited_s", "agentsvc_llm_rate_wait_seconds", "time model requests waited for their model's limit"),
+                ("throttled", "agentsvc_llm_throttled", "429 answers from the provider"),
+                ("ledger_writes", "agentsvc_llm_rate_ledger_writes", "writes to the shared rate ledger"))
+    GAUGES = (("share_requests", "agentsvc_llm_rate_share_requests", "requests per window this worker may use"),
+              ("occupied_requests", "agentsvc_llm_rate_occupied_requests", "requests counting in the window now"),
+              ("waiting", "agentsvc_llm_rate_waiting", "calls waiting for their model's limit"),
+              ("throttle", "agentsvc_llm_rate_throttle", "slow-down factor after 429s (1 = none)"))
+
+    def __init__(self, limiter):
+        self.limiter = limiter
+
+    def collect(self):
+        snapshot = self.limiter.snapshot()
+        for key, name, doc in self.COUNTERS:
+            family = CounterMetricFamily(name, doc, labels=["model"])
+            for model, values in snapshot.items():
+                family.add_metric([model], values.get(key, 0))
+            yield family
+        for key, name, doc in self.GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["model"])
+            for model, values in snapshot.items():
+                if key in values:
+                    family.add_metric([model], values[key])
+            yield family

@@ -150,4 +150,5 @@ class Persistence:
             await asyncio.to_thread(self.store.summaries.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.steps.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.tool_calls.delete_sessions, session_ids)
+        await asyncio.to_thread(self.store.turns.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.states.delete_sessions, session_ids)

@@ -310,6 +310,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         if not calls:
             self._finish_if_over(done, out.text)
         self.hooks.apply(self, observed, iteration)
+        if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
+                and not (observed or {}).get("flow"):
+            self._set_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turns.py)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
@@ -364,8 +367,12 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
         result={"text": latest_step.get("text"), "data": latest_step.get("data")},
         pending_guidance=[g for g in (snapshot.get("pending_guidance") or []) if g.get("action_id") not in used],
     )
-    if latest_step["status"] == "done" and SessionConfig.model_validate(snapshot.get("config") or {}).stop_on_done:
+    config = SessionConfig.model_validate(snapshot.get("config") or {})
+    if latest_step["status"] == "done" and config.stop_on_done:
         fixed.update(status="done", status_reason="done")
+    elif (config.when_idle == "wait" and fixed.get("status") == "running" and latest_step["status"] == "ok"
+          and not latest_step.get("tool_calls") and not (latest_step.get("observers") or {}).get("flow")):
+        fixed.update(status="waiting", status_reason="idle")  # died before saving that it waits
     return profile_hooks.caught_up(fixed, latest_step)
 
 

@@ -17,6 +17,9 @@ def summarize(calls: list[dict]) -> dict | None:
             priced = True
     if not priced:
         summary["cost"] = None
+    waited = sum(call.get("rate_wait_ms") or 0 for call in calls)
+    if waited:
+        summary["rate_wait_ms"] = waited  # time the calls waited for the model's shared rate limit
     summary["calls"] = calls
     return summary
 
@@ -31,4 +34,6 @@ def accumulate(totals: dict | None, step_usage: dict | None) -> dict | None:
     if step_usage.get("cost") is not None:
         totals["cost"] = (totals.get("cost") or 0) + step_usage["cost"]
     totals["calls"] = (totals.get("calls") or 0) + len(step_usage.get("calls") or [])
+    if step_usage.get("rate_wait_ms"):
+        totals["rate_wait_ms"] = (totals.get("rate_wait_ms") or 0) + step_usage["rate_wait_ms"]
     return totals

@@ -9,7 +9,10 @@ LanceDB's default caches (index and metadata) are sized for analytics, not for
 a long-running service: they keep every manifest they have read, so a process
 grew by about a gigabyte per few thousand versions (FACTS.md, issue 9).  Each
 Store opens its connection with its own :class:`lancedb.Session` whose caches
-are capped at ``cache_mb`` each.
+are capped at ``cache_mb`` each.  4 MiB, not more: a process's RSS grows by
+2-3x what the caches account for while they fill (allocator overhead), and in
+a 20-minute soak agents.py was still growing at 16 MiB; at 2-4 MiB it was
+flat after ~4 minutes, and session pages were as fast (issue 9, BENCHMARKS.md).
 """
 import logging
 import os
@@ -28,13 +31,15 @@ from store.steps import StepLog
 from store.summaries import SummaryTable
 from store.tool_calls import ToolCallTable
 from store.tool_catalog import ToolCatalogTable
+from store.turns import TurnTable
+from store.rate_ledger import RateLedger
 from store.workers import WorkerTable
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
 log = logging.getLogger("store")
 
 MIB = 1024 * 1024
-DEFAULT_CACHE_MB = 16  # per cache (index, metadata) and per process
+DEFAULT_CACHE_MB = 4  # per cache (index, metadata) and per process
 
 
 class Store:
@@ -70,6 +75,8 @@ class Store:
         self.tool_calls = ToolCallTable(self.tables["tool_calls"], self.writer)
         self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
+        self.turns = TurnTable(self.tables["turns"], self.writer)
+        self.rate_ledger = RateLedger(self.tables["rate_ledger"], self.writer)
         self.vectors = None
         if embedding:
             name = vectors.table_name(embedding["dim"])

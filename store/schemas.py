@@ -184,16 +184,60 @@ TOOL_CATALOG = _schema(
     ("tools", pa.string(), True),  # JSON list of tool descriptions
 )
 
+# One row per turn of a session (runtime/turns.py): the steps from a trigger (the
+# create, a user message, a child's result, an answer) until the agent waits or
+# finishes.  Written twice per turn, when it starts and when it ends (with its
+# summary); id "<session_id>:<turn>", upserted.
+TURNS = _schema(
+    ("id", pa.string(), False),
+    ("agent_id", pa.string(), False),
+    ("session_id", pa.string(), False),
+    ("turn", pa.int64(), False),  # 0, 1, 2... per session
+    ("status", pa.string(), False),  # open | ended
+    ("end_reason", pa.string(), True),  # waiting:user | done:done | stopped:destroyed | error:... (status:reason)
+    ("first_iteration", pa.int64(), False),
+    ("last_iteration", pa.int64(), True),  # set when it ends
+    ("steps", pa.int64(), True),
+    ("trigger_kind", pa.string(), False),  # create | guidance | message | child_result | answer | resume
+    ("trigger_ids", pa.string(), True),  # JSON list of the action (or event) ids that brought the trigger
+    ("trigger_text", pa.string(), True),  # the trigger's text, clipped
+    ("usage", pa.string(), True),  # the turn's steps' usage, summed
+    ("summary", pa.string(), True),
+    ("summary_method", pa.string(), True),  # llm | extractive
+    ("summary_data", pa.string(), True),  # key points, the summary's own LLM usage, or why the LLM failed
+    ("started_at", TS, False),
+    ("ended_at", TS, True),
+    ("updated_at", TS, False),
+)
+
+# Shared model rate limits (runtime/rate_limits.py): one row per rate-limited
+# model, holding each worker's share of the model's budget.  Changed only by a
+# conditional update on ``version`` (compare-and-swap), when a share changes,
+# a lease is renewed or a 429 slows the model down: never per model call.
+RATE_LEDGER = _schema(
+    ("id", pa.string(), False),  # unique per row; of racing creations, the smallest id is the model's row
+    ("model_key", pa.string(), False),  # a hash of the model's name (names are not ids)
+    ("model", pa.string(), False),
+    ("version", pa.int64(), False),
+    ("shares", pa.string(), True),  # {worker_id: {r, t, until, want}} requests and tokens held until `until`
+    ("throttle", pa.float64(), True),  # the slow-down multiplier after a 429 (1 = none, at most 3)
+    ("throttle_at", pa.float64(), True),  # epoch seconds it was set; it decays from there
+    ("blocked_until", pa.float64(), True),  # epoch seconds: a Retry-After holds every worker back until then
+    ("created_at", TS, False),
+    ("updated_at", TS, False),
+)
+
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
               conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS, summaries=SUMMARIES)
-TABLES.update(tool_catalog=TOOL_CATALOG)
+TABLES.update(tool_catalog=TOOL_CATALOG, turns=TURNS, rate_ledger=RATE_LEDGER)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (FACTS.md: without it they do, every time).
 PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id",
-                "tool_calls": "id", "tool_catalog": "worker_id", "summaries": "id"}
+                "tool_calls": "id", "tool_catalog": "worker_id", "summaries": "id", "turns": "id",
+                "rate_ledger": "id"}
 
 # Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
@@ -208,6 +252,8 @@ INDEXES = {
     "tool_calls": [("id", "btree"), ("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"),
                    ("created_at", "btree")],
     "summaries": [("session_id", "btree"), ("conversation_id", "btree"), ("agent_id", "btree")],
+    "turns": [("session_id", "btree"), ("status", "bitmap")],
+    "rate_ledger": [("model_key", "btree")],
 }
 
 JSON_COLUMNS = {
@@ -220,4 +266,6 @@ JSON_COLUMNS = {
     "summaries": {"data"},
     "tool_catalog": {"tools"},
     "workers": {"maintenance"},
+    "turns": {"trigger_ids", "usage", "summary_data"},
+    "rate_ledger": {"shares"},
 }

@@ -32,6 +32,7 @@ class Reply:
     delay_s: float = 0.0
     prompt_tokens: int | None = None      # default: derived from the prompt's length
     completion_tokens: int | None = None  # default: derived from the content's length
+    headers: dict | None = None  # extra response headers (e.g. {"Retry-After": "2"} on a 429)
 
 
 @dataclass
@@ -130,8 +131,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay_s:
             time.sleep(reply.delay_s)
         if reply.status != 200:
-            return self._send(reply.status, {"error": {"message": reply.content or "fake error", "type": "fake"}})
-        self._send(200, completion(reply, request))
+            return self._send(reply.status, {"error": {"message": reply.content or "fake error", "type": "fake"}},
+                              reply.headers)
+        self._send(200, completion(reply, request), reply.headers)
 
     def _embeddings(self, request: Received) -> None:
         fake = self.server.fake
@@ -146,10 +148,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"object": "list", "data": data, "model": request.model or "fake-embed",
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
-    def _send(self, status: int, payload: dict) -> None:
+    def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -268,23 +268,38 @@ def test_a_baml_agent_asks_and_no_model_is_called_until_the_answer(shared_servic
 
     svc = shared_service
     ask = {"name": "ask_user", "args": {"question": "Which city shall I plan for?", "choices": ["Paris", "Rome"]}}
-    with FakeOpenAI(scripted(reply(text="I need to know the city", tool_calls=[ask]),
-                             reply(text="Planning Rome", done=True))) as llm:
+    steps_script = scripted(reply(text="I need to know the city", tool_calls=[ask]),
+                            reply(text="Planning Rome", done=True))
+
+    def respond(request):  # a turn's or the session's summary (runtime/turns.py, the archive) is not a step
+        if "archive entry" in request.prompt:
+            return Reply(json.dumps({"summary": "asked which city", "key_points": []}))
+        return steps_script(request)
+
+    def step_requests():
+        return [r for r in llm.requests if "archive entry" not in r.prompt]
+
+    with FakeOpenAI(respond) as llm:
         made = svc.create("baml", task="plan a trip", config={
             "interval_s": 0, "tools": ["ask_user"], "llm": {"base_url": llm.base_url, "model": "fake-model"}})
         sid = made["session_id"]
         row = open_question(svc, sid)
         assert row["args"]["question"] == "Which city shall I plan for?"
         assert svc.settled_step_count(sid, quiet_s=1.5) == 1
-        assert len(llm.requests) == 1  # none while the question is open
+        assert len(step_requests()) == 1  # no step's request while the question is open
         r = svc.post(f"/api/sessions/{sid}/answer", json={"text": "2"})  # the second choice, by number
         assert r.status_code == 202
         svc.wait_status(sid, "done")
         steps = svc.steps(sid)
         assert [s["text"] for s in steps] == ["I need to know the city", "Planning Rome"]
         assert results_of(steps[1])[0]["result"]["choice"] == "Rome"
-        second = llm.requests[1].prompt
+        second = step_requests()[1].prompt
         assert "ask_user" in second and "Rome" in second  # the answer reached the model as the tool result
+        turns = wait_for(lambda: (t := svc.get(f"/api/sessions/{sid}/turns").json()["turns"]) and len(t) == 2
+                         and all(x["status"] == "ended" for x in t) and t, what="two ended turns")
+        assert [(t["trigger_kind"], t["end_reason"]) for t in turns] == [("create", "waiting:user"),
+                                                                          ("answer", "done:done")]
+        assert turns[1]["trigger_text"] == "2"
 
 
 # ---- several questions, approval first, destroy ---------------------------------------

@@ -11,6 +11,7 @@
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./pages/search.js";
+import "./components/turns.js";
 import "./pages/needs_you.js";
 import "./components/needs_you_count.js";
 import "./components/tool_calls.js";

@@ -13,7 +13,7 @@
 import { get } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { errorBlock, money, reasonWords, stepNumber, tokens, when } from "../core/format.js";
-import { stepParts } from "../core/registry.js";
+import { stepParts, timelineHooks } from "../core/registry.js";
 import { jsonView } from "./json_view.js";
 
 const PAGE = 100;
@@ -107,6 +107,7 @@ export function timeline() {
     drawActions();
     status.textContent = lo === null ? "No steps yet — the first one appears here as soon as it is taken." : "";
     older.hidden = lo === null || lo === 0;
+    timelineHooks.forEach((hook) => hook({ list, sessionId }));
   }
 
   function stepNode(step) {
@@ -123,7 +124,9 @@ export function timeline() {
       ? `guidance (message from ${g.source.sender || "user"}): ` : "guidance: ", g.text)),
     step.notes ? h("div.notes", step.notes) : null,
     usage ? h("div.usage", `${tokens(usage.input_tokens)} in · ${tokens(usage.output_tokens)} out tokens` +
-      (usage.cost != null ? ` · ${money(usage.cost)}` : "")) : null,
+      (usage.cost != null ? ` · ${money(usage.cost)}` : "") +
+      (usage.rate_wait_ms ? ` · waited ${(usage.rate_wait_ms / 1000).toFixed(1)} s for the model's rate limit` : ""))
+      : null,
     stepParts.map((part) => part(step, { session })),
     h("div.step-json", jsonView("state", step.state), jsonView("data", step.data),
       jsonView("usage", usage), jsonView("inputs", { step: step.step_token, guidance: step.guidance },

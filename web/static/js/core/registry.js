@@ -47,3 +47,12 @@ export const sessionHooks = [];
 export function registerSessionHook(hook) {
   sessionHooks.push(hook);
 }
+
+// Called by a session's timeline after it drew steps (a page, a live step, an
+// older page): hook({list, sessionId}) may decorate the list (the <ol> of step
+// and action <li>s, newest first, each with a data-key it is sorted by; a node
+// it inserts needs a data-key too).  components/turns.js groups steps by turn.
+export const timelineHooks = [];
+export function registerTimelineHook(hook) {
+  timelineHooks.push(hook);
+}
