@@ -28,6 +28,7 @@ from runtime.turns import TurnKeeper
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog, search_history
+from tools import subagents as subagent_tools
 from tools.mcp import McpBridge, load_config
 from profiles.loader import ProfileLibrary
 
@@ -104,13 +105,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def start_tools(args: argparse.Namespace, store: Store, worker_id: str):
+def subagent_profile(library: ProfileLibrary, name: str, overrides: dict) -> dict:
+    """``spawn_agent {profile}``: the profile's moniker and config, with the
+    call's config applied as a create's overrides would be (profiles/resolve.py).
+    KeyError (unknown or broken profile) or ValueError (an override it refuses)."""
+    from profiles.resolve import resolve
+
+    found = library.lookup(name)
+    if overrides:
+        found["config"] = resolve(library.get(name), overrides)
+    return found
+
+
+async def start_tools(args: argparse.Namespace, store: Store, worker_id: str, monikers=None, profiles=None):
     """The tools this worker can run: built-ins, plugins, and the tools of the
     operator's MCP servers (connected here, before any session steps, so a
     resumed session finds them).  The catalog is recorded in the store for
     app.py's GET /api/tools, again whenever an MCP server's tools or status change."""
     tools = catalog.installed_registry(settings.fetch_policy(args))
     tools.register(search_history.build(store))  # the record's tool (tools/search_history.py)
+    for tool in subagent_tools.build(store, monikers or default_registry(), profiles):  # spawn_agent, message_agent
+        tools.register(tool)
     bridge = None
     if args.mcp_config:
         config = load_config(args.mcp_config)  # a bad file stops the start, saying why
@@ -149,10 +164,12 @@ async def serve(args: argparse.Namespace) -> None:
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
     limiter = rate_limiter(args, store, identity.worker_id)
-    tools, mcp_bridge = await start_tools(args, store, identity.worker_id)
     # Sessions carry their resolved profile in their config, so running them needs
     # no files; the library is for sessions started here by name (sub-agents).
     service_profiles = ProfileLibrary(args.profiles_dir, monikers=monikers, tool_names=lambda: set(tools.names()))
+    tools, mcp_bridge = await start_tools(args, store, identity.worker_id, monikers,
+                                          profiles=lambda name, overrides: subagent_profile(service_profiles, name,
+                                                                                            overrides))
     service_profiles.load()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)

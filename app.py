@@ -20,6 +20,7 @@ from flask import Flask, jsonify
 import settings
 from api import auth, conversations, dashboard, errors, fork, live, openapi, questions, search, stream, turns
 from api import profiles as profile_routes
+from api import subagents as subagent_routes
 from api import tools as tool_routes
 from api.metrics import Metrics
 from api.routes import ApiContext, bp
@@ -62,6 +63,7 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.register_blueprint(questions.bp)
     app.register_blueprint(profile_routes.bp)
     app.register_blueprint(turns.bp)
+    app.register_blueprint(subagent_routes.bp)
     app.register_blueprint(dashboard.bp)
     _, hub = live.install(app, events_token, message_queue=message_queue)
     stream.install(app, hub)

@@ -10,6 +10,7 @@ from api import questions, schemas, tools
 from api import fork as fork_api
 from api import search as search_api
 from api import turns as turns_api
+from api import subagents as subagents_api
 
 REF = "#/components/schemas/{model}"
 
@@ -146,7 +147,7 @@ def _create_variants(components: dict, monikers) -> None:
 def build(monikers=None) -> dict:
     """The document.  ``monikers``: the registry of installed monikers, whose
     names and config models shape a create's body (any other name is a 400)."""
-    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.ResumeRequest, schemas.InterruptRequest,
+    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.TreeControlRequest, schemas.ResumeRequest, schemas.InterruptRequest,
               schemas.Accepted, schemas.ActionList,
               schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
               schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
@@ -154,7 +155,8 @@ def build(monikers=None) -> dict:
     record_models, record_paths = search_api.openapi_paths(_op, _query)
     fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
     turn_models, turn_paths = turns_api.openapi_paths(_op, _path, _query)
-    models += record_models + fork_models + turn_models
+    subagent_models, subagent_paths = subagents_api.openapi_paths(_op, _path, _query)
+    models += record_models + fork_models + turn_models + subagent_models
     components = {}
     for model in models:
         schema = model.model_json_schema(ref_template=REF)
@@ -176,8 +178,9 @@ def build(monikers=None) -> dict:
         "/api/agents/{agent_id}/sessions": {"get": _op("the agent's sessions", 200, ok_model=schemas.SessionList,
                                                        params=[_path("agent_id"), *_query(schemas.Page)],
                                                        errors=(400, 404))},
-        "/api/agents/{agent_id}/pause": _control("pause"),
-        "/api/agents/{agent_id}/resume": _control("resume (optionally raising its budget)", schemas.ResumeRequest),
+        "/api/agents/{agent_id}/pause": _control("pause (tree: its sub-agents too)", schemas.TreeControlRequest),
+        "/api/agents/{agent_id}/resume": _control("resume (optionally raising its budget; tree: its sub-agents too)",
+                                                  schemas.ResumeRequest),
         "/api/agents/{agent_id}/destroy": _control("destroy"),
         "/api/agents/{agent_id}/interrupt": _control("send guidance to", schemas.InterruptRequest),
         "/api/sessions/{session_id}": {"get": _op("one session's snapshot", 200, ok_model=schemas.Snapshot,
@@ -196,6 +199,7 @@ def build(monikers=None) -> dict:
         **record_paths,
         **fork_paths,
         **turn_paths,
+        **subagent_paths,
         **tools.openapi_paths(_op, _path, _query, _errors),
         **questions.openapi_paths(_op, _path, _query),
         **profiles_api.openapi_paths(_op, _path),

@@ -196,13 +196,14 @@ def control(agent_id: str, type_: str, model=schemas.ControlRequest, payload_of=
 
 @bp.post("/agents/<agent_id>/pause")
 def pause_agent(agent_id):
-    return control(agent_id, "pause")
+    return control(agent_id, "pause", schemas.TreeControlRequest, lambda req: {"tree": True} if req.tree else {})
 
 
 @bp.post("/agents/<agent_id>/resume")
 def resume_agent(agent_id):
     return control(agent_id, "resume", schemas.ResumeRequest,
-                   lambda req: req.model_dump(include={"budget_tokens", "budget_cost"}, exclude_none=True))
+                   lambda req: {**req.model_dump(include={"budget_tokens", "budget_cost"}, exclude_none=True),
+                                **({"tree": True} if req.tree else {})})
 
 
 @bp.post("/agents/<agent_id>/destroy")

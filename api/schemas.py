@@ -9,7 +9,7 @@ import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, field_validator, model_validator
 
 from runtime.config import SessionConfig
 from store.filters import ID_PATTERN
@@ -66,7 +66,11 @@ class ControlRequest(Strict):
     session_id: Id | None = Field(None, description="default: the agent's latest session")
 
 
-class ResumeRequest(ControlRequest):
+class TreeControlRequest(ControlRequest):
+    tree: StrictBool = Field(False, description="also every sub-agent below the session (sub-agents, issue 11)")
+
+
+class ResumeRequest(TreeControlRequest):
     budget_tokens: int | None = Field(None, ge=1, le=10**15, description="raise the session's token budget")
     budget_cost: float | None = Field(None, gt=0, le=10**12, description="raise the session's cost budget")
 
@@ -248,6 +252,9 @@ class Snapshot(Open):
     last_error: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    parent_agent_id: str | None = Field(None, description="a sub-agent's parent (GET …/children lists the other way)")
+    parent_session_id: str | None = None
+    root_session_id: str | None = Field(None, description="a sub-agent's tree root")
 
 
 class Step(Open):

@@ -82,6 +82,21 @@ class BamlAsyncClient:
     def parse_stream(self):
       return self.__llm_stream_parser
 
+    async def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> types.OrchestratorDecision:
+        # Check if on_tick is provided
+        if 'on_tick' in baml_options:
+            # Use streaming internally when on_tick is provided
+            __stream__ = self.stream.DecideNextMove(message=message,history=history,agents=agents,
+                baml_options=baml_options)
+            return await __stream__.get_final_response()
+        else:
+            # Original non-streaming code
+            __result__ = await self.__options.merge_options(baml_options).call_function_async(function_name="DecideNextMove", args={
+                "message": message,"history": history,"agents": agents,
+            })
+            return typing.cast(types.OrchestratorDecision, __result__.cast_to(types, types, stream_types, False, __runtime__))
     async def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> types.StepFrameOut:
@@ -121,6 +136,18 @@ class BamlStreamClient:
     def __init__(self, options: DoNotUseDirectlyCallManager):
         self.__options = options
 
+    def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.BamlStream[stream_types.OrchestratorDecision, types.OrchestratorDecision]:
+        __ctx__, __result__ = self.__options.merge_options(baml_options).create_async_stream(function_name="DecideNextMove", args={
+            "message": message,"history": history,"agents": agents,
+        })
+        return baml_py.BamlStream[stream_types.OrchestratorDecision, types.OrchestratorDecision](
+          __result__,
+          lambda x: typing.cast(stream_types.OrchestratorDecision, x.cast_to(types, types, stream_types, True, __runtime__)),
+          lambda x: typing.cast(types.OrchestratorDecision, x.cast_to(types, types, stream_types, False, __runtime__)),
+          __ctx__,
+        )
     def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.BamlStream[stream_types.StepFrameOut, types.StepFrameOut]:
@@ -153,6 +180,13 @@ class BamlHttpRequestClient:
     def __init__(self, options: DoNotUseDirectlyCallManager):
         self.__options = options
 
+    async def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="DecideNextMove", args={
+            "message": message,"history": history,"agents": agents,
+        }, mode="request")
+        return __result__
     async def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.baml_py.HTTPRequest:
@@ -175,6 +209,13 @@ class BamlHttpStreamRequestClient:
     def __init__(self, options: DoNotUseDirectlyCallManager):
         self.__options = options
 
+    async def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="DecideNextMove", args={
+            "message": message,"history": history,"agents": agents,
+        }, mode="stream")
+        return __result__
     async def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.baml_py.HTTPRequest:

@@ -23,12 +23,18 @@ class StreamState(BaseModel, typing.Generic[StreamStateValueT]):
     value: StreamStateValueT
     state: typing_extensions.Literal["Pending", "Incomplete", "Complete"]
 # #########################################################################
-# Generated classes (4)
+# Generated classes (5)
 # #########################################################################
 
 class ArchiveSummary(BaseModel):
     summary: typing.Optional[str] = Field(default=None, description='three to six sentences: what was asked, what was done, how it ended')
     key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
+
+class OrchestratorDecision(BaseModel):
+    action: typing.Optional[types.OrchestratorAction] = None
+    reply: typing.Optional[str] = Field(default=None, description='what to tell the user now: the answer itself, or a one-line note of what you started')
+    task: typing.Optional[str] = Field(default=None, description='new_agent: the sub-agent\'s task, complete and self-contained; follow_up: the message to send it')
+    agent_name: typing.Optional[str] = Field(default=None, description='new_agent: a short name for it (e.g. researcher); follow_up: the name of an existing sub-agent')
 
 class StepFrameIn(BaseModel):
     step: typing.Optional[str] = Field(default=None, description='token of the step to run now')
@@ -63,11 +69,12 @@ JsonValue = typing_extensions.TypeAliasType("JsonValue", typing.Optional[typing.
 
 
 # #########################################################################
-# Model rebuilds (2)
+# Model rebuilds (3)
 # #########################################################################
 # Resolve string forward references now that every model above is defined so
 # class declaration order never breaks Pydantic construction (issue #793).
 # Recursive models are intentionally omitted (Pydantic resolves those lazily;
 # eagerly rebuilding them can recurse).
 ArchiveSummary.model_rebuild()
+OrchestratorDecision.model_rebuild()
 StepFrameIn.model_rebuild()

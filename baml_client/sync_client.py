@@ -94,6 +94,20 @@ class BamlSyncClient:
     def parse_stream(self):
       return self.__llm_stream_parser
 
+    def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> types.OrchestratorDecision:
+        # Check if on_tick is provided
+        if 'on_tick' in baml_options:
+            __stream__ = self.stream.DecideNextMove(message=message,history=history,agents=agents,
+                baml_options=baml_options)
+            return __stream__.get_final_response()
+        else:
+            # Original non-streaming code
+            __result__ = self.__options.merge_options(baml_options).call_function_sync(function_name="DecideNextMove", args={
+                "message": message,"history": history,"agents": agents,
+            })
+            return typing.cast(types.OrchestratorDecision, __result__.cast_to(types, types, stream_types, False, __runtime__))
     def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> types.StepFrameOut:
@@ -131,6 +145,18 @@ class BamlStreamClient:
     def __init__(self, options: DoNotUseDirectlyCallManager):
         self.__options = options
 
+    def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.BamlSyncStream[stream_types.OrchestratorDecision, types.OrchestratorDecision]:
+        __ctx__, __result__ = self.__options.merge_options(baml_options).create_sync_stream(function_name="DecideNextMove", args={
+            "message": message,"history": history,"agents": agents,
+        })
+        return baml_py.BamlSyncStream[stream_types.OrchestratorDecision, types.OrchestratorDecision](
+          __result__,
+          lambda x: typing.cast(stream_types.OrchestratorDecision, x.cast_to(types, types, stream_types, True, __runtime__)),
+          lambda x: typing.cast(types.OrchestratorDecision, x.cast_to(types, types, stream_types, False, __runtime__)),
+          __ctx__,
+        )
     def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.BamlSyncStream[stream_types.StepFrameOut, types.StepFrameOut]:
@@ -163,6 +189,13 @@ class BamlHttpRequestClient:
     def __init__(self, options: DoNotUseDirectlyCallManager):
         self.__options = options
 
+    def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = self.__options.merge_options(baml_options).create_http_request_sync(function_name="DecideNextMove", args={
+            "message": message,"history": history,"agents": agents,
+        }, mode="request")
+        return __result__
     def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.baml_py.HTTPRequest:
@@ -185,6 +218,13 @@ class BamlHttpStreamRequestClient:
     def __init__(self, options: DoNotUseDirectlyCallManager):
         self.__options = options
 
+    def DecideNextMove(self, message: str,history: str,agents: str,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = self.__options.merge_options(baml_options).create_http_request_sync(function_name="DecideNextMove", args={
+            "message": message,"history": history,"agents": agents,
+        }, mode="stream")
+        return __result__
     def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.baml_py.HTTPRequest:

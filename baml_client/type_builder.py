@@ -20,23 +20,31 @@ from .globals import DO_NOT_USE_DIRECTLY_UNLESS_YOU_KNOW_WHAT_YOURE_DOING_RUNTIM
 class TypeBuilder(type_builder.TypeBuilder):
     def __init__(self):
         super().__init__(classes=set(
-          ["ArchiveSummary","StepFrameIn","StepFrameOut","ToolCall",]
+          ["ArchiveSummary","OrchestratorDecision","StepFrameIn","StepFrameOut","ToolCall",]
         ), enums=set(
-          []
+          ["OrchestratorAction",]
         ), runtime=DO_NOT_USE_DIRECTLY_UNLESS_YOU_KNOW_WHAT_YOURE_DOING_RUNTIME)
 
     # #########################################################################
-    # Generated enums 0
+    # Generated enums 1
     # #########################################################################
+
+    @property
+    def OrchestratorAction(self) -> "OrchestratorActionViewer":
+        return OrchestratorActionViewer(self)
 
 
     # #########################################################################
-    # Generated classes 4
+    # Generated classes 5
     # #########################################################################
 
     @property
     def ArchiveSummary(self) -> "ArchiveSummaryViewer":
         return ArchiveSummaryViewer(self)
+
+    @property
+    def OrchestratorDecision(self) -> "OrchestratorDecisionViewer":
+        return OrchestratorDecisionViewer(self)
 
     @property
     def StepFrameIn(self) -> "StepFrameInViewer":
@@ -53,12 +61,58 @@ class TypeBuilder(type_builder.TypeBuilder):
 
 
 # #########################################################################
-# Generated enums 0
+# Generated enums 1
 # #########################################################################
 
+class OrchestratorActionAst:
+    def __init__(self, tb: type_builder.TypeBuilder):
+        _tb = tb._tb # type: ignore (we know how to use this private attribute)
+        self._bldr = _tb.enum("OrchestratorAction")
+        self._values: typing.Set[str] = set([  "NewAgent",  "FollowUp",  "Answer",  ])
+        self._vals = OrchestratorActionValues(self._bldr, self._values)
+
+    def type(self) -> baml_py.FieldType:
+        return self._bldr.field()
+
+    @property
+    def values(self) -> "OrchestratorActionValues":
+        return self._vals
+
+
+class OrchestratorActionViewer(OrchestratorActionAst):
+    def __init__(self, tb: type_builder.TypeBuilder):
+        super().__init__(tb)
+
+    
+    def list_values(self) -> typing.List[typing.Tuple[str, type_builder.EnumValueViewer]]:
+        return [(name, type_builder.EnumValueViewer(self._bldr.value(name))) for name in self._values]
+    
+
+class OrchestratorActionValues:
+    def __init__(self, enum_bldr: baml_py.EnumBuilder, values: typing.Set[str]):
+        self.__bldr = enum_bldr
+        self.__values = values # type: ignore (we know how to use this private attribute) # noqa: F821
+
+    
+    
+    @property
+    def NewAgent(self) -> type_builder.EnumValueViewer:
+        return type_builder.EnumValueViewer(self.__bldr.value("NewAgent"))
+    
+    @property
+    def FollowUp(self) -> type_builder.EnumValueViewer:
+        return type_builder.EnumValueViewer(self.__bldr.value("FollowUp"))
+    
+    @property
+    def Answer(self) -> type_builder.EnumValueViewer:
+        return type_builder.EnumValueViewer(self.__bldr.value("Answer"))
+    
+    
+
+
 
 # #########################################################################
-# Generated classes 4
+# Generated classes 5
 # #########################################################################
 
 class ArchiveSummaryAst:
@@ -100,6 +154,57 @@ class ArchiveSummaryProperties:
     @property
     def key_points(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("key_points"))
+    
+    
+
+
+class OrchestratorDecisionAst:
+    def __init__(self, tb: type_builder.TypeBuilder):
+        _tb = tb._tb # type: ignore (we know how to use this private attribute)
+        self._bldr = _tb.class_("OrchestratorDecision")
+        self._properties: typing.Set[str] = set([  "action",  "reply",  "task",  "agent_name",  ])
+        self._props = OrchestratorDecisionProperties(self._bldr, self._properties)
+
+    def type(self) -> baml_py.FieldType:
+        return self._bldr.field()
+
+    @property
+    def props(self) -> "OrchestratorDecisionProperties":
+        return self._props
+
+
+class OrchestratorDecisionViewer(OrchestratorDecisionAst):
+    def __init__(self, tb: type_builder.TypeBuilder):
+        super().__init__(tb)
+
+    
+    def list_properties(self) -> typing.List[typing.Tuple[str, type_builder.ClassPropertyViewer]]:
+        return [(name, type_builder.ClassPropertyViewer(self._bldr.property(name))) for name in self._properties]
+    
+
+
+class OrchestratorDecisionProperties:
+    def __init__(self, bldr: baml_py.ClassBuilder, properties: typing.Set[str]):
+        self.__bldr = bldr
+        self.__properties = properties # type: ignore (we know how to use this private attribute) # noqa: F821
+
+    
+    
+    @property
+    def action(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("action"))
+    
+    @property
+    def reply(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("reply"))
+    
+    @property
+    def task(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("task"))
+    
+    @property
+    def agent_name(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("agent_name"))
     
     
 

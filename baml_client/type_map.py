@@ -19,6 +19,9 @@ type_map = {
     "types.ArchiveSummary": types.ArchiveSummary,
     "stream_types.ArchiveSummary": stream_types.ArchiveSummary,
 
+    "types.OrchestratorDecision": types.OrchestratorDecision,
+    "stream_types.OrchestratorDecision": stream_types.OrchestratorDecision,
+
     "types.StepFrameIn": types.StepFrameIn,
     "stream_types.StepFrameIn": stream_types.StepFrameIn,
 
@@ -28,5 +31,7 @@ type_map = {
     "types.ToolCall": types.ToolCall,
     "stream_types.ToolCall": stream_types.ToolCall,
 
+
+    "types.OrchestratorAction": types.OrchestratorAction,
 
 }

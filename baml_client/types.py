@@ -37,16 +37,27 @@ def get_checks(checks: typing.Dict[CheckName, Check]) -> typing.List[Check]:
 def all_succeeded(checks: typing.Dict[CheckName, Check]) -> bool:
     return all(check.status == "succeeded" for check in get_checks(checks))
 # #########################################################################
-# Generated enums (0)
+# Generated enums (1)
 # #########################################################################
 
+class OrchestratorAction(str, Enum):
+    NewAgent = "NewAgent"
+    FollowUp = "FollowUp"
+    Answer = "Answer"
+
 # #########################################################################
-# Generated classes (4)
+# Generated classes (5)
 # #########################################################################
 
 class ArchiveSummary(BaseModel):
     summary: str = Field(description='three to six sentences: what was asked, what was done, how it ended')
     key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
+
+class OrchestratorDecision(BaseModel):
+    action: OrchestratorAction
+    reply: str = Field(description='what to tell the user now: the answer itself, or a one-line note of what you started')
+    task: typing.Optional[str] = Field(default=None, description='new_agent: the sub-agent\'s task, complete and self-contained; follow_up: the message to send it')
+    agent_name: typing.Optional[str] = Field(default=None, description='new_agent: a short name for it (e.g. researcher); follow_up: the name of an existing sub-agent')
 
 class StepFrameIn(BaseModel):
     step: str = Field(description='token of the step to run now')
@@ -81,11 +92,12 @@ JsonValue = typing_extensions.TypeAliasType("JsonValue", typing.Optional[typing.
 
 
 # #########################################################################
-# Model rebuilds (2)
+# Model rebuilds (3)
 # #########################################################################
 # Resolve string forward references now that every model above is defined so
 # class declaration order never breaks Pydantic construction (issue #793).
 # Recursive models are intentionally omitted (Pydantic resolves those lazily;
 # eagerly rebuilding them can recurse).
 ArchiveSummary.model_rebuild()
+OrchestratorDecision.model_rebuild()
 StepFrameIn.model_rebuild()

@@ -63,11 +63,12 @@ class MonikerRegistry:
 
 def default_registry() -> MonikerRegistry:
     """The built-in monikers and every installed plugin."""
-    from monikers import baml_moniker, builtin, scripted
+    from monikers import baml_moniker, builtin, orchestrator, scripted
 
     registry = MonikerRegistry()
     for moniker in (*builtin.BUILTINS, scripted.SCRIPTED):
         registry.register(moniker)
     baml_moniker.register(registry)  # logs and skips the moniker if BAML cannot load
+    orchestrator.register(registry)  # sub-agents in a conversation (BAML too)
     registry.load_entry_points()
     return registry

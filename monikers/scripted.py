@@ -37,6 +37,10 @@ async def scripted_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         return FrameOut(step=frame.step, next_step=frame.step, state=dict(frame.state),
                         text="(script finished)", done=True)
     scripted = dict(frames[place])
+    usage = scripted.pop("usage", None)  # pretend model usage, for budget tests: {input_tokens, output_tokens, cost}
+    if isinstance(usage, dict):
+        ctx.record_usage(model="scripted", input_tokens=usage.get("input_tokens", 0),
+                         output_tokens=usage.get("output_tokens", 0), cost=usage.get("cost"))
     state = {k: v for k, v in frame.state.items() if k != PLACE}
     state.update(scripted.get("state") or {})
     state[PLACE] = place + 1

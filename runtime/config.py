@@ -29,6 +29,15 @@ class RetryPolicy(BaseModel):
     max_delay_s: float = Field(30.0, ge=0, le=3600)
 
 
+class InheritConfig(BaseModel):
+    """What a sub-agent sees of its parent when it starts (runtime/subagents.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    transcript: JsonInt = Field(0, ge=0, le=200, description="the parent's last N step texts (and the messages "
+                                                             "of its conversation), as a parent_context inbox item")
+
+
 class SessionConfig(BaseModel):
     # strict: a JSON false or "5" is not a number (the API says so at create time)
     model_config = ConfigDict(extra="allow", strict=True)
@@ -55,6 +64,12 @@ class SessionConfig(BaseModel):
                                 "the turn and wait (wait: status waiting, reason idle, until anything reaches the "
                                 "inbox: a message, guidance, a child's result, an answer); a profile's flow rules "
                                 "decide instead when they match")
+    # sub-agents (spawn_agent / message_agent, runtime/subagents.py)
+    inherit: InheritConfig | None = Field(None, description="a sub-agent's view of its parent at its first step")
+    on_parent_destroy: Literal["destroy", "abandon"] = Field(
+        "destroy", description="a sub-agent: destroyed with its parent (default), or left running")
+    max_depth: JsonInt = Field(3, ge=0, le=32, description="how deep sub-agents of this session may nest")
+    max_children: JsonInt = Field(20, ge=0, le=1000, description="sub-agents this session may spawn")
     # Not in the JSON schema: a create may not set it (the API refuses it); profiles/resolve.py does.
     profile: SkipJsonSchema[dict[str, Any] | None] = Field(
         None, description="set by the service when a session starts from a profile (name, hash, prompt, "
@@ -71,5 +86,8 @@ class CreatePayload(BaseModel):
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None
+    # a sub-agent's create (spawn_agent, runtime/subagents.py; ask_user's tests too): plain creates leave them out
     parent_agent_id: str | None = Field(None, max_length=128)
     parent_session_id: str | None = Field(None, max_length=128)
+    subagent: dict | None = None  # {depth, max_depth, wait_call, on_parent_destroy}
+    inbox: list[dict] | None = Field(None, max_length=8)  # items for its first step (parent_context)

@@ -87,11 +87,15 @@ class Fence:
 
     # ---- checks before writing ---------------------------------------------
 
-    async def check(self, session_id: str) -> None:
-        """Raise :class:`SessionLost` unless this worker may write for ``session_id`` now."""
-        if session_id not in self.lost and not self.valid():
+    async def check(self, session_id: str, step: bool = True) -> None:
+        """Raise :class:`SessionLost` unless this worker may write for ``session_id`` now.
+        A snapshot save (``step=False``) is left to the conditional upsert once the
+        lease holds: it is how a lost session is legitimately taken again (a
+        finished one woken here, runtime/subagents.py), and a save by the old,
+        dropped session object is refused by that object itself (``agent.lost``)."""
+        if not (step and session_id in self.lost) and not self.valid():
             await self.revalidate()
-        if session_id in self.lost:
+        if step and session_id in self.lost:
             raise SessionLost(session_id)
 
     async def revalidate(self) -> None:
@@ -129,6 +133,7 @@ class Fence:
         self.lost.add(session_id)
         agent = self.sessions.remove(session_id)
         if agent is not None:
+            agent.lost = True  # that object saves nothing more (SessionAgent.save)
             agent.request_stop()
             if agent.runner is not None and agent.runner is not asyncio.current_task():
                 agent.runner.cancel()

@@ -17,6 +17,7 @@ from runtime.config import CreatePayload
 from runtime.fork import ForkError, fork_snapshot
 from runtime.observers import Observers
 from runtime.registry import SessionRegistry
+from runtime import subagent_tree, subagents
 from runtime.session import SessionAgent
 from runtime.tool_runner import ToolControls
 
@@ -45,6 +46,9 @@ class Handlers:
         runner = self.session_options.get("tools")
         if runner is not None:  # approve / deny / result of tool calls (runtime/tool_runner.py)
             self.by_type.update(ToolControls(sessions, runner, ActionError).handlers())
+        # child_result / child_message (runtime/subagents.py)
+        self.by_type.update(subagents.ChildControls(sessions, persist, monikers, self.session_options,
+                                                    self.observers, ActionError).handlers())
 
     async def handle(self, action: dict) -> None:
         handler = self.by_type.get(action.get("type"))
@@ -67,6 +71,7 @@ class Handlers:
             return
         fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/fork.py)
         payload = {k: v for k, v in payload.items() if k != "fork"}
+        link = subagents.create_fields(payload)  # a sub-agent's parent, tree and first inbox (spawn_agent)
         try:
             spec = CreatePayload.model_validate(payload)
             moniker = self.monikers.get(spec.moniker)
@@ -81,18 +86,22 @@ class Handlers:
             "conversation_id": spec.conversation_id or action.get("conversation_id"),
             "created_at": action.get("created_at"),
             "parent_agent_id": spec.parent_agent_id, "parent_session_id": spec.parent_session_id,
+            **link,  # a sub-agent's tree, generation and first inbox (runtime/subagents.py)
         }
         if fork is not None:
             try:
                 snapshot = await fork_snapshot(self.persist, action, fork, snapshot)
             except ForkError as exc:
                 raise ActionError(f"cannot fork: {exc}") from None
+        if await subagents.parent_destroyed(self.persist, self.sessions, link):
+            snapshot.update(status="stopped", status_reason="parent_destroyed")
         agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
                              **self.session_options, snapshot=snapshot)
         await agent.save()
         self.sessions.add(agent)
         await self.observers.notify("session_created", agent.snapshot())
-        agent.start()
+        if not agent.finished:
+            agent.start()
         log.info("session %s created agent=%s moniker=%s action=%s", session_id, agent.agent_id,
                  moniker.name, action["id"])
 
@@ -108,11 +117,25 @@ class Handlers:
         raise ActionError(f"cannot {verb}: session {snapshot['session_id']} is {snapshot['status']}")
 
     async def pause(self, action: dict, payload: dict) -> None:
+        """Pause at the next step boundary; ``tree: true`` pauses its descendants too."""
+        reason = "budget" if payload.get("reason") == "budget" else "user"
+        if payload.get("tree"):
+            agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+            if agent is None or agent.finished:  # a finished parent may still have children at work
+                await self._cascade_from_finished(action, "pause", {"tree": True, "reason": reason})
+                return
         agent = await self._live(action, "pause")
-        if agent.status == "paused":
-            return
-        agent.request_pause()
-        await agent.set_status("paused", "user")
+        if agent.status != "paused":
+            agent.request_pause()
+            await agent.set_status("paused", reason)
+        if payload.get("tree"):
+            await subagent_tree.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
+
+    async def _cascade_from_finished(self, action: dict, verb: str, payload: dict) -> None:
+        snapshot = await self.persist.load_snapshot(action["session_id"])
+        if snapshot is None:
+            raise ActionError(f"unknown session {action['session_id']}")
+        await subagent_tree.cascade(self.persist, snapshot["session_id"], verb, payload)
 
     async def resume(self, action: dict, payload: dict) -> None:
         """Resume a paused session (optionally raising its budget), or retry a failed one."""
@@ -125,16 +148,29 @@ class Handlers:
         if failed is not None:
             await self._restart_after_error(failed, payload)
             return
-        agent = await self._live(action, "resume")
-        _raise_budget(agent.config, payload)
-        if agent.status != "paused":
+        if payload.get("tree") and (agent is None or agent.finished):
+            await self._cascade_from_finished(action, "resume", {"tree": True})
             return
-        agent.request_resume()
-        await agent.set_status(*agent.status_after_resume())
+        agent = await self._live(action, "resume")
+        if payload.get("reason") and (agent.status, agent.status_reason) != ("paused", payload["reason"]):
+            return  # a tree's budget resume passes over sessions paused for another reason
+        _raise_budget(agent.config, payload)
+        for_budget = (agent.status, agent.status_reason) == ("paused", "budget")
+        if agent.status == "paused":
+            agent.request_resume()
+            await agent.set_status(*agent.status_after_resume())
+        elif payload.get("budget_tokens") or payload.get("budget_cost"):
+            await agent.save()  # a raised budget is read by the tree's other sessions
+        if payload.get("tree"):
+            await subagent_tree.cascade(self.persist, agent.session_id, "resume",
+                                    {"tree": True, **({"reason": payload["reason"]} if payload.get("reason") else {})})
+        elif for_budget:  # its budget paused its tree: resuming it resumes them
+            await subagent_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
 
     async def _restart_after_error(self, failed, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
         old = failed.snapshot() if isinstance(failed, SessionAgent) else failed
+        old = subagents.bump_snapshot_generation(old)  # its error was reported; its next outcome will be too
         snapshot = dict(old, status="running", status_reason="resumed_after_error")
         try:
             moniker = self.monikers.get(snapshot["moniker"])
@@ -180,7 +216,13 @@ class Handlers:
             await agent.save()
 
     async def destroy(self, action: dict, payload: dict) -> None:
-        """Graceful: resume if paused, ask to stop, wait, and cancel a step that hangs."""
+        """Graceful: resume if paused, ask to stop, wait, and cancel a step that hangs.
+        Its sub-agents are destroyed after it (unless they chose ``abandon``),
+        also when it was already over: applied again after a crash, it cascades again."""
+        await self._destroy_one(action)
+        await subagent_tree.cascade(self.persist, action["session_id"], "destroy", {})
+
+    async def _destroy_one(self, action: dict) -> None:
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         if agent is None or agent.finished:
             snapshot = agent.snapshot() if agent else await self.persist.load_snapshot(action["session_id"])

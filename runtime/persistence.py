@@ -31,7 +31,7 @@ class Persistence:
         """Save a snapshot if this worker still owns its session; else raise SessionLost."""
         fence, session_id = self.fence, row["session_id"]
         if fence is not None:
-            await fence.check(session_id)
+            await fence.check(session_id, step=False)
         # A future of the group commit, not a thread per waiting writer: a
         # thousand sessions can wait for one commit without a thousand threads.
         refused = await asyncio.wrap_future(self.store.states.submit(row))
@@ -41,6 +41,8 @@ class Persistence:
             if (held.get(session_id) or {}).get("owner") != fence.worker_id:
                 fence.lose(session_id, "a snapshot save was refused: another worker owns it")
                 raise SessionLost(session_id)
+        if fence is not None and row.get("owner") == fence.worker_id:
+            fence.regained(session_id)  # saved as its owner: it may step again here
 
     async def load_snapshot(self, session_id: str) -> dict | None:
         return await asyncio.to_thread(self.store.states.get, session_id)
@@ -140,6 +142,21 @@ class Persistence:
 
     async def get_action(self, action_id: str) -> dict | None:
         return await self._queue(self.store.actions.get, action_id)
+
+    # sub-agents (runtime/subagents.py)
+    async def enqueue(self, type_: str, *, agent_id: str, session_id: str, payload: dict) -> dict:
+        """Append an action (durable when this returns)."""
+        return await asyncio.to_thread(self.store.actions.enqueue, type_, agent_id=agent_id,
+                                       session_id=session_id, payload=payload)
+
+    async def children(self, session_id: str) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.children, session_id)
+
+    async def tree(self, root_session_id: str) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.tree, root_session_id)
+
+    async def unreported_outcomes(self) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.unreported_outcomes)
 
     # retention
     async def finished_sessions_before(self, when) -> list[dict]:

@@ -34,6 +34,7 @@ from runtime.monitor import HealthMonitor
 from runtime.observers import Observers
 from runtime.persistence import Persistence
 from runtime.registry import SessionRegistry
+from runtime import subagents
 from runtime.session import SessionAgent
 from runtime.tool_runner import ToolRunner
 from tools.registry import ToolRegistry, default_tool_registry
@@ -70,11 +71,12 @@ class AgentService:
         self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
                                  destroy_grace_s=destroy_grace_s, session_options=self.session_options)
         self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
-                                     observers=self.observers, owns=self.sessions.get, fence=self.fence,
+                                     observers=self.observers, owns=self._runs, fence=self.fence,
                                      **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
+        self._scanned = False  # the start's scan for unreported sub-agent outcomes (runtime/subagents.py)
 
     async def run(self, stopping: asyncio.Event) -> None:
         # Whatever this worker id still holds was claimed by its previous life
@@ -101,6 +103,14 @@ class AgentService:
 
     # ---- ownership ------------------------------------------------------
 
+    def _runs(self, session_id: str):
+        """The live session this worker runs, if any.  A finished one kept in
+        memory is not claimed blindly: another worker may have woken it since
+        (a sub-agent's result, a resume after error), so its actions go through
+        the store's view of who runs it."""
+        agent = self.sessions.get(session_id)
+        return agent if agent is not None and not agent.finished else None
+
     async def adopt(self) -> int:
         """Release dead workers' claims and take over sessions nobody alive runs."""
         alive = await self.persist.alive_workers(self.dead_after_s) | {self.worker_id}
@@ -124,6 +134,12 @@ class AgentService:
             adopted += sum(results)
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
+        if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
+            try:  # finished sub-agents whose outcome a crash left unreported
+                await subagents.report_unreported(self.persist, self.sessions.get)
+                self._scanned = True
+            except Exception:
+                log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
         return adopted
 
     async def _adopt_one(self, snapshot: dict) -> bool:

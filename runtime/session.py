@@ -22,6 +22,7 @@ from ulid import ULID
 from monikers.frame import FrameIn, Moniker, StepContext
 from runtime import inbox as inbox_order
 from runtime import limits
+from runtime import subagent_tree, subagents
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from runtime.config import SessionConfig
@@ -67,6 +68,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.last_error: str | None = snapshot.get("last_error")
         self.created_at = _as_datetime(snapshot.get("created_at"))
         self.owner = owner or snapshot.get("owner")
+        self.lost = False  # another worker adopted it: this object saves nothing more (runtime/fence.py)
         self.step_started_at: datetime | None = None  # set while a long step is in flight
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
@@ -74,7 +76,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         # The profile's prompt, observers, flow rules and inbox priorities (profiles/hooks.py)
         self.hooks = profile_hooks.SessionHooks.for_config(self.config)
         self.inbox_priorities: dict[str, int] | None = self.hooks.inbox_priorities  # per kind, over the defaults
-        self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name")}
+        self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name",
+                                                   *subagents.LINK_KEYS)}
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
@@ -138,6 +141,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """Persist the in-memory snapshot.  Handlers and the runner both call this;
         the lock keeps the writes in order, and each writes the latest memory."""
         async with self._save_lock:
+            if self.lost:
+                raise SessionLost(self.session_id)
+            await subagents.report_if_finished(self)  # a child's outcome is queued before its final snapshot
             snapshot = self.snapshot()
             await self.persist.save_snapshot(snapshot)
             await self.observers.notify("snapshot_saved", snapshot)
@@ -188,6 +194,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             if self.tool_step is not None and self.open_step is None and self.tool_results is None:
                 self.open_step = await self.persist.step_at(self.session_id, self.tool_step)
             await self._steps()
+            while await subagents.wake_for_children(self):  # results came in as it finished
+                await self._steps()
             await self.flush_saves()
         except asyncio.CancelledError:
             raise
@@ -263,7 +271,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             self.last_error = f"budget: {budget}"
             await self.set_status("paused", "budget")
             return True
-        return False
+        return await subagent_tree.pause_for_tree_budget(self)  # a budget covers the session's whole tree
 
     # ---- one step -------------------------------------------------------
 

@@ -83,6 +83,12 @@ def result_of(row: dict) -> dict:
     return out
 
 
+def _deferred(result) -> bool:
+    from tools.registry import Deferred  # tools/ knows nothing of runtime/
+
+    return isinstance(result, Deferred)
+
+
 class ToolRunner:
     """Service-wide: which tools exist, where rows go, who hears of them."""
 
@@ -188,6 +194,11 @@ class ToolRunner:
             if tool is None:
                 raise LookupError(f"tool {row['name']!r} is no longer installed")
             result = await self._call(tool, agent, row)
+            if _deferred(result):  # started; its result is delivered later (tools.registry.Deferred)
+                row.update(status="waiting_result", result=capped_result(result.partial))
+                await self.write([row])
+                log.info("tool call %s %s waiting_result session=%s", row["id"], row["name"], row["session_id"])
+                return row
             row.update(status="success", result=capped_result(result))
         except asyncio.CancelledError:
             raise

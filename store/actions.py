@@ -13,6 +13,7 @@ from store import codec, filters, query
 from store.watch import watch_commits
 
 TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "tool_deny", "tool_result",
+         "child_result", "child_message",  # sub-agents (runtime/subagents.py)
          "answer", "inbox_item"}  # inbox_item: internal (runtime/handlers.py), not offered over HTTP
 STATUSES = {"pending", "processing", "done", "failed"}
 PENDING = filters.eq_word("status", "pending", STATUSES)

@@ -56,6 +56,12 @@ AGENT_STATE = _schema(
     ("heartbeat_at", TS, True),  # refreshed while that step runs
     ("forked_from", pa.string(), True),  # {"session_id", "iteration"} when this session is a fork
     ("tool_step", pa.int64(), True),  # iteration whose tool results no step has consumed yet
+    # sub-agents (runtime/subagents.py): the tree a child belongs to, and which of
+    # its outcomes (one per activation, its "generation") reached its parent
+    ("root_session_id", pa.string(), True),  # the tree's root; null for a root
+    ("generation", pa.int64(), True),  # activations of a child: 1 at create, +1 per reactivation
+    ("reported_generation", pa.int64(), True),  # the last generation whose outcome was queued for the parent
+    ("subagent", pa.string(), True),  # {depth, max_depth, wait_call, wait_generation, on_parent_destroy}
 )
 
 AGENT_STEPS = _schema(
@@ -244,7 +250,8 @@ PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", 
 # index was built are still found (scanned) until maintenance folds them in.
 INDEXES = {
     "actions": [("status", "bitmap"), ("id", "btree"), ("session_id", "btree"), ("agent_id", "btree")],
-    "agent_state": [("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"), ("owner", "btree")],
+    "agent_state": [("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"), ("owner", "btree"),
+                    ("parent_session_id", "btree"), ("root_session_id", "btree")],
     "agent_steps": [("session_id", "btree"), ("iteration", "btree"), ("agent_id", "btree"),
                     ("created_at", "btree")],
     "conversation_messages": [("conversation_id", "btree"), ("created_at", "btree")],
@@ -258,7 +265,8 @@ INDEXES = {
 
 JSON_COLUMNS = {
     "actions": {"payload"},
-    "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage", "forked_from"},
+    "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage", "forked_from",
+                    "subagent"},
     "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs", "observers"},
     "tool_calls": {"args", "result", "usage"},
     "conversations": {"tags"},

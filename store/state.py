@@ -24,6 +24,14 @@ def _matches(row: dict, moniker: str | None, text: str | None) -> bool:
         return any(needle in (row.get(k) or "").casefold() for k in ("name", "task", "agent_id", "session_id"))
     return True
 RESUMABLE = ("running", "waiting", "paused", "stopping")
+TIME_COLUMNS = ("created_at", "updated_at", "status_changed_at", "step_started_at", "heartbeat_at")
+
+
+def _as_time(value):
+    """Rows come back with ISO-8601 times (store/codec.py); saving one again needs them as datetimes."""
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value
 
 
 class StateTable:
@@ -43,7 +51,7 @@ class StateTable:
         table); the future resolves once it is durable, to True when some row
         of its commit was refused because another worker owns that session
         (store/writer.py UPSERT_CONDITIONS: the caller then checks its own)."""
-        row = dict(snapshot)
+        row = {k: _as_time(v) if k in TIME_COLUMNS else v for k, v in snapshot.items()}  # a read row saved again
         row["updated_at"] = codec.utcnow()
         return self.writer.submit_upsert(self.name, self.key, [row])
 
@@ -118,7 +126,7 @@ class StateTable:
                         else filters.eq_id("owner", expected_owner))
         where = filters.all_of(filters.eq_id("session_id", session_id), owner_clause)
         if expected_updated_at is not None:
-            when = _as_datetime(expected_updated_at)
+            when = _as_time(expected_updated_at)
             where = filters.all_of(where, filters.ts_cmp("updated_at", ">=", when),
                                    filters.ts_cmp("updated_at", "<=", when))
         self.writer.update(self.name, where, {"owner": filters.check_id(new_owner, "owner")})
@@ -153,6 +161,28 @@ class StateTable:
                                filters.ts_cmp("status_changed_at", ">=", when))
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
+    # ---- sub-agent trees (runtime/subagents.py) ----------------------------
+
+    def children(self, parent_session_id: str, limit: int = 1000) -> list[dict]:
+        """The direct children of a session, oldest first."""
+        return query.rows(self.table, self.name, filters.eq_id("parent_session_id", parent_session_id),
+                          order=[("created_at", True), ("session_id", True)], limit=limit)
+
+    def tree(self, root_session_id: str, limit: int = 10_000) -> list[dict]:
+        """A whole tree: its root and every session whose root it is, oldest first."""
+        where = filters.any_of(filters.eq_id("session_id", root_session_id),
+                               filters.eq_id("root_session_id", root_session_id))
+        return query.rows(self.table, self.name, where, order=[("created_at", True), ("session_id", True)],
+                          limit=limit)
+
+    def unreported_outcomes(self, limit: int = 500) -> list[dict]:
+        """Finished children whose latest outcome was never queued for their parent
+        (a crash between finishing and reporting, or a path that bypassed the report)."""
+        where = filters.all_of("parent_session_id IS NOT NULL",
+                               filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+                               "COALESCE(reported_generation, 0) < COALESCE(generation, 1)")
+        return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
+
     def delete_sessions(self, session_ids: list[str]) -> None:
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
@@ -166,7 +196,3 @@ class StateTable:
             where = filters.all_of(where, f"(owner IS NULL OR NOT ({filters.in_ids('owner', skip)}))")
         return query.rows(self.table, self.name, where, order=[("created_at", True)])
 
-
-def _as_datetime(value) -> datetime:
-    """A timestamp as read back (an ISO string or a datetime)."""
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else value

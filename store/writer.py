@@ -57,7 +57,10 @@ UNPACED_TABLES = ("actions",)
 # another worker has adopted (runtime/fence.py).  A row refused this way is
 # reported to its writers: their futures resolve to True ("some row was refused").
 UPSERT_CONDITIONS = {
-    "agent_state": "target.owner IS NULL OR source.owner IS NULL OR target.owner = source.owner",
+    # A finished session runs nowhere: any worker may take it over by saving it
+    # (a sub-agent's result or a resume wakes it, runtime/subagents.py).
+    "agent_state": ("target.owner IS NULL OR source.owner IS NULL OR target.owner = source.owner"
+                    " OR target.status IN ('stopped', 'done', 'error')"),
 }
 
 

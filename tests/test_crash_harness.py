@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from tests.subagent_chaos import assert_child_outcomes_exactly_once, start_trees
 from tests.chaos_client import (ControlStream, ToolStream, assert_actions_match_model, assert_applied_in_order,
                                 assert_contiguous, assert_tool_calls_exactly_once, delivered,
                                 model, tool_script, wait_actions_finished, wait_new_steps)
@@ -37,6 +38,7 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
                    for i in range(TOOL_AGENTS)]
     for made in agents + tool_agents:
         svc.wait_steps(made["session_id"], 1, timeout=60)
+    trees = start_trees(svc, seed + 3)  # sub-agents finishing across the kills (tests/subagent_chaos.py)
 
     destroys = rng.sample(range(3, 4 * kills), 2 if kills < 10 else 3)  # a destroy or two, mid-run
     stream = ControlStream(svc, agents, seed=seed + 1, destroy_at=destroys)
@@ -100,6 +102,8 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
                 assert used == 1 or s.action_id in pending, f"guidance of {s.action_id} lost in {sid}"
     # Tool calls: each decision applied exactly once, no tool run twice, no result lost or doubled.
     tool_counts = assert_tool_calls_exactly_once(svc, tool_sent, actions, svc.count_dir)
+    # Sub-agents: every child's outcome reached its parent exactly once.
+    tool_counts.update(assert_child_outcomes_exactly_once(svc, trees))
     interrupted = sum(s["status"] == "interrupted" for sid in sessions for s in svc.steps(sid))
     counts = {"seed": seed, "kills": kills, "actions": len(sent), "steps": total_steps, "sessions": len(sessions),
               "inbox_items": sum(s.verb == "inbox" for s in sent),

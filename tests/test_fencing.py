@@ -115,6 +115,9 @@ def test_a_snapshot_save_never_overwrites_another_owner(tmp_path):
         assert (store.states.get("s1")["owner"], store.states.get("s1")["iteration"]) == ("wb", 0)
         assert (store.states.get("s2")["owner"], store.states.get("s2")["iteration"]) == ("wa", 3)
         assert store.states.submit(_snapshot("s2", "wa", iteration=4)).result() is None  # nothing refused
+        store.states.save(_snapshot("s3", "wb", status="done"))  # finished: runs nowhere, anyone may wake it
+        assert store.states.submit(_snapshot("s3", "wa", iteration=1)).result() is None
+        assert store.states.get("s3")["owner"] == "wa"
     finally:
         store.close()
 

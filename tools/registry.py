@@ -39,6 +39,16 @@ ToolFn = Callable[[BaseModel, ToolContext], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
+class Deferred:
+    """What a tool returns when its work has started but its result comes later
+    (``spawn_agent {wait: true}``: the sub-agent's outcome).  The call is then
+    ``waiting_result``, with ``partial`` (e.g. the ids it started) on its row,
+    until the result is delivered to it; the session takes no step meanwhile."""
+
+    partial: Any = None
+
+
+@dataclass(frozen=True)
 class Tool:
     """A named action an agent may take.
 

@@ -36,6 +36,7 @@ import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
 import "./components/search_box.js";
+import "./components/session_tree.js";
 import "./components/observers.js";
 
 import { $, h } from "./core/dom.js";

@@ -1,0 +1,339 @@
+"""Sub-agents: a child session's outcome reaches its parent exactly once.
+
+A child is an ordinary session created through the queue (``spawn_agent``,
+tools/subagents.py) whose snapshot names its parent (``parent_agent_id``,
+``parent_session_id``), its tree (``root_session_id``) and a small link
+(``subagent``: depth, the spawning tool call when the parent waits on it).
+
+**Generations.**  Each activation of a child is a *generation*: 1 at create,
++1 whenever it runs again after finishing (a follow-up through
+``message_agent``, a parent woken by its own children, a resume after an
+error).  Each generation's outcome (done / error / stopped) is reported once.
+
+**Reporting, durably.**  When a child's snapshot is saved with a final status,
+:func:`report_if_finished` first enqueues a ``child_result`` action for the
+parent and only then lets the snapshot (with ``reported_generation`` moved on)
+be written.  So a crash can leave an action whose snapshot never recorded it
+(the report is enqueued again on recovery: a duplicate), never a finished
+snapshot whose report is missing.  Paths that write a final snapshot without
+going through a session's ``save`` (a moniker gone at restart) are caught by
+:func:`report_unreported`, a scan run at every start and adoption round.
+
+**Applying, exactly once.**  The ``child_result`` handler (:class:`ChildControls`)
+puts the outcome into the parent's inbox as a ``child_result`` item whose id is
+``child:<session>:<generation>``: ``add_inbox_item`` refuses an id already
+queued or used, so the same action applied twice after a crash, or a duplicate
+report, changes nothing.  A parent that is stepping gets it at its next step, a
+paused one after resume, a ``done`` one is *woken* (back to ``running``), one
+that failed keeps it for its resume.  When the parent waits on the child
+(``spawn_agent {wait: true}``), the first generation's outcome ends that tool
+call instead, with the child's result.
+
+Trees (destroy / pause / resume cascades, budgets over a whole tree) are in
+runtime/subagent_tree.py.
+"""
+import asyncio
+import json
+import logging
+from datetime import datetime, timezone
+
+from runtime import inbox as inbox_kinds
+
+log = logging.getLogger("runtime.subagents")
+
+LINK_KEYS = ("parent_agent_id", "parent_session_id", "root_session_id", "generation", "reported_generation",
+             "subagent")
+FINAL = ("done", "error", "stopped")
+MAX_RESULT_TEXT = 20_000
+MAX_RESULT_DATA = 64 * 1024
+
+
+def item_key(session_id: str, generation: int) -> str:
+    return f"child:{session_id}:{generation}"
+
+
+def generation_of(snapshot: dict) -> int:
+    return int(snapshot.get("generation") or 1)
+
+
+# ---- the child's create ------------------------------------------------------
+
+MAX_FIRST_ITEM_TEXT = 100_000
+
+
+def create_fields(payload: dict) -> dict:
+    """The snapshot fields of a sub-agent, from its create action's payload
+    (``parent_agent_id``, ``parent_session_id``, ``subagent``, ``inbox``); a
+    plain create has none of them and gets none."""
+    parent = payload.get("parent_session_id")
+    if not isinstance(parent, str) or not isinstance(payload.get("parent_agent_id"), str):
+        return {}
+    link = payload.get("subagent") if isinstance(payload.get("subagent"), dict) else {}
+    first = []
+    for item in payload.get("inbox") or []:
+        if isinstance(item, dict) and isinstance(item.get("action_id"), str) and isinstance(item.get("text"), str):
+            first.append({"action_id": item["action_id"], "kind": str(item.get("kind") or "system"),
+                          "text": item["text"][:MAX_FIRST_ITEM_TEXT], "data": item.get("data"),
+                          "source": item.get("source") if isinstance(item.get("source"), dict) else None})
+    return {"parent_agent_id": payload["parent_agent_id"], "parent_session_id": parent,
+            "root_session_id": link.get("root_session_id") or parent, "generation": 1, "reported_generation": 0,
+            "subagent": link, "pending_guidance": first}
+
+
+async def parent_destroyed(persist, sessions, link: dict) -> bool:
+    """A child whose create is applied after its parent was destroyed (the
+    cascade could not see it yet) starts stopped, unless it chose ``abandon``."""
+    if not link or (link.get("subagent") or {}).get("on_parent_destroy") == "abandon":
+        return False
+    parent = sessions.get(link["parent_session_id"])
+    snapshot = parent.snapshot() if parent is not None else await persist.load_snapshot(link["parent_session_id"])
+    return snapshot is not None and snapshot["status"] in ("stopping", "stopped")
+
+
+# ---- the child's side: report its outcome ----------------------------------
+
+def outcome(snapshot: dict) -> dict:
+    """The ``child_result`` payload of a finished child's snapshot."""
+    generation = generation_of(snapshot)
+    link = snapshot.get("subagent") if isinstance(snapshot.get("subagent"), dict) else {}
+    result = snapshot.get("result") if isinstance(snapshot.get("result"), dict) else {}
+    text = result.get("text")
+    data = result.get("data")
+    if data is not None and len(json.dumps(data, default=str)) > MAX_RESULT_DATA:
+        data = {"truncated": True, "note": f"the child's data is over {MAX_RESULT_DATA} bytes; "
+                                           f"read it from session {snapshot['session_id']}"}
+    wait_call = link.get("wait_call") if generation == int(link.get("wait_generation") or 1) else None
+    return {
+        "key": item_key(snapshot["session_id"], generation), "generation": generation,
+        "child_agent_id": snapshot["agent_id"], "child_session_id": snapshot["session_id"],
+        "name": snapshot.get("name"), "status": snapshot["status"], "status_reason": snapshot.get("status_reason"),
+        "text": text[:MAX_RESULT_TEXT] if isinstance(text, str) else text, "data": data,
+        "last_error": snapshot.get("last_error"), "usage": snapshot.get("usage"),
+        "iteration": snapshot.get("iteration"), "wait_call": wait_call,
+        "finished_at": datetime.now(timezone.utc).isoformat(),
+    }
+
+
+def report_due(snapshot: dict) -> bool:
+    return (bool(snapshot.get("parent_session_id")) and snapshot.get("status") in FINAL
+            and int(snapshot.get("reported_generation") or 0) < generation_of(snapshot))
+
+
+async def report(persist, snapshot: dict) -> dict:
+    """Enqueue the outcome for the parent; returns the payload."""
+    payload = outcome(snapshot)
+    await persist.enqueue("child_result", agent_id=snapshot["parent_agent_id"],
+                          session_id=snapshot["parent_session_id"], payload=payload)
+    log.info("session %s generation %d %s: outcome queued for parent %s", snapshot["session_id"],
+             payload["generation"], payload["status"], snapshot["parent_session_id"])
+    return payload
+
+
+async def report_if_finished(agent) -> None:
+    """Called by ``SessionAgent.save`` before it writes a snapshot: a finished
+    child's outcome is queued (durable) before the final snapshot is."""
+    snapshot = agent.snapshot()
+    if report_due(snapshot):
+        await report(agent.persist, snapshot)
+        agent.extra["reported_generation"] = generation_of(snapshot)
+
+
+async def report_unreported(persist, live) -> int:
+    """The recovery scan: finished children whose outcome never got queued (and
+    that no runner of this process holds) are reported now."""
+    found = 0
+    for row in await persist.unreported_outcomes():
+        if live(row["session_id"]) is not None:
+            continue  # a live session reports through its own save
+        await report(persist, row)
+        await persist.save_snapshot(dict(row, reported_generation=generation_of(row)))
+        found += 1
+    if found:
+        log.warning("reported %d sub-agent outcomes that a crash had left unreported", found)
+    return found
+
+
+def next_generation(agent) -> None:
+    """A finished session runs again: its next outcome is a new generation."""
+    if agent.extra.get("parent_session_id"):
+        agent.extra["generation"] = max(int(agent.extra.get("generation") or 1),
+                                        int(agent.extra.get("reported_generation") or 0)) + 1
+
+
+def bump_snapshot_generation(snapshot: dict) -> dict:
+    """The same, for a snapshot about to become a session again (resume after error)."""
+    if snapshot.get("parent_session_id") and snapshot.get("status") in FINAL:
+        snapshot = dict(snapshot, generation=max(generation_of(snapshot),
+                                                 int(snapshot.get("reported_generation") or 0)) + 1)
+    return snapshot
+
+
+# ---- the parent's side: an inbox item, a woken parent, an ended tool call ---
+
+def item_text(payload: dict) -> str:
+    who = payload.get("name") or payload["child_session_id"]
+    status = payload["status"]
+    if status == "done":
+        return f"Sub-agent {who} finished: {payload.get('text') or '(no text)'}"
+    if status == "error":
+        return f"Sub-agent {who} failed: {payload.get('last_error') or 'unknown error'}"
+    return f"Sub-agent {who} was stopped ({payload.get('status_reason') or 'stopped'})" + (
+        f": {payload['last_error']}" if payload.get("last_error") else "")
+
+
+def item_data(payload: dict) -> dict:
+    return {k: payload.get(k) for k in ("child_agent_id", "child_session_id", "name", "generation", "status",
+                                        "status_reason", "text", "data", "last_error", "usage", "iteration")}
+
+
+def wakeable(status: str, reason: str | None) -> bool:
+    """A parent that finished on its own (the moniker said done) is woken by a
+    child's result; one stopped by a limit would only finish again."""
+    return status == "done" and reason not in ("max_steps", "max_runtime")
+
+
+def pending_child_results(agent) -> bool:
+    return any(inbox_kinds.kind_of(g) == "child_result" for g in agent.pending_guidance)
+
+
+async def wake_for_children(agent) -> bool:
+    """The runner, after its loop ended: children's results arrived while its
+    last step ran, so instead of staying done it runs again (woken)."""
+    if agent.stop_requested or not wakeable(agent.status, agent.status_reason) or not pending_child_results(agent):
+        return False
+    next_generation(agent)
+    await agent.set_status("running", "woken")
+    return True
+
+
+class ChildControls:
+    """Handlers of ``child_result`` (for a parent) and ``child_message`` (for a child)."""
+
+    def __init__(self, sessions, persist, monikers, session_options: dict, observers, error_type):
+        self.sessions = sessions
+        self.persist = persist
+        self.monikers = monikers
+        self.session_options = session_options
+        self.observers = observers
+        self.ActionError = error_type
+
+    def handlers(self) -> dict:
+        return {"child_result": self.child_result, "child_message": self.child_message}
+
+    # ---- child_result -----------------------------------------------------
+
+    async def child_result(self, action: dict, payload: dict) -> None:
+        key = payload.get("key")
+        if not isinstance(key, str) or not payload.get("child_session_id"):
+            raise self.ActionError("payload names no key and child_session_id")
+        if payload.get("wait_call") and await self._end_wait_call(action, payload):
+            return
+        text, data = item_text(payload), item_data(payload)
+        source = {"kind": "child", "agent_id": payload.get("child_agent_id"),
+                  "session_id": payload["child_session_id"], "generation": payload.get("generation")}
+        await self.deliver(action, key, "child_result", text, data, source, wake=True)
+
+    async def deliver(self, action: dict, key: str, kind: str, text: str, data, source, *, wake: bool,
+                      reactivate_reason: str = "woken") -> str:
+        """Put one inbox item into a session: queued if it is live, kept for a
+        failed one, and a finished one is woken (``wake``).  Returns what happened."""
+        session_id = action["session_id"]
+        agent = self.sessions.get(session_id)
+        if agent is not None and agent.finished and agent.runner is not None and not agent.runner.done():
+            await asyncio.gather(agent.runner, return_exceptions=True)  # it may wake itself as it ends
+        if agent is not None and not agent.finished:
+            if agent.add_inbox_item(key, kind, text, data=data, source=source):
+                await agent.save()
+            return "queued"
+        snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(session_id)
+        if snapshot is None:
+            raise self.ActionError(f"unknown session {session_id}")
+        if key in (snapshot.get("used_guidance") or []) or any(
+                g.get("action_id") == key for g in snapshot.get("pending_guidance") or []):
+            return "duplicate"
+        status = snapshot["status"]
+        if status == "stopped":
+            log.info("session %s is stopped; %s %s not delivered", session_id, kind, key)
+            return "dropped"
+        if not (wake and wakeable(status, snapshot.get("status_reason"))):
+            # kept for a resume (error), or for nobody (a limit ended it): never lost
+            item = {"action_id": key, "kind": kind, "text": text, "data": data, "source": source}
+            kept = dict(snapshot, pending_guidance=[*(snapshot.get("pending_guidance") or []), item])
+            if agent is not None:
+                agent.pending_guidance = kept["pending_guidance"]
+                await agent.save()
+            else:
+                await self.persist.save_snapshot(kept)
+            return "kept"
+        agent = self._session_from(snapshot, agent)
+        agent.add_inbox_item(key, kind, text, data=data, source=source)
+        next_generation(agent)
+        agent._set_status("running", reactivate_reason)
+        await agent.save()
+        self.sessions.add(agent)
+        agent.start()
+        log.info("session %s %s by %s %s", session_id, reactivate_reason, kind, key)
+        return reactivate_reason
+
+    def _session_from(self, snapshot: dict, agent):
+        """The session object to run again: the finished one in memory, or a new
+        one from its snapshot (finished under another worker or an earlier life)."""
+        if agent is not None:
+            return agent
+        from runtime.session import SessionAgent  # session.py imports this module
+
+        try:
+            moniker = self.monikers.get(snapshot["moniker"])
+        except Exception:
+            raise self.ActionError(f"moniker {snapshot['moniker']!r} is not installed") from None
+        return SessionAgent(snapshot=dict(snapshot), moniker=moniker, persist=self.persist,
+                            observers=self.observers, **self.session_options)
+
+    async def _end_wait_call(self, action: dict, payload: dict) -> bool:
+        """``spawn_agent {wait: true}``: the child's (first) outcome is the call's
+        result.  False when the call no longer waits (then the inbox gets it)."""
+        from runtime.tool_runner import ENDED, capped_result, now  # avoids a cycle at import
+
+        call_id, key = payload["wait_call"], payload["key"]
+        agent = self.sessions.get(action["session_id"])
+        phase = agent.tool_phase if agent is not None else None
+        if phase is not None and call_id in phase.tasks:  # the spawn call is still being recorded
+            await asyncio.wait({phase.tasks[call_id]})
+        row = phase.row(call_id) if phase is not None else None
+        if row is None:
+            row = await self.persist.get_tool_call(call_id)
+        if row is None or row["session_id"] != action["session_id"]:
+            return False
+        if row.get("decided_by") == key:
+            return True  # this outcome ended the call already
+        if row["status"] in ENDED or agent is None or agent.finished:
+            return False
+        ids = {"agent_id": payload["child_agent_id"], "session_id": payload["child_session_id"],
+               "name": payload.get("name"), "generation": payload.get("generation")}
+        if payload["status"] == "done":
+            change = {"status": "success", "error": None,
+                      "result": capped_result({**ids, "status": "done", "text": payload.get("text"),
+                                               "data": payload.get("data"), "usage": payload.get("usage")})}
+        else:
+            change = {"status": "failed", "error": item_text(payload)[:4000]}
+        row = dict(row, decided_by=key, finished_at=now(), **change)
+        await agent.tools.write([row])
+        if agent.tool_phase is not None:
+            agent.tool_phase.deliver(row)
+        log.info("tool call %s (spawn_agent, wait) ended %s by child %s", call_id, row["status"],
+                 payload["child_session_id"])
+        return True
+
+    # ---- child_message ----------------------------------------------------
+
+    async def child_message(self, action: dict, payload: dict) -> None:
+        """A parent's follow-up: the child's next step gets it; a finished
+        (``done``) child is reactivated, and its next outcome is reported again."""
+        key, text = payload.get("key"), payload.get("text")
+        if not isinstance(key, str) or not isinstance(text, str) or not text.strip():
+            raise self.ActionError("payload names no key and text")
+        source = payload.get("source") if isinstance(payload.get("source"), dict) else {"kind": "parent"}
+        outcome_ = await self.deliver(action, key, "message", text, None, source, wake=True,
+                                      reactivate_reason="reactivated")
+        if outcome_ == "dropped":
+            raise self.ActionError(f"cannot message: session {action['session_id']} is stopped")
