@@ -20,13 +20,17 @@ action is picked up within tens of milliseconds, and an idle service sleeps.
 With several workers on one database, each applies only the actions of the
 sessions it owns (plus creates, and answers for finished or unknown sessions);
 an action claimed again and again (its worker keeps dying) is parked as failed
-after ``max_attempts``.
+after ``max_attempts``.  A worker whose write lease ran out (runtime/fence.py)
+may have been taken for dead and its claims handed to another worker: before
+applying or finishing such an action it checks that the claim is still its own,
+and leaves the action alone otherwise.
 """
 import asyncio
 import logging
 import time
 from typing import Awaitable, Callable
 
+from runtime.fence import SessionLost
 from runtime.handlers import ActionError
 from runtime.observers import Observers
 
@@ -37,8 +41,10 @@ class Dispatcher:
     def __init__(self, persist, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
                  observers: Observers | None = None, owns: Callable[[str], object] = lambda session_id: None,
                  watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0,
-                 batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5):
+                 batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5,
+                 fence=None):
         self.persist = persist
+        self.fence = fence  # runtime.fence.Fence, or None (unfenced: a single worker in tests)
         self.handle = handle
         self.owns = owns  # session_id -> the live session if this worker runs it
         self.max_attempts = max_attempts
@@ -104,14 +110,18 @@ class Dispatcher:
 
     async def poll_once(self) -> int:
         """Fetch, claim and route one batch; returns how many actions were dispatched."""
+        if self.fence is not None and not self.fence.valid():
+            await self.fence.revalidate()  # maybe taken for dead: claim nothing before knowing
         pending = await self.persist.pending_actions(self.batch)
         fresh = await self._claimable([a for a in pending if a["id"] not in self.in_flight])
         if not fresh:
             return 0
+        generation = self.fence.revalidations if self.fence else 0
         held = set(await self.persist.claim_actions([a["id"] for a in fresh], self.worker_id, self.lease_s))
         for action in fresh:  # already in priority, then acceptance order
             if action["id"] not in held:
                 continue
+            action["_fence_generation"] = generation
             self.in_flight.add(action["id"])
             if action.get("attempts", 0) + 1 > self.max_attempts:
                 self._route(action, park=True)
@@ -175,10 +185,17 @@ class Dispatcher:
         action_id = action["id"]
         started = time.perf_counter()
         try:
+            if not await self._still_claimed(action):
+                self.in_flight.discard(action_id)
+                return
             if park:  # claimed again and again: its handler or its worker keeps dying
                 raise ActionError(f"parked after {action.get('attempts', 0)} attempts")
             await self.handle(action)
             ok, error = True, None
+        except SessionLost:  # adopted by another worker meanwhile: its action now
+            log.warning("action %s left to the new owner of session %s", action_id, action.get("session_id"))
+            self.in_flight.discard(action_id)
+            return
         except ActionError as exc:
             ok, error = False, str(exc)
             log.warning("action %s (%s) failed agent=%s session=%s: %s", action_id, action.get("type"),
@@ -190,6 +207,8 @@ class Dispatcher:
             log.exception("action %s (%s) raised agent=%s session=%s", action_id, action.get("type"),
                           action.get("agent_id"), action.get("session_id"))
         try:
+            if not await self._still_claimed(action):
+                return
             await self.persist.finish_action(action_id, ok, error)
             self.applied += 1
             await self.observers.notify("action_finished", action, ok, error)
@@ -200,6 +219,24 @@ class Dispatcher:
             log.exception("action %s could not be marked finished; its lease will expire", action_id)
         finally:
             self.in_flight.discard(action_id)
+
+    async def _still_claimed(self, action: dict) -> bool:
+        """False when this worker's claim on ``action`` may have been released:
+        its lease ran out since the claim and the queue says another worker (or
+        nobody) holds it now.  Free while the lease holds (a clock read)."""
+        if self.fence is None:
+            return True
+        if not self.fence.valid():
+            await self.fence.revalidate()
+        if self.fence.revalidations == action.get("_fence_generation", 0):
+            return True
+        row = await self.persist.get_action(action["id"])
+        if row and row["status"] == "processing" and row["claimed_by"] == self.worker_id:
+            action["_fence_generation"] = self.fence.revalidations
+            return True
+        log.warning("action %s (%s) is no longer claimed by %s (now %s by %s); leaving it", action["id"],
+                    action.get("type"), self.worker_id, row and row["status"], row and row["claimed_by"])
+        return False
 
     async def drain(self, timeout: float) -> None:
         """Let the actions already dispatched finish, up to ``timeout``."""

@@ -13,20 +13,36 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
+from runtime.fence import SessionLost
+from store.writer import Fenced
+
 
 class Persistence:
     def __init__(self, store):
         self.store = store
         self._queue_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="queue")
+        self.fence = None  # runtime.fence.Fence of this worker (set by the service), or None: unfenced
 
     async def _queue(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self._queue_pool, partial(fn, *args, **kwargs))
 
     # sessions
     async def save_snapshot(self, row: dict) -> None:
+        """Save a snapshot if this worker still owns its session; else raise SessionLost."""
+        fence, session_id = self.fence, row["session_id"]
+        if fence is not None:
+            await fence.check(session_id, step=False)
         # A future of the group commit, not a thread per waiting writer: a
         # thousand sessions can wait for one commit without a thousand threads.
-        await asyncio.wrap_future(self.store.states.submit(row))
+        refused = await asyncio.wrap_future(self.store.states.submit(row))
+        if refused and fence is not None and row.get("owner") == fence.worker_id:
+            # Some row of that commit was refused (owned by another worker): was it ours?
+            held = await self.session_owners([session_id])
+            if (held.get(session_id) or {}).get("owner") != fence.worker_id:
+                fence.lose(session_id, "a snapshot save was refused: another worker owns it")
+                raise SessionLost(session_id)
+        if fence is not None and row.get("owner") == fence.worker_id:
+            fence.regained(session_id)  # saved as its owner: it may step again here
 
     async def load_snapshot(self, session_id: str) -> dict | None:
         return await asyncio.to_thread(self.store.states.get, session_id)
@@ -35,9 +51,22 @@ class Persistence:
         return await asyncio.to_thread(self.store.states.resumable, skip_owners)
 
     async def append_step(self, row: dict) -> dict:
-        stored, committed = self.store.steps.submit(row)
-        await asyncio.wrap_future(committed)
-        return stored
+        """Append a step row if this worker still owns its session; else raise SessionLost.
+        The lease is checked again in the committer, right before the commit:
+        a row that waited past it is dropped and sent again once ownership is confirmed."""
+        fence = self.fence
+        if fence is None:
+            stored, committed = self.store.steps.submit(row)
+            await asyncio.wrap_future(committed)
+            return stored
+        while True:
+            await fence.check(row["session_id"])
+            stored, committed = self.store.steps.submit(row, guard=fence.valid)
+            try:
+                await asyncio.wrap_future(committed)
+                return stored
+            except Fenced:
+                continue  # the lease ran out while the row waited: check ownership, then retry
 
     async def latest_step(self, session_id: str, after_iteration: int | None = None) -> dict | None:
         return await asyncio.to_thread(self.store.steps.latest, session_id=session_id,
@@ -103,8 +132,16 @@ class Persistence:
     async def session_owners(self, session_ids) -> dict[str, dict]:
         return await self._queue(self.store.states.get_many, session_ids)
 
-    async def adopt_session(self, session_id: str, new_owner: str, expected_owner: str | None) -> bool:
-        return await asyncio.to_thread(self.store.states.adopt, session_id, new_owner, expected_owner)
+    async def adopt_session(self, session_id: str, new_owner: str, expected_owner: str | None,
+                            expected_updated_at=None) -> bool:
+        return await asyncio.to_thread(self.store.states.adopt, session_id, new_owner, expected_owner,
+                                       expected_updated_at)
+
+    async def reassert_sessions(self, session_ids, owner: str) -> set[str]:
+        return await asyncio.to_thread(self.store.states.reassert, session_ids, owner)
+
+    async def get_action(self, action_id: str) -> dict | None:
+        return await self._queue(self.store.actions.get, action_id)
 
     # sub-agents (runtime/subagents.py)
     async def enqueue(self, type_: str, *, agent_id: str, session_id: str, payload: dict) -> dict:

@@ -18,6 +18,13 @@ class SessionRegistry:
         if current is None or agent.created_at >= current.created_at:
             self.agent_latest[agent.agent_id] = agent.session_id
 
+    def remove(self, session_id: str) -> SessionAgent | None:
+        """Forget a session this process no longer runs (another worker adopted it)."""
+        agent = self.sessions.pop(session_id, None)
+        if agent is not None and self.agent_latest.get(agent.agent_id) == session_id:
+            del self.agent_latest[agent.agent_id]
+        return agent
+
     def get(self, session_id: str) -> SessionAgent | None:
         return self.sessions.get(session_id)
 

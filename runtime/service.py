@@ -11,6 +11,9 @@ heartbeat goes stale is dead, and then:
    a step that was in flight is recorded as interrupted).
 A restarted worker gets its old id back (see runtime/identity.py) and so
 resumes its own sessions at once instead of waiting for its heartbeat to age.
+A worker that was only slow, not dead, finds out before it writes again for
+the sessions it lost, and drops them (runtime/fence.py): the heartbeat is a
+lease, and adoption expects the snapshot it read to be unchanged.
 
 Shutdown (SIGTERM) stops polling, lets in-flight actions finish, asks every
 runner to stop at its next step boundary and waits up to ``stop_grace_s`` for
@@ -25,6 +28,7 @@ from ulid import ULID
 from monikers.registry import MonikerRegistry, UnknownMoniker
 from runtime.aio import every
 from runtime.dispatcher import Dispatcher
+from runtime.fence import Fence
 from runtime.handlers import Handlers
 from runtime.monitor import HealthMonitor
 from runtime.observers import Observers
@@ -54,15 +58,21 @@ class AgentService:
         self.worker_id = worker_id or f"worker-{str(ULID()).lower()}"
         self.maintainer = maintainer  # store.maintenance.Maintainer, or None for no upkeep
         self.maintain_every_s = maintain_every_s
+        # A heartbeat renews this worker's write lease (dead_after / 2, runtime/fence.py):
+        # beat well within it, or the lease runs out between two beats.
+        heartbeat_s = min(heartbeat_s, dead_after_s / 4)
         self.heartbeat_s, self.dead_after_s, self.adopt_every_s = heartbeat_s, dead_after_s, adopt_every_s
         self.tools = tools if tools is not None else default_tool_registry()
         self.tool_runner = ToolRunner(self.tools, self.persist, self.observers)
         self.session_options = {"owner": self.worker_id, "heartbeat_s": session_heartbeat_s,
                                 "tools": self.tool_runner}
+        self.fence = Fence(self.worker_id, self.persist, self.sessions, dead_after_s)
+        self.persist.fence = self.fence
         self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
                                  destroy_grace_s=destroy_grace_s, session_options=self.session_options)
         self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
-                                     observers=self.observers, owns=self._runs, **dispatcher_options)
+                                     observers=self.observers, owns=self._runs, fence=self.fence,
+                                     **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
@@ -74,7 +84,7 @@ class AgentService:
         # else, so it applies in order with the actions accepted after it.
         if released := await self.persist.release_claims_of([self.worker_id]):
             log.warning("requeued %d actions this worker held when it last stopped", released)
-        await self.persist.heartbeat(self.worker_id)
+        await self.fence.beat(lambda: self.persist.heartbeat(self.worker_id))
         await self.adopt()
         log.info("worker %s polling for actions", self.worker_id)
         self.ready = not stopping.is_set()
@@ -111,6 +121,11 @@ class AgentService:
         orphans = await self.persist.resumable_snapshots(skip_owners=alive - {self.worker_id})
         candidates = [s for s in orphans if not self.sessions.get(s["session_id"])
                       and not (s.get("owner") in alive and s.get("owner") != self.worker_id)]
+        if any(s.get("owner") not in (None, self.worker_id) for s in candidates):
+            # A worker that heartbeat since it was read as dead was only slow:
+            # leave its sessions (the conditional adoption below closes the rest).
+            alive = await self.persist.alive_workers(self.dead_after_s)
+            candidates = [s for s in candidates if s.get("owner") not in alive or s.get("owner") == self.worker_id]
         adopted = 0
         # Concurrently, in chunks: each resume waits for a commit, and waiting
         # together lets group commit put a whole chunk into one.
@@ -130,8 +145,10 @@ class AgentService:
     async def _adopt_one(self, snapshot: dict) -> bool:
         session_id, owner = snapshot["session_id"], snapshot.get("owner")
         try:
-            if owner != self.worker_id and not await self.persist.adopt_session(session_id, self.worker_id, owner):
-                return False  # another worker won this one
+            if owner != self.worker_id and not await self.persist.adopt_session(
+                    session_id, self.worker_id, owner, snapshot.get("updated_at")):
+                return False  # another worker won this one, or its owner turned out alive
+            self.fence.regained(session_id)
             return await self._resume(snapshot)
         except Exception:
             log.exception("session %s could not be adopted", session_id)
@@ -175,7 +192,8 @@ class AgentService:
 
         async def beat():
             nonlocal last_adopt
-            await self.persist.heartbeat(self.worker_id, maintenance=self.maintainer and self.maintainer.health())
+            await self.fence.beat(lambda: self.persist.heartbeat(
+                self.worker_id, maintenance=self.maintainer and self.maintainer.health()))
             if loop.time() - last_adopt >= self.adopt_every_s:
                 last_adopt = loop.time()
                 await self.adopt()

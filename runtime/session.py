@@ -26,6 +26,7 @@ from runtime import subagent_tree, subagents
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from runtime.config import SessionConfig
+from runtime.fence import SessionLost
 from runtime.observers import Observers
 from runtime.stepcall import call_moniker
 from runtime.tool_runner import ToolPhase, ToolRunner
@@ -67,6 +68,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.last_error: str | None = snapshot.get("last_error")
         self.created_at = _as_datetime(snapshot.get("created_at"))
         self.owner = owner or snapshot.get("owner")
+        self.lost = False  # another worker adopted it: this object saves nothing more (runtime/fence.py)
         self.step_started_at: datetime | None = None  # set while a long step is in flight
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
@@ -139,6 +141,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """Persist the in-memory snapshot.  Handlers and the runner both call this;
         the lock keeps the writes in order, and each writes the latest memory."""
         async with self._save_lock:
+            if self.lost:
+                raise SessionLost(self.session_id)
             await subagents.report_if_finished(self)  # a child's outcome is queued before its final snapshot
             snapshot = self.snapshot()
             await self.persist.save_snapshot(snapshot)
@@ -195,6 +199,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.flush_saves()
         except asyncio.CancelledError:
             raise
+        except SessionLost:  # another worker adopted it: write nothing more (runtime/fence.py)
+            return
         except Exception as exc:  # storage failed under us: record it if we still can
             log.exception("session %s runner crashed agent=%s", self.session_id, self.agent_id)
             self.last_error = f"runner: {type(exc).__name__}: {exc}"

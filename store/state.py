@@ -48,7 +48,9 @@ class StateTable:
     def submit(self, snapshot: dict) -> Future:
         """Queue insert-or-replace of the snapshot of ``snapshot['session_id']``
         (merge_insert on the declared primary key, never an overwrite of the
-        table); the future resolves once it is durable."""
+        table); the future resolves once it is durable, to True when some row
+        of its commit was refused because another worker owns that session
+        (store/writer.py UPSERT_CONDITIONS: the caller then checks its own)."""
         row = {k: _as_time(v) if k in TIME_COLUMNS else v for k, v in snapshot.items()}  # a read row saved again
         row["updated_at"] = codec.utcnow()
         return self.writer.submit_upsert(self.name, self.key, [row])
@@ -110,18 +112,42 @@ class StateTable:
                                                        limit=len(page))} if page else {}
         return {"agents": [full[s] for s in page if s in full], "total": len(rows), "counts": counts}
 
-    def adopt(self, session_id: str, new_owner: str, expected_owner: str | None) -> bool:
+    def adopt(self, session_id: str, new_owner: str, expected_owner: str | None,
+              expected_updated_at=None) -> bool:
         """Take a session over from ``expected_owner`` (a dead worker, or nobody).
 
         One conditional update: of several workers racing to adopt the same
         session exactly one finds itself as the owner when it reads back.
+        With ``expected_updated_at`` (the snapshot the adopter read) the update
+        also fails when the row changed since: the old owner saved it or
+        reasserted it (:meth:`reassert`), i.e. it was slow, not dead.
         """
         owner_clause = ("owner IS NULL" if expected_owner is None
                         else filters.eq_id("owner", expected_owner))
         where = filters.all_of(filters.eq_id("session_id", session_id), owner_clause)
+        if expected_updated_at is not None:
+            when = _as_time(expected_updated_at)
+            where = filters.all_of(where, filters.ts_cmp("updated_at", ">=", when),
+                                   filters.ts_cmp("updated_at", "<=", when))
         self.writer.update(self.name, where, {"owner": filters.check_id(new_owner, "owner")})
         row = query.first(self.table, self.name, filters.eq_id("session_id", session_id))
         return bool(row) and row.get("owner") == new_owner
+
+    def reassert(self, session_ids, owner: str) -> set[str]:
+        """Of ``session_ids``, the ones ``owner`` still holds, made to last.
+
+        One conditional update touches ``updated_at`` of the rows still owned by
+        ``owner``, so that an adoption which read them before (and so expects
+        the old ``updated_at``) fails; a read-back names the rows it matched only
+        when some were not (adopted meanwhile).  A worker calls this after it
+        may have been taken for dead (runtime/fence.py)."""
+        session_ids = list(dict.fromkeys(session_ids))
+        if not session_ids:
+            return set()
+        where = filters.all_of(filters.in_ids("session_id", session_ids), filters.eq_id("owner", owner))
+        if self.writer.update_sql(self.name, where, {"updated_at": "now()"}) == len(session_ids):
+            return set(session_ids)
+        return {sid for sid, row in self.get_many(session_ids).items() if row.get("owner") == owner}
 
     def finished_before(self, when, limit: int = 500) -> list[dict]:
         """Finished sessions whose status last changed before ``when`` (for retention)."""
@@ -169,3 +195,4 @@ class StateTable:
         if skip:
             where = filters.all_of(where, f"(owner IS NULL OR NOT ({filters.in_ids('owner', skip)}))")
         return query.rows(self.table, self.name, where, order=[("created_at", True)])
+

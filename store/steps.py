@@ -22,11 +22,12 @@ class StepLog:
         committed.result()
         return row
 
-    def submit(self, step: dict) -> tuple[dict, Future]:
+    def submit(self, step: dict, guard=None) -> tuple[dict, Future]:
         """Queue a step row for the next group commit: the row as it will be
-        stored, and a future that resolves once it is durable."""
+        stored, and a future that resolves once it is durable (or raises
+        ``store.writer.Fenced`` when ``guard()`` is false at commit time)."""
         row = {"id": str(ULID()), "created_at": codec.utcnow(), **step}
-        committed = self.writer.submit_append(self.name, [row])
+        committed = self.writer.submit_append(self.name, [row], guard)
         return codec.decode(self.name, codec.encode(self.name, row)), committed
 
     def search(self, *, session_id: str | None = None, agent_id: str | None = None,

@@ -51,6 +51,18 @@ RETRYABLE_MARKERS = ("conflict", "retryable", "too many concurrent writers", "pr
 DEFAULT_MIN_COMMIT_INTERVAL_S = 0.05
 UNPACED_TABLES = ("actions",)
 
+# Upserts that replace a matched row only when it satisfies a condition
+# (``target.`` = the stored row, ``source.`` = the new one).  agent_state is
+# fenced by its owner: a worker's snapshot save never overwrites a session
+# another worker has adopted (runtime/fence.py).  A row refused this way is
+# reported to its writers: their futures resolve to True ("some row was refused").
+UPSERT_CONDITIONS = {
+    # A finished session runs nowhere: any worker may take it over by saving it
+    # (a sub-agent's result or a resume wakes it, runtime/subagents.py).
+    "agent_state": ("target.owner IS NULL OR source.owner IS NULL OR target.owner = source.owner"
+                    " OR target.status IN ('stopped', 'done', 'error')"),
+}
+
 
 def is_conflict(exc: Exception) -> bool:
     text = str(exc).lower()
@@ -75,15 +87,22 @@ def retry_conflicts(commit):
             time.sleep(random.uniform(0.005, 0.02) * 2 ** attempt)
 
 
+class Fenced(RuntimeError):
+    """A write was dropped before its commit because its ``guard`` said no."""
+
+
 class _Request:
     """A queued write.  ``rows`` holds the rows of an append or upsert, or the
     ids of an update-by-ids; ``key`` is what requests must share to be merged
-    into one commit (the upsert key, or the update's column and values)."""
+    into one commit (the upsert key, or the update's column and values).
+    ``guard``, when given, is asked right before the commit: False drops the
+    request (its future raises :class:`Fenced`), e.g. a step row of a worker
+    whose write lease ran out while the row waited (runtime/fence.py)."""
 
-    __slots__ = ("kind", "rows", "key", "future")
+    __slots__ = ("kind", "rows", "key", "future", "guard")
 
-    def __init__(self, kind: str, rows: list, key):
-        self.kind, self.rows, self.key, self.future = kind, rows, key, Future()
+    def __init__(self, kind: str, rows: list, key, guard=None):
+        self.kind, self.rows, self.key, self.future, self.guard = kind, rows, key, Future(), guard
 
 
 class _TableCommitter:
@@ -153,6 +172,10 @@ class _TableCommitter:
                     self._wakeup.wait_for(lambda: self._closed, timeout=wait)
 
     def _commit(self, group: list[_Request]) -> None:
+        if any(request.guard is not None for request in group):
+            group = _guarded(group)
+            if not group:
+                return
         kind = group[0].kind
         rows = [row for request in group for row in request.rows]
         if kind == "upsert":
@@ -160,7 +183,7 @@ class _TableCommitter:
         started = time.perf_counter()
         try:
             with self.lock:
-                self._write(kind, group[0].key, rows)
+                refused = self._write(kind, group[0].key, rows)
                 self._last_commit = time.monotonic()
         except Exception as exc:
             log.error("commit of %d %s rows to %s failed: %s", len(rows), kind, self.name, exc)
@@ -169,20 +192,34 @@ class _TableCommitter:
             return
         self.stats.record(self.name, len(group), len(rows), time.perf_counter() - started)
         for request in group:
-            request.future.set_result(None)
+            request.future.set_result(refused or None)
 
-    def _write(self, kind: str, key, rows: list) -> None:
+    def _write(self, kind: str, key, rows: list) -> bool:
+        """Commit one group; True when a conditional upsert refused some of its rows."""
         if kind == "update_ids":
             column, values_sql = key
             where = filters.in_ids(column, list(dict.fromkeys(rows)))
             retry_conflicts(lambda: self.table.update(where=where, values_sql=dict(values_sql)))
-            return
+            return False
         batch = pa.Table.from_pylist([codec.encode(self.name, r) for r in rows], schema=self.schema)
         if kind == "append":
             retry_conflicts(lambda: self.table.add(batch))
+            return False
+        condition = UPSERT_CONDITIONS.get(self.name)
+        result = retry_conflicts(lambda: self.table.merge_insert(key).when_matched_update_all(where=condition)
+                                 .when_not_matched_insert_all().execute(batch))
+        return condition is not None and result.num_updated_rows + result.num_inserted_rows < len(rows)
+
+
+def _guarded(group: list[_Request]) -> list[_Request]:
+    """The requests whose guard allows them to be committed now; the others fail."""
+    kept = []
+    for request in group:
+        if request.guard is None or request.guard():
+            kept.append(request)
         else:
-            retry_conflicts(lambda: self.table.merge_insert(key).when_matched_update_all()
-                            .when_not_matched_insert_all().execute(batch))
+            request.future.set_exception(Fenced("write dropped: the writer's lease ran out"))
+    return kept
 
 
 def _consecutive_groups(requests: list[_Request]) -> list[list[_Request]]:
@@ -227,9 +264,10 @@ class Writer:
 
     # ---- group-committed ------------------------------------------------
 
-    def submit_append(self, table: str, rows: list[dict]) -> Future:
-        """Queue rows for the next commit of ``table``; the future resolves once committed."""
-        return self._submit(table, "append", rows, None)
+    def submit_append(self, table: str, rows: list[dict], guard=None) -> Future:
+        """Queue rows for the next commit of ``table``; the future resolves once committed
+        (or raises :class:`Fenced` when ``guard()`` is false at commit time)."""
+        return self._submit(table, "append", rows, None, guard)
 
     def submit_upsert(self, table: str, key: str, rows: list[dict]) -> Future:
         """Queue insert-or-replace of whole rows by ``key`` (the table's declared primary key)."""
@@ -247,12 +285,12 @@ class Writer:
     def upsert(self, table: str, key: str, rows: list[dict]) -> None:
         self.submit_upsert(table, key, rows).result()
 
-    def _submit(self, table: str, kind: str, rows: list[dict], key: str | None) -> Future:
+    def _submit(self, table: str, kind: str, rows: list[dict], key: str | None, guard=None) -> Future:
         if not rows:
             done = Future()
             done.set_result(None)
             return done
-        return self._committers[table].submit(_Request(kind, list(rows), key))
+        return self._committers[table].submit(_Request(kind, list(rows), key, guard))
 
     # ---- direct, conditional --------------------------------------------
 
