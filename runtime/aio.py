@@ -27,6 +27,39 @@ async def every(stopping: asyncio.Event, seconds: float, chore, what: str) -> No
             pass
 
 
+class BackgroundWork:
+    """Work the runner does not wait for (summaries, turn ends), at most
+    ``concurrency`` at a time; a failure is logged as ``what`` and never
+    reaches the caller.  ``run`` awaits one piece in the same slots."""
+
+    def __init__(self, what: str, concurrency: int = 2):
+        self.what = what
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task] = set()
+
+    def spawn(self, work, name: str) -> None:
+        task = asyncio.create_task(self.run(work), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def run(self, work) -> None:
+        try:
+            async with self._slots:
+                await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed", self.what)
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Give the work in flight ``grace_s`` to end, then cancel what is left."""
+        if self._tasks and grace_s > 0:
+            await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 def run_bounded(main, grace_s: float = 5.0):
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

@@ -23,7 +23,7 @@ import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 
-from runtime.aio import every
+from runtime.aio import BackgroundWork, every
 
 log = logging.getLogger("runtime.archive")
 
@@ -55,10 +55,9 @@ class Archiver:
         self.every_s = every_s
         self.llm = llm
         self.llm_monikers = set(llm_monikers)
-        self._slots = asyncio.Semaphore(concurrency)
+        self._background = BackgroundWork("archive: a summary", concurrency)
         # session_id -> (iteration, status) last summarised; the newest SCHEDULED_KEPT only
         self._scheduled: OrderedDict[str, tuple] = OrderedDict()
-        self._tasks: set[asyncio.Task] = set()
         now = datetime.now(timezone.utc)
         self._sessions_since = now - FIRST_CATCH_UP
         self._quiet_after = now - FIRST_CATCH_UP
@@ -75,24 +74,10 @@ class Archiver:
         self._scheduled.move_to_end(snapshot["session_id"])
         while len(self._scheduled) > SCHEDULED_KEPT:
             self._scheduled.popitem(last=False)
-        task = asyncio.create_task(self._guarded(self.summarize_session(dict(snapshot))),
-                                   name=f"summary:{snapshot['session_id']}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _guarded(self, work) -> None:
-        try:
-            async with self._slots:
-                await work
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("archive: a summary failed")
+        self._background.spawn(self.summarize_session(dict(snapshot)), name=f"summary:{snapshot['session_id']}")
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._background.close()
 
     # ---- sweep --------------------------------------------------------------
 
@@ -120,7 +105,7 @@ class Archiver:
             return
         candidates = await asyncio.to_thread(self.store.conversations.active_between, self._quiet_after, quiet_before)
         for conversation_id in sorted(candidates):
-            await self._guarded(self.summarize_conversation(conversation_id, quiet_before))
+            await self._background.run(self.summarize_conversation(conversation_id, quiet_before))
         self._quiet_after = quiet_before - timedelta(seconds=1)
 
     # ---- sessions -----------------------------------------------------------
@@ -132,7 +117,7 @@ class Archiver:
             if snapshot["session_id"] not in have:
                 full = await asyncio.to_thread(self.store.states.get, snapshot["session_id"])
                 if full:
-                    await self._guarded(self.summarize_session(full))
+                    await self._background.run(self.summarize_session(full))
 
     async def summarize_session(self, snapshot: dict) -> dict:
         session_id = snapshot["session_id"]

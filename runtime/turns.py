@@ -42,6 +42,7 @@ import logging
 from collections import OrderedDict
 
 from runtime import archive
+from runtime.aio import BackgroundWork
 from runtime import usage as usage_math
 
 log = logging.getLogger("runtime.turns")
@@ -106,8 +107,7 @@ class TurnKeeper:
         self.llm_monikers = set(llm_monikers)
         self._current: OrderedDict[str, dict | None] = OrderedDict()  # session -> its newest turn (row dict)
         self._locks: dict[str, asyncio.Lock] = {}
-        self._slots = asyncio.Semaphore(concurrency)
-        self._tasks: set[asyncio.Task] = set()
+        self._background = BackgroundWork("turns: ending a turn", concurrency)
 
     # ---- observer hooks -------------------------------------------------------
 
@@ -133,11 +133,7 @@ class TurnKeeper:
 
     async def close(self) -> None:
         """Let the summaries in flight finish (bounded by the caller), then stop."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=5)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._background.close(grace_s=5)
 
     # ---- the current turn -------------------------------------------------------
 
@@ -221,19 +217,7 @@ class TurnKeeper:
         ended = {**turn, "status": "ended", "last_iteration": last, "end_reason": reason}
         if self._current.get(snapshot["session_id"], _UNSEEN) is turn:
             self._remember(snapshot["session_id"], ended)
-        task = asyncio.create_task(self._guarded(self._finish(snapshot, ended)),
-                                   name=f"turn:{snapshot['session_id']}:{turn['turn']}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _guarded(self, work) -> None:
-        try:
-            async with self._slots:
-                await work
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("turns: ending a turn failed")
+        self._background.spawn(self._finish(snapshot, ended), name=f"turn:{snapshot['session_id']}:{turn['turn']}")
 
     async def _finish(self, snapshot: dict, turn: dict) -> None:
         first, last = turn["first_iteration"], turn["last_iteration"]
