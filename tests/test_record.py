@@ -193,7 +193,10 @@ def test_retention_keeps_summaries_when_told_to(tmp_path):
         svc.wait_status(made["session_id"], "done", timeout=120)  # agents.py may start slowly
         wait_for(lambda: svc.get("/api/summaries", session_id=made["session_id"]).json()["summaries"])
         wait_for(lambda: not svc.steps(made["session_id"]), timeout=60, what="retention to remove the steps")
-        assert svc.session(made["session_id"])["status"] == "pending"  # only its create action is left
+        # The snapshot goes last (a crash in between leaves it for the next round to find),
+        # and then only the session's create action is left.
+        wait_for(lambda: svc.session(made["session_id"])["status"] == "pending", timeout=60,
+                 what="retention to remove the snapshot")
         assert search(svc, "flamingos", kind="summary")["hits"][0]["session_id"] == made["session_id"]
         assert search(svc, "liftoff", kind="step")["hits"] == []
     finally:
