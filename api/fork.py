@@ -20,7 +20,7 @@ from ulid import ULID
 
 from api.errors import ApiError
 from api.routes import body, enqueue, path_id, session_view
-from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, Id, Strict
+from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, NOT_BLANK, Id, Strict, not_blank
 from runtime.config import SessionConfig
 
 bp = Blueprint("fork", __name__, url_prefix="/api")
@@ -31,7 +31,7 @@ MAX_STATE_BYTES = 256 * 1024
 class ForkRequest(Strict):
     from_iteration: int = Field(ge=0, le=2**62, description="the step whose state and next step the fork starts from")
     state: dict[str, Any] | None = Field(None, description="replaces that step's state")
-    guidance: str | None = Field(None, min_length=1, max_length=MAX_TEXT, pattern=r"\S",
+    guidance: str | None = Field(None, min_length=1, max_length=MAX_TEXT, json_schema_extra=NOT_BLANK,
                                  description="for the fork's first step (not blank)")
     config: dict[str, Any] | None = Field(None, description="keys that change the original's config")
     session_id: Id | None = Field(None, description="the fork's id; a client-supplied one makes the fork idempotent")
@@ -53,9 +53,7 @@ class ForkRequest(Strict):
     @field_validator("guidance")
     @classmethod
     def _not_blank(cls, value):
-        if value is not None and not value.strip():
-            raise ValueError("guidance must not be blank")
-        return value
+        return value if value is None else not_blank(value, "guidance")
 
 
 def merged_config(original: dict | None, changes: dict | None) -> dict:

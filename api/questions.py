@@ -34,16 +34,15 @@ KINDS = ("question", "approval", "result")
 # ---- models ---------------------------------------------------------------
 
 class AnswerRequest(schemas.Strict):
-    text: str = Field(min_length=1, max_length=ask_user.MAX_ANSWER, description="the answer (not blank)")
+    text: str = Field(min_length=1, max_length=ask_user.MAX_ANSWER, description="the answer (not blank)",
+                      json_schema_extra=schemas.NOT_BLANK)
     tool_call_id: schemas.Id | None = Field(None, description="which question; default the session's oldest open one")
     user_id: schemas.Id | None = Field(None, description="who answers; default 'user'")
 
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must not be blank")
-        return value
+        return schemas.not_blank(value, "text")
 
 
 class AnswerAccepted(schemas.Accepted):

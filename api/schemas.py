@@ -23,6 +23,21 @@ MAX_CONFIG_BYTES = 262_144  # a create's config as JSON (scripted frames can be 
 MAX_TEXT = 20_000
 
 
+
+# "Not blank" as the OpenAPI document states it (``pattern: \S``, with
+# ECMAScript's \s, as clients and schemathesis read it), checked here with the
+# same characters: Python's str.strip() also strips \x1c-\x1f and \x85, and
+# pydantic's own regex uses Unicode's White_Space, so neither agrees with it.
+ECMA_SPACE = frozenset("\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"
+                       + "".join(chr(c) for c in range(0x2000, 0x200B)))
+NOT_BLANK = {"pattern": r"\S"}  # json_schema_extra of a text field that must not be blank
+
+
+def not_blank(value: str, what: str) -> str:
+    if all(c in ECMA_SPACE for c in value):
+        raise ValueError(f"{what} must not be blank")
+    return value
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -76,14 +91,12 @@ class ResumeRequest(TreeControlRequest):
 
 
 class InterruptRequest(ControlRequest):
-    guidance: str = Field(min_length=1, max_length=MAX_TEXT)
+    guidance: str = Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=NOT_BLANK)
 
     @field_validator("guidance")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("guidance must not be blank")
-        return value
+        return not_blank(value, "guidance")
 
 
 class Page(Strict):
@@ -187,16 +200,14 @@ class JoinRequest(Strict):
 
 
 class PostMessageRequest(Strict):
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    text: str = Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=NOT_BLANK)
     user_id: Id | None = Field(None, description="who posts; default 'user'")
     data: dict | None = None
 
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must not be blank")
-        return value
+        return not_blank(value, "text")
 
     @field_validator("data")
     @classmethod
