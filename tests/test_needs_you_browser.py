@@ -2,24 +2,13 @@
 playwright) against the real service: open questions and approvals are listed
 oldest first, answered and approved in place, the list and the nav count follow
 live, and the page passes axe-core and fits at 400 px."""
-import os
-
 import pytest
 
 from tests.harness import wait_for
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
-from tests.test_dashboard_browser import ARGS, CHROMIUM, scan, screenshot  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs it (apt-get install chromium)")
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+# The dashboard tests' chromium, shared (a module-scoped fixture, one browser per module).
+from tests.test_dashboard_browser import browser, scan, screenshot  # noqa: E402,F401
 
 
 def asking(svc, args: dict, **fields) -> dict:
