@@ -5,8 +5,11 @@ same whatever the length of its history.
 Not timed: the assertions are on what the tables look like, sampled while the
 writers run, and on query plans.
 """
+import os
 import threading
 import time
+
+import pytest
 
 from store import Store
 from store import codec
@@ -149,6 +152,46 @@ def test_upkeep_adds_index_deltas_leaves_full_fragments_alone_and_merges_before_
     assert stats.num_unindexed_rows == 0, stats
     assert "ScalarIndexQuery" in store.tables["agent_steps"].search().where("session_id = 'r7'").explain_plan(True)
     assert store.tables["agent_steps"].count_rows() == 5_000 + 5 * 3 * maintenance.MAX_INDEX_SEGMENTS
+    store.close()
+
+
+def _deleted_files_held_open(root) -> list[str]:
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith(str(root)) and target.endswith("(deleted)"):
+            held.append(target)
+    return held
+
+
+def _fts_segments(store) -> set:
+    return {seg.uuid for ix in store.tables["agent_steps"].to_lance().describe_indices()
+            if ix.index_type.lower().startswith("inverted") for seg in ix.segments}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_upkeep_of_a_searchable_table_lets_go_of_the_index_files_it_replaces(tmp_path):
+    """Rewriting an FTS index opens the old one; a run must not keep it.  One
+    Lance session shared by every run kept each replaced FTS index open (its
+    deleted files and its memory: agents.py grew ~3 MB a minute in the soak)."""
+    from store.search import ensure_search_indexes
+
+    store = Store(str(tmp_path / "db"))
+    _bulk_steps(store, "base", 200, batch=200)
+    ensure_search_indexes(store.tables)
+    maintainer = Maintainer(store, keep_versions_s=0.001)
+    replaced = 0
+    for round_ in range(12):
+        for i in range(5):
+            store.steps.append(_step(f"r{round_}", i))
+        before = _fts_segments(store)
+        assert maintainer.optimize("agent_steps")["ok"]
+        replaced += bool(before - _fts_segments(store))
+    assert replaced, "no run replaced an index segment: the test would prove nothing"
+    assert _deleted_files_held_open(tmp_path) == []
     store.close()
 
 
