@@ -8,8 +8,8 @@ runs by default) on a temporary directory, starts ``--agents`` joke agents
 stepping every ``--interval`` s, and a thread that pauses/resumes a few other
 agents every ``--control-every`` s.  Every ``--sample-s`` it records, per table,
 rows, fragments, versions and indices; the data directory's size on disk; the
-RSS and open files of agents.py and app.py; steps per busy session (a listing sorts all of a
-session's rows, so it grows with them); p50/p99
+RSS and open files of agents.py and app.py; steps per busy session (a listing reads its page as
+a range of iterations, so it should not grow with them); p50/p99
 of ``GET /api/agent-steps`` for random sessions and of ``store.actions.pending()``
 (this process opens the store as agents.py does); the control actions' latency
 (created_at -> processed_at) during the window; and steps/s.
