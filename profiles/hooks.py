@@ -18,6 +18,11 @@ changes no running session.
   durable.  Should the worker die between the two, :func:`caught_up` (called
   when a snapshot is reconciled with its newest step) applies the row's
   record again: notes are queued under fixed ids, so never twice.
+
+What a profile counts across steps (steps in a row without tool calls, the
+``once`` observers that fired) is in each record too (``counters``), and
+:meth:`SessionHooks.restore` reads it back from the session's newest step
+when a session is loaded, so a restart or a takeover does not reset it.
 """
 import logging
 from datetime import datetime, timezone
@@ -56,7 +61,8 @@ class SessionHooks:
         self.after = [o for o in observers if o.when == "after_step"]
         self.flow = _FLOW.validate_python(record.get("flow") or [])
         self.inbox_priorities = dict(record.get("inbox_priorities") or {}) or None
-        self.steps_without_tools = 0  # in memory: counts again from 0 after a restart
+        self.steps_without_tools = 0  # and _fired_once: kept in each step's record, read back by restore()
+        self._restored = False
         self._before_done: int | None = None  # the iteration whose before_step observers ran
         self._before_record: list[dict] = []
         self._fired_once: set[str] = set()
@@ -92,8 +98,24 @@ class SessionHooks:
 
     # ---- before a step ----------------------------------------------------
 
+    async def restore(self, agent) -> None:
+        """Once per loaded session: the counters of its newest step's record
+        (nothing to read for a new session or one without observers or flow)."""
+        if self._restored:
+            return
+        self._restored = True
+        if not self.active or agent.iteration <= 0:
+            return
+        step = await agent.persist.step_at(agent.session_id, agent.iteration)
+        record = (step or {}).get("observers")
+        counters = record.get("counters") if isinstance(record, dict) else None
+        if isinstance(counters, dict):
+            self.steps_without_tools = int(counters.get("steps_without_tools") or 0)
+            self._fired_once = {str(n) for n in counters.get("fired_once") or []}
+
     async def before_step(self, agent) -> bool:
         """True when no step may run now (the runner loops and checks again)."""
+        await self.restore(agent)
         if agent.status == "waiting" and agent.status_reason in WAIT_REASONS:
             await self._hold(agent)
             return True
@@ -146,12 +168,15 @@ class SessionHooks:
         before, self._before_record = self._before_record, []
         if not self.active:
             return None
+        await self.restore(agent)
         self.steps_without_tools = 0 if calls else self.steps_without_tools + 1
         facts = Facts(phase="after_step", iteration=iteration, state=out.state, inbox=agent.peek_guidance(),
                       usage=agent.usage, steps_without_tools=self.steps_without_tools, text=out.text,
                       done=out.done, tool_calls=calls, out=out)
         after = [o for o in [await self._run(o, facts, agent, iteration) for o in self.after] if o]
-        record = {"before": before, "after": after, "flow": None}
+        record = {"before": before, "after": after, "flow": None,
+                  "counters": {"steps_without_tools": self.steps_without_tools,
+                               "fired_once": sorted(self._fired_once)}}
         if not calls and not out.done and self.flow:
             facts.phase = "flow"
             decision, rule = flow.decide(self.flow, facts)

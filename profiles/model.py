@@ -175,7 +175,8 @@ class Observer(Strict):
     then: ObserverAction | None = None
     python: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with")
-    once: bool = Field(False, description="fire at most once per session run (not again after it fired)")
+    once: bool = Field(False, description="fire at most once per session (not again after it fired, "
+                                          "also after a restart)")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -84,7 +84,7 @@ AGENT_STEPS = _schema(
     ("attempts", pa.int32(), True),  # 1 + retries of transient failures
     ("tool_calls", pa.string(), True),  # [{id, call_id, name, args}] this step asked for (StepFrame-v1)
     ("inputs", pa.string(), True),  # {tool_results, inbox}: what this step's frame_in consumed
-    ("observers", pa.string(), True),  # {before, after, flow}: what the profile's observers and flow rules did
+    ("observers", pa.string(), True),  # {before, after, flow, counters}: what the profile's observers and flow rules did
 )
 
 # One row per tool call a step asked for (StepFrame-v1), rewritten whole at each

@@ -149,3 +149,45 @@ def test_a_python_observer_that_raises_or_hangs_is_recorded_and_skipped(monkeypa
     assert "TimeoutError" in run("hangs")["error"]
     assert run("raises") == {"name": "raises", "fired": False, "error": "RuntimeError: bad plugin"}
     assert run("notes", what="x") == {"name": "notes", "fired": True, "action": "note", "text": "seen x"}
+
+
+def test_what_a_profile_counts_across_steps_survives_a_restart():
+    """steps_without_tools and the ``once`` observers that fired are in each
+    step's record; a session loaded again (restart, takeover) reads them back
+    from its newest step instead of counting from zero and firing again."""
+    import asyncio
+    from types import SimpleNamespace
+
+    record = {"name": "p", "observers": [
+        {"name": "quiet", "when": "after_step", "if": {"no_tool_calls_for": 3}, "then": {"note": "use a tool"}},
+        {"name": "hello", "when": "after_step", "once": True, "if": {"iteration_at_least": 1},
+         "then": {"note": "hi"}}]}
+    rows = {}
+
+    class Persist:
+        async def step_at(self, session_id, iteration):
+            return rows.get(iteration)
+
+    def agent(iteration):
+        return SimpleNamespace(session_id="s1", agent_id="a1", iteration=iteration, persist=Persist(), state={},
+                               usage=None, status="running", status_reason=None, task_text="t", extra={},
+                               config=SimpleNamespace(tools=[]), peek_guidance=lambda: [])
+
+    def step(hooks_, iteration):
+        out = SimpleNamespace(state={}, text="no tools", done=False)
+        rows[iteration] = {"iteration": iteration, "observers": asyncio.run(
+            hooks_.after_step(agent(iteration - 1), iteration, out, calls=[]))}
+        return {o["name"] for o in rows[iteration]["observers"]["after"] if o.get("fired")}
+
+    first = hooks.SessionHooks(record)
+    assert step(first, 1) == {"hello"}
+    assert step(first, 2) == set()
+    assert rows[2]["observers"]["counters"] == {"steps_without_tools": 2, "fired_once": ["hello"]}
+
+    restarted = hooks.SessionHooks(record)  # the worker died after step 2
+    assert step(restarted, 3) == {"quiet"}  # third step in a row without tools; hello does not fire again
+    assert rows[3]["observers"]["counters"]["steps_without_tools"] == 3
+
+    unknown = hooks.SessionHooks(record)  # a step row written before counters existed: start from zero
+    rows[3] = {"iteration": 3, "observers": {"before": [], "after": [], "flow": None}}
+    assert step(unknown, 4) == {"hello"}
