@@ -50,6 +50,7 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     metrics = Metrics(store)
     storage_health = StorageHealth(store)
     metrics.registry.register(StorageCollector(storage_health))
+    metrics.registry.register(questions.WaitingCollector(store))
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
     app.extensions[tool_routes.EXTENSION] = tools if tools is not None else installed_registry()
     app.extensions[profile_routes.EXTENSION] = profile_routes.make_library(

@@ -187,6 +187,23 @@ def list_waiting():
                     "limit": q.limit, "offset": q.offset})
 
 
+class WaitingCollector:
+    """``agentsvc_waiting{kind}``: what waits for a person (questions, approvals)
+    or for an external result, as ``GET /api/waiting`` counts it, at scrape time."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("agentsvc_waiting", "tool calls waiting for a person or an external result",
+                                   labels=["kind"])
+        for kind in KINDS:
+            family.add_metric([kind], self.store.tool_calls.count_waiting(kind=kind))
+        yield family
+
+
 # ---- OpenAPI --------------------------------------------------------------------
 
 def openapi_paths(op, path, query) -> dict:

@@ -215,6 +215,11 @@ def test_the_waiting_list_holds_questions_and_approvals_oldest_first(shared_serv
     assert page["total"] >= 2 and page["total"] == len(page["waiting"])
     times = [w["created_at"] for w in page["waiting"]]
     assert times == sorted(times)
+    gauges = {line.split('"')[1]: float(line.split()[-1]) for line in svc.get("/metrics").text.splitlines()
+              if line.startswith("agentsvc_waiting{")}
+    for kind in ("question", "approval", "result"):  # app.py's /metrics counts what the list counts
+        assert gauges[kind] == svc.get("/api/waiting", kind=kind).json()["total"], (kind, gauges)
+    assert gauges["question"] >= 1 and gauges["approval"] >= 1
     only = svc.get("/api/waiting", kind="approval", limit=1000).json()
     assert all(w["kind"] == "approval" for w in only["waiting"]) and only["total"] == len(only["waiting"])
     assert svc.get("/api/waiting", limit=1, offset=0).json()["waiting"][0] == page["waiting"][0]
