@@ -16,6 +16,7 @@ import settings
 from monikers import default_registry, llm_gate
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
+from runtime.memory import MemoryTrimmer
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers, questions
 from runtime.events import events_token
@@ -160,6 +161,7 @@ async def serve(args: argparse.Namespace) -> None:
     embedding = EmbeddingSettings.from_env()
     store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)
     embedder = semantic_search(store, embedding)
+    trimmer = MemoryTrimmer(args.trim_memory_every).start()  # runtime/memory.py: RSS follows what is in use
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
@@ -220,6 +222,7 @@ async def serve(args: argparse.Namespace) -> None:
             await relay.close()
         if mcp_bridge is not None:
             await mcp_bridge.close()
+        trimmer.close()
         store.close()
 
 

@@ -27,6 +27,7 @@ from api.routes import ApiContext, bp
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from runtime.embeddings import EmbeddingSettings
+from runtime.memory import MemoryTrimmer
 from runtime.events import events_token
 from runtime.record_keeping import semantic_search
 from store import Store, lance_log
@@ -105,6 +106,7 @@ def build(args: argparse.Namespace) -> Flask:
     store = Store(settings.db_uri(args), **settings.store_kwargs(args),
                   embedding=embedding.store_option() if embedding else None)
     semantic_search(store, embedding)
+    MemoryTrimmer(args.trim_memory_every).start()  # a daemon thread, for the life of the process
     return create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token,
                       message_queue=args.message_queue, profiles_dir=args.profiles_dir)
 

@@ -34,6 +34,9 @@ def add_storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-mb", type=int, default=env_int("AGENTSVC_LANCE_CACHE_MB", 4),
                         help="size of each of LanceDB's two caches (index, metadata) in this process, MiB; "
                              "0 for LanceDB's own defaults [AGENTSVC_LANCE_CACHE_MB, 4]")
+    parser.add_argument("--trim-memory-every", type=float, default=env_float("AGENTSVC_TRIM_MEMORY_S", 30.0),
+                        help="return freed native memory to the system this often (glibc's malloc_trim; "
+                             "runtime/memory.py), seconds, 0 = never [AGENTSVC_TRIM_MEMORY_S, 30]")
     parser.add_argument("--commit-interval", type=float, default=env_float("AGENTSVC_COMMIT_INTERVAL_S", 0.05),
                         help="least time between two commits of one table while writes keep coming (the queue "
                              "is not paced), seconds [AGENTSVC_COMMIT_INTERVAL_S, 0.05]")
