@@ -8,7 +8,7 @@ runs by default) on a temporary directory, starts ``--agents`` joke agents
 stepping every ``--interval`` s, and a thread that pauses/resumes a few other
 agents every ``--control-every`` s.  Every ``--sample-s`` it records, per table,
 rows, fragments, versions and indices; the data directory's size on disk; the
-RSS and open files of agents.py and app.py; steps per busy session (a listing reads its page as
+RSS, open files and threads of agents.py and app.py; steps per busy session (a listing reads its page as
 a range of iterations, so it should not grow with them); p50/p99
 of ``GET /api/agent-steps`` for random sessions and of ``store.actions.pending()``
 (this process opens the store as agents.py does); the control actions' latency
@@ -104,6 +104,8 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
             # Open files: a replaced index file still held open shows here first (issue 9).
             "open_files": {name: psutil.Process(p.pid).num_fds() for name, p in (("agents.py", svc.agents),
                                                                                   ("app.py", svc.app))},
+            "threads": {name: psutil.Process(p.pid).num_threads() for name, p in (("agents.py", svc.agents),
+                                                                                ("app.py", svc.app))},
             "steps_per_session": round(steps / len(sessions)),
             "steps_per_s": round((steps - steps_before) / max(now - since, 1e-9), 1),
             "list_steps": summary(listing), "pending_poll": summary(poll),
@@ -184,7 +186,7 @@ def soak(args, root: str) -> dict:
             progress(f"t={s['t_s']}s disk={s['disk_mb']}MB rows={s['rows_mb']}MB steps/s={s['steps_per_s']} "
                      f"list p99={s['list_steps']['p99_ms']} poll p99={s['pending_poll']['p99_ms']} control p99="
                      f"{s['control']['p99_ms']} steps frags/versions={steps_table.get('fragments')}/"
-                     f"{steps_table.get('versions')} rss={s['rss_mb']} fds={s['open_files']} "
+                     f"{steps_table.get('versions')} rss={s['rss_mb']} fds={s['open_files']} threads={s['threads']} "
                      f"maint={s['maintenance'].get('agent_steps')}")
         control.stop.set()
         control.join(timeout=130)
