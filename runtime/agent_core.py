@@ -17,9 +17,16 @@ class AgentBase:
     def wake(self) -> None:
         self._wake.set()
 
-    async def sleep(self, seconds: float) -> None:
-        """Sleep between steps, returning early when a control request arrives."""
+    def inputs_taken(self) -> None:
+        """A step is reading its inputs now: only what arrives after this may cut
+        the sleep that follows the step short.  (Clearing at the start of the
+        sleep instead lost a wake-up: an inbox item that came in while the step
+        ran waited a whole ``interval_s``.)"""
         self._wake.clear()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep between steps, returning early when a control request or an
+        inbox item has arrived since the last step read its inputs."""
         if seconds <= 0:
             return
         try:

@@ -278,6 +278,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     async def _step_once(self) -> bool:
         """Run one iteration; False when it ended the session in error."""
         iteration = self.iteration + 1
+        self.inputs_taken()
         guidance = inbox_order.ordered(self.peek_guidance(), self.inbox_priorities)
         inbox = [inbox_order.frame_item(g) for g in guidance]
         frame_in = FrameIn(step=self.next_step_token, state=self.state, guidance=inbox_order.guidance_text(guidance),

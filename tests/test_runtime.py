@@ -291,6 +291,49 @@ def test_a_step_waits_for_one_commit_and_at_most_one_snapshot_is_in_flight():
     asyncio.run(scenario())
 
 
+class KeptInMemory:
+    """Step rows and snapshots commit at once, in memory."""
+
+    def __init__(self):
+        self.steps = []
+
+    async def append_step(self, row):
+        self.steps.append(row)
+        return row
+
+    async def save_snapshot(self, row):
+        pass
+
+
+def test_an_inbox_item_that_arrives_while_a_step_runs_wakes_the_sleep_after_it():
+    """The orchestrator's follow-up that never came (CI, stop 18): a child's
+    result arrived while the parent's step ran, and the sleep after the step
+    forgot the wake-up, so the result waited the whole ``interval_s`` (300 s)."""
+    from monikers.frame import FrameOut, Moniker
+
+    agent = None
+
+    async def step(frame, ctx):
+        if ctx.iteration == 0:  # arrives mid-step: after this step read its inbox
+            agent.add_inbox_item("late-1", "child_result", "the late result")
+        return FrameOut(step=frame.step, next_step=frame.step, state={}, text=f"saw {len(frame.inbox)}")
+
+    async def scenario():
+        nonlocal agent
+        persist = KeptInMemory()
+        agent = SessionAgent(moniker=Moniker("listener", step), persist=persist, snapshot={
+            "agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
+            "config": {"interval_s": 300}, "created_at": datetime.now(timezone.utc)})
+        agent.start()
+        await until(lambda: len(persist.steps) >= 2, timeout=20, what="the step that takes the late item")
+        agent.request_stop()
+        await asyncio.wait_for(agent.runner, 5)
+        return persist.steps
+
+    steps = asyncio.run(scenario())
+    assert [s["text"] for s in steps] == ["saw 0", "saw 1"]  # and no step without a reason
+
+
 def test_an_idle_dispatcher_wakes_on_a_commit_not_on_its_timer(store):
     """With every timer a minute away, only the commit watch can wake it."""
     async def scenario(service):
