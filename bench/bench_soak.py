@@ -188,6 +188,9 @@ def soak(args, root: str) -> dict:
                      f"{s['control']['p99_ms']} steps frags/versions={steps_table.get('fragments')}/"
                      f"{steps_table.get('versions')} rss={s['rss_mb']} fds={s['open_files']} threads={s['threads']} "
                      f"maint={s['maintenance'].get('agent_steps')}")
+            unread = {name: t["error"] for name, t in s["tables"].items() if "error" in t}
+            if unread:  # this sample's rows and steps/s are short of those tables
+                progress(f"tables not read this sample: {unread}")
         control.stop.set()
         control.join(timeout=130)
         result = {"series": series, "verdict": verdict(series), "control_failures": control.failures}

@@ -201,14 +201,16 @@ def maintenance_module():
 def table_health(store) -> dict:
     """Per table: rows, fragments, versions, indices: what grows when storage is
     not maintained (FACTS.md)."""
+    from store.query import retrying
+
     out = {}
     for name, table in store.tables.items():
-        try:
-            stats = table.stats()
+        try:  # a concurrent cleanup can remove a file under us: read the newest version again
+            stats = retrying(table, table.stats)
             out[name] = {"rows": stats["num_rows"], "fragments": stats["fragment_stats"]["num_fragments"],
-                         "versions": len(table.list_versions()), "indices": stats["num_indices"],
+                         "versions": len(retrying(table, table.list_versions)), "indices": stats["num_indices"],
                          "bytes": stats["total_bytes"]}
-        except Exception as exc:  # a concurrent cleanup can remove a file under us
+        except Exception as exc:  # still failing: note it, keep measuring
             out[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     return out
 
