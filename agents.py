@@ -28,8 +28,7 @@ from runtime.service import AgentService
 from runtime.turns import TurnKeeper
 from store import Store, lance_log
 from store.maintenance import Maintainer
-from tools import catalog, search_history
-from tools import subagents as subagent_tools
+from tools import catalog
 from tools.mcp import McpBridge, load_config
 from profiles.loader import ProfileLibrary
 
@@ -123,10 +122,7 @@ async def start_tools(args: argparse.Namespace, store: Store, worker_id: str, mo
     operator's MCP servers (connected here, before any session steps, so a
     resumed session finds them).  The catalog is recorded in the store for
     app.py's GET /api/tools, again whenever an MCP server's tools or status change."""
-    tools = catalog.installed_registry(settings.fetch_policy(args))
-    tools.register(search_history.build(store))  # the record's tool (tools/search_history.py)
-    for tool in subagent_tools.build(store, monikers or default_registry(), profiles):  # spawn_agent, message_agent
-        tools.register(tool)
+    tools = catalog.service_registry(store, monikers or default_registry(), settings.fetch_policy(args), profiles)
     bridge = None
     if args.mcp_config:
         config = load_config(args.mcp_config)  # a bad file stops the start, saying why

@@ -31,7 +31,7 @@ from runtime.memory import MemoryTrimmer
 from runtime.events import events_token
 from runtime.record_keeping import semantic_search
 from store import Store, lance_log
-from tools.catalog import installed_registry
+from tools.catalog import service_registry
 
 log = logging.getLogger("app")
 
@@ -53,7 +53,8 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     metrics.registry.register(StorageCollector(storage_health))
     metrics.registry.register(questions.WaitingCollector(store))
     app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
-    app.extensions[tool_routes.EXTENSION] = tools if tools is not None else installed_registry()
+    app.extensions[tool_routes.EXTENSION] = tools if tools is not None else service_registry(
+        store, app.extensions["agentsvc"].monikers)
     app.extensions[profile_routes.EXTENSION] = profile_routes.make_library(
         profiles_dir, app.extensions["agentsvc"].monikers, store, app.extensions[tool_routes.EXTENSION])
     auth.install(app, api_token)

@@ -68,3 +68,22 @@ def test_mcp_entries_carry_their_server_status(store):
 def test_installed_registry_has_http_fetch_with_the_operators_policy():
     registry = catalog.installed_registry(FetchPolicy(allow=("example.org",)))
     assert "example.org" in registry.get("http_fetch").description
+
+
+def test_app_py_alone_lists_the_store_bound_built_ins_and_accepts_a_profile_naming_them(store, caplog):
+    """CI's app.py log said ``profile orchestrator refused: no tool 'spawn_agent'
+    is installed`` at every start: app.py checked profiles against a registry
+    without the built-ins agents.py binds to the store, so until a worker had
+    published its catalog the shipped orchestrator profile was refused."""
+    import app
+    import settings
+
+    with caplog.at_level("INFO", logger="profiles"):
+        flask_app = app.create_app(store, profiles_dir=settings.DEFAULT_PROFILES_DIR)
+    assert store.tool_catalog.all() == []  # no worker has published anything
+    client = flask_app.test_client()
+    names = {t["name"] for t in client.get("/api/tools").get_json()["tools"]}
+    assert {"spawn_agent", "message_agent", "search_history", "http_fetch"} <= names
+    profiles = {p["name"]: p for p in client.get("/api/profiles").get_json()["profiles"]}
+    assert profiles["orchestrator"]["ok"], profiles["orchestrator"]["errors"]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage() for r in caplog.records]

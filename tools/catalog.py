@@ -5,7 +5,7 @@ must not start MCP servers (processes named by the operator, run where the
 calls run).  So agents.py records the catalog it built in the store
 (``store.tool_catalog``, one row per worker, rewritten at start and whenever
 an MCP server's tools or status change), and app.py merges it over its own
-registry of built-ins and plugins.  The store, not a file in the data dir,
+registry of built-ins and plugins (:func:`service_registry`).  The store, not a file in the data dir,
 because app.py and the workers may be on different machines sharing one
 database on object storage.
 
@@ -28,6 +28,22 @@ def installed_registry(fetch_policy: http_fetch.FetchPolicy | None = None) -> To
     (MCP tools are added by :class:`tools.mcp.McpBridge` in agents.py)."""
     registry = default_tool_registry()
     registry.register(http_fetch.make_tool(fetch_policy or http_fetch.FetchPolicy.from_env()))
+    return registry
+
+
+def service_registry(store, monikers, fetch_policy: http_fetch.FetchPolicy | None = None,
+                     profiles=None) -> ToolRegistry:
+    """:func:`installed_registry` plus the built-ins bound to the service's store:
+    ``search_history``, ``spawn_agent`` and ``message_agent`` (``profiles``: see
+    tools/subagents.py).  agents.py runs these; app.py lists them and checks
+    profiles against them, so a profile naming them is usable before any
+    worker has published its catalog."""
+    from tools import search_history, subagents  # they import the store and runtime; this module does not
+
+    registry = installed_registry(fetch_policy)
+    registry.register(search_history.build(store))
+    for tool in subagents.build(store, monikers, profiles):
+        registry.register(tool)
     return registry
 
 
