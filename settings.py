@@ -37,6 +37,10 @@ def add_storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trim-memory-every", type=float, default=env_float("AGENTSVC_TRIM_MEMORY_S", 30.0),
                         help="return freed native memory to the system this often (glibc's malloc_trim; "
                              "runtime/memory.py), seconds, 0 = never [AGENTSVC_TRIM_MEMORY_S, 30]")
+    parser.add_argument("--malloc-arenas", type=int, default=env_int("AGENTSVC_MALLOC_ARENAS", 2),
+                        help="most heaps glibc's malloc keeps for all threads (runtime/memory.py); fewer heaps "
+                             "keep RSS flat, 0 = glibc's default of 8 per core; a MALLOC_ARENA_MAX in the "
+                             "environment wins [AGENTSVC_MALLOC_ARENAS, 2]")
     parser.add_argument("--commit-interval", type=float, default=env_float("AGENTSVC_COMMIT_INTERVAL_S", 0.05),
                         help="least time between two commits of one table while writes keep coming (the queue "
                              "is not paced), seconds [AGENTSVC_COMMIT_INTERVAL_S, 0.05]")

@@ -15,9 +15,20 @@ page; on a soaking agents.py one call took RSS from 512 to 460 MB.
 thread.  The call runs without the GIL (ctypes releases it), takes
 milliseconds, and changes nothing but where free memory lives.  Elsewhere than
 on glibc (macOS, musl) there is no such call and the trimmer does nothing.
+
+Trimming returns free pages but not the heaps themselves.  glibc gives a
+thread that finds its heap busy a heap ("arena") of its own, up to eight per
+core, and LanceDB's runtime has many threads: each arena keeps its own
+high-water mark and its own fragmentation.  :func:`limit_arenas` caps their
+number (``mallopt(M_ARENA_MAX)``, as the ``MALLOC_ARENA_MAX`` variable does).
+Measured side by side (BENCHMARKS.md §4d), three agents.py under the same load
+for 13 minutes: with the default arenas RSS went 385 -> 428 MB, with four
+386 -> 436 MB, with two 383 -> 391 MB and flat after the second minute, for
+the same CPU time.
 """
 import ctypes
 import logging
+import os
 import sys
 import threading
 
@@ -38,6 +49,28 @@ def _malloc_trim():
 
 
 _TRIM = _malloc_trim()
+_M_ARENA_MAX = -8  # glibc's malloc.h
+
+
+def limit_arenas(count: int) -> bool:
+    """Let glibc's malloc use at most ``count`` heaps for all threads; True if set.
+
+    Call it first, before threads allocate: glibc fixes its limit once more
+    than eight arenas exist and never removes one.  ``0`` leaves glibc's
+    default, and so does a ``MALLOC_ARENA_MAX`` set in the environment (the
+    operator's own choice, already applied by glibc at start)."""
+    if count <= 0 or os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt  # glibc only
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    if mallopt(_M_ARENA_MAX, count) != 1:
+        log.warning("glibc refused to limit malloc arenas to %d", count)
+        return False
+    return True
 
 
 def can_release() -> bool:
