@@ -42,7 +42,9 @@ def tool_args(args) -> list[str]:
 
 def child_args(args) -> list[str]:
     common = ["--data-dir", args.data_dir, "--log-level", args.log_level,
-              "--profiles-dir", os.path.abspath(args.profiles_dir)]
+              "--profiles-dir", os.path.abspath(args.profiles_dir),
+              "--cache-mb", str(args.cache_mb), "--trim-memory-every", str(args.trim_memory_every),
+              "--commit-interval", str(args.commit_interval), "--malloc-arenas", str(args.malloc_arenas)]
     if args.db_uri:
         common += ["--db-uri", args.db_uri]
     for option in args.storage_option:
