@@ -222,6 +222,12 @@ def test_baml_usage_cost_and_raising_a_budget_from_the_page(page, shared_service
         screenshot(page, "session-budget.png")
 
         page.get_by_test_id("raise-tokens").fill("450")
+        # The notice is drawn again on every update of the session (here: someone
+        # steers it while it waits); what was typed must survive that.
+        page.get_by_test_id("raise-tokens").evaluate("el => el.dataset.drawn = 'before'")
+        shared_service.control(made["agent_id"], "interrupt", guidance="mind the budget")
+        expect(page.locator("#raise-tokens:not([data-drawn])")).to_have_count(1, timeout=30_000)
+        expect(page.get_by_test_id("raise-tokens")).to_have_value("450")
         page.get_by_test_id("raise-budget").click()
         # 200 used; a budget of 450 lets two more steps run, then it pauses again.
         expect(page.get_by_test_id("step")).to_have_count(4, timeout=60_000)

@@ -125,6 +125,17 @@ function render(s) {
   $("#s-count").textContent = s.iteration >= 0 ? `${stepNumber(s.iteration)} steps, newest first` : "";
 }
 
+// A field of the raise-budget form.  The notice is drawn again on every update
+// of the session, so what the person typed is carried over from the field it
+// replaces; only a field they have not touched shows the suggested budget.
+function budgetInput(id, attrs, suggested) {
+  const old = ui.notice.querySelector(`#${id}`);
+  const typed = old && old.dataset.typed ? old.value : null;
+  return h("input", { type: "number", id, ...attrs, value: typed ?? suggested,
+    dataset: { testid: id, ...(typed !== null ? { typed: "1" } : {}) },
+    oninput: (e) => { e.target.dataset.typed = "1"; } });
+}
+
 // A budget pause says what was spent and offers to raise the budget; an error
 // says what failed in one sentence, with the details folded.
 function renderNotice(s) {
@@ -132,12 +143,11 @@ function renderNotice(s) {
   if (s.status === "paused" && s.status_reason === "budget") {
     const used = s.usage || {};
     const spentTokens = (used.input_tokens || 0) + (used.output_tokens || 0);
-    const tokensIn = h("input", { type: "number", min: "1", step: "1", id: "raise-tokens",
-      value: cfg.budget_tokens ? String(Math.max(cfg.budget_tokens * 2, spentTokens * 2)) : "",
-      dataset: { testid: "raise-tokens" } });
-    const costIn = h("input", { type: "number", min: "0", step: "any", id: "raise-cost",
-      value: cfg.budget_cost ? String(Math.max(cfg.budget_cost * 2, (used.cost || 0) * 2)) : "",
-      dataset: { testid: "raise-cost" } });
+    const tokensIn = budgetInput("raise-tokens", { min: "1", step: "1" },
+      cfg.budget_tokens ? String(Math.max(cfg.budget_tokens * 2, spentTokens * 2)) : "");
+    const costIn = budgetInput("raise-cost", { min: "0", step: "any" },
+      cfg.budget_cost ? String(Math.max(cfg.budget_cost * 2, (used.cost || 0) * 2)) : "");
+    const focused = ui.notice.contains(document.activeElement) ? document.activeElement.id : null;
     const raise = async (e) => {
       e.preventDefault();
       const extra = {};
@@ -157,6 +167,7 @@ function renderNotice(s) {
         cfg.budget_tokens ? h("label", { for: "raise-tokens" }, "Token budget", tokensIn) : null,
         cfg.budget_cost ? h("label", { for: "raise-cost" }, "Cost budget ($)", costIn) : null,
         h("button.primary", { type: "submit", dataset: { testid: "raise-budget" } }, "Raise budget and resume")));
+    if (focused) $(`#${focused}`, ui.notice)?.focus();
   } else if (s.status === "error" && s.last_error) {
     ui.notice.hidden = false;
     ui.notice.className = "notice bad";
