@@ -35,13 +35,19 @@ import threading
 log = logging.getLogger("runtime.memory")
 
 
-def _malloc_trim():
+def _glibc_function(name: str):
+    """A function of glibc's allocator, or None elsewhere (macOS, musl)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        trim = libc.malloc_trim  # glibc only
+        return getattr(ctypes.CDLL("libc.so.6"), name)
     except (OSError, AttributeError):
+        return None
+
+
+def _malloc_trim():
+    trim = _glibc_function("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
@@ -59,11 +65,8 @@ def limit_arenas(count: int) -> bool:
     than eight arenas exist and never removes one.  ``0`` leaves glibc's
     default, and so does a ``MALLOC_ARENA_MAX`` set in the environment (the
     operator's own choice, already applied by glibc at start)."""
-    if count <= 0 or os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt  # glibc only
-    except (OSError, AttributeError):
+    mallopt = _glibc_function("mallopt")
+    if count <= 0 or os.environ.get("MALLOC_ARENA_MAX") or mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
