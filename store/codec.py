@@ -7,7 +7,7 @@ back as ISO-8601 strings in UTC so every caller can hand rows to JSON as-is.
 import json
 from datetime import datetime, timezone
 
-from store.schemas import JSON_COLUMNS
+from store.schemas import DERIVED_COLUMNS, HIDDEN_COLUMNS, JSON_COLUMNS
 
 
 def utcnow() -> datetime:
@@ -39,13 +39,20 @@ def iso(value):
 
 def encode(table: str, row: dict) -> dict:
     json_cols = JSON_COLUMNS.get(table, set())
-    return {k: (dumps(v) if k in json_cols and not isinstance(v, str) else v) for k, v in row.items()}
+    out = {k: (dumps(v) if k in json_cols and not isinstance(v, str) else v) for k, v in row.items()}
+    for column, (derive, _sql, needs) in DERIVED_COLUMNS.get(table, {}).items():
+        if all(out.get(name) is not None for name in needs):  # a whole row, not a partial update
+            out[column] = derive(out)
+    return out
 
 
 def decode(table: str, row: dict) -> dict:
     json_cols = JSON_COLUMNS.get(table, set())
+    hidden = HIDDEN_COLUMNS.get(table, ())
     out = {}
     for key, value in row.items():
+        if key in hidden:
+            continue
         if key in json_cols:
             value = loads(value)
         out[key] = iso(value)

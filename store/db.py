@@ -24,7 +24,7 @@ from store import vectors
 from store.actions import ActionQueue
 from store.conversations import Conversations
 from store.maintenance import ensure_indexes, table_shape
-from store.schemas import PRIMARY_KEYS, TABLES
+from store.schemas import DERIVED_COLUMNS, PRIMARY_KEYS, TABLES
 from store.search import ensure_search_indexes
 from store.state import StateTable
 from store.steps import StepLog
@@ -103,16 +103,24 @@ class Store:
     @staticmethod
     def _add_missing_columns(name, table, schema) -> None:
         """Schema migration: columns added to a table's schema since it was
-        created are added as nulls.  (Processes still running the old schema
+        created are added as nulls, or computed from the row when they are
+        derived (schemas.DERIVED_COLUMNS).  (Processes still running the old schema
         must be restarted: their appends would be refused, FACTS.md.)"""
         missing = [field for field in schema if field.name not in table.schema.names]
-        if missing:
-            try:
-                table.add_columns(missing)
-                log.warning("table %s: added columns %s", name, [f.name for f in missing])
-            except Exception as exc:  # another process migrated it first
-                log.debug("migrating %s: %s", name, exc)
-                table.checkout_latest()
+        if not missing:
+            return
+        derived = DERIVED_COLUMNS.get(name, {})
+        computed = {f.name: derived[f.name][1] for f in missing if f.name in derived}
+        nulls = [f for f in missing if f.name not in derived]
+        try:
+            if nulls:
+                table.add_columns(nulls)
+            if computed:  # filled in for the existing rows from the columns they derive from
+                table.add_columns(computed)
+            log.warning("table %s: added columns %s", name, [f.name for f in missing])
+        except Exception as exc:  # another process migrated it first
+            log.debug("migrating %s: %s", name, exc)
+            table.checkout_latest()
 
     def _local_dir(self, table: str, *parts: str) -> str | None:
         """A folder of a table when the database is a local directory, else None."""

@@ -64,6 +64,11 @@ def ts_cmp(column: str, op: str, when: datetime) -> str:
     return f"{column} {op} CAST({quote(text)} AS TIMESTAMP)"
 
 
+def between(column: str, lo: str, hi: str) -> str:
+    """``lo <= column <= hi`` for keys this package built from checked ids."""
+    return f"{column} >= {quote(lo)} AND {column} <= {quote(hi)}"
+
+
 def all_of(*clauses) -> str | None:
     parts = [c for c in clauses if c]
     return " AND ".join(f"({p})" for p in parts) if parts else None

@@ -57,9 +57,14 @@ def rows(table, name: str, where: str | None, order=(), limit: int | None = None
     return [codec.decode(name, r) for r in retrying(table, read)]
 
 
-def plan(table, where: str | None, order=(), limit: int | None = None, offset: int = 0) -> str:
-    """LanceDB's physical plan for the same query :func:`rows` would run (for tests and diagnosis)."""
-    return retrying(table, lambda: _build(table, where, order, limit, offset).explain_plan(verbose=True))
+def plan(table, where: str | None, order=(), limit: int | None = None, offset: int = 0,
+         analyze: bool = False) -> str:
+    """LanceDB's physical plan for the same query :func:`rows` would run (for tests
+    and diagnosis); with ``analyze``, run it and include what each part read."""
+    def explain():
+        query = _build(table, where, order, limit, offset)
+        return query.analyze_plan() if analyze else query.explain_plan(verbose=True)
+    return retrying(table, explain)
 
 
 def first(table, name: str, where: str | None, order=()) -> dict | None:

@@ -5,8 +5,10 @@ from datetime import datetime
 from ulid import ULID
 
 from store import codec, filters, query
+from store.schemas import ITERATION_DIGITS, session_iteration
 
 STATUSES = {"ok", "done", "error", "interrupted"}
+LAST_ITERATION = 10 ** ITERATION_DIGITS - 1
 WINDOW_SLACK = 8  # rows read past a page's iterations, should a session ever hold a repeated one
 
 
@@ -56,10 +58,11 @@ class StepLog:
 
         A session's iterations have no gaps and no repeats (DESIGN.md §7), so the
         page ``offset``..``offset + limit`` counted from ``min_iteration`` (or back
-        from ``last_iteration``, newest first) *is* a range of iterations: the
-        BTREE indexes on session_id and iteration find exactly its rows, and only
-        those are sorted, here.  Newest first needs the session's last iteration
-        (its snapshot has it, give or take the step being saved: one more is read).
+        from ``last_iteration``, newest first) *is* a range of iterations, and one
+        range of the BTREE index on ``session_iteration`` finds exactly its rows
+        (store/schemas.py), however long the session; only those are sorted,
+        here.  Newest first needs the session's last iteration (its snapshot has
+        it, give or take the step being saved: one more is read).
         """
         if newest_first:
             if last_iteration is None:
@@ -67,9 +70,9 @@ class StepLog:
             hi = last_iteration + 1 - offset
             if max_iteration is not None:
                 hi = min(hi, max_iteration)
-            lo = max(hi - limit, min_iteration or 0)  # one extra: the step being saved may be missing
+            lo = max(hi - limit, min_iteration or 0, 0)  # one extra: the step being saved may be missing
         else:
-            lo = (min_iteration or 0) + offset
+            lo = max(min_iteration or 0, 0) + offset
             hi = lo + limit - 1 if max_iteration is None else min(lo + limit - 1, max_iteration)
         if hi < lo:
             return []
@@ -78,15 +81,20 @@ class StepLog:
         found.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]), reverse=newest_first)
         return found[:limit]
 
-    def session_page_plan(self, session_id: str, lo: int, hi: int) -> str:
-        """The query plan of a page of iterations ``lo``..``hi`` (what a test checks for a sort)."""
-        return query.plan(self.table, self._window(session_id, None, lo, hi), limit=hi - lo + 1 + WINDOW_SLACK)
+    def session_page_plan(self, session_id: str, lo: int, hi: int, analyze: bool = False) -> str:
+        """The query plan of a page of iterations ``lo``..``hi`` (what a test checks
+        for a sort), or with ``analyze`` the plan run, with the rows each part read."""
+        return query.plan(self.table, self._window(session_id, None, lo, hi), limit=hi - lo + 1 + WINDOW_SLACK,
+                          analyze=analyze)
 
     @staticmethod
     def _window(session_id: str, agent_id: str | None, lo: int, hi: int) -> str:
-        return filters.all_of(filters.eq_id("session_id", session_id),
-                              filters.eq_id("agent_id", agent_id) if agent_id else None,
-                              filters.int_cmp("iteration", ">=", lo), filters.int_cmp("iteration", "<=", hi))
+        """Iterations ``lo``..``hi`` of a session, as one range of its ``session_iteration`` keys."""
+        filters.check_id(session_id, "session_id")
+        lo, hi = max(lo, 0), min(hi, LAST_ITERATION)
+        return filters.all_of(
+            filters.between("session_iteration", session_iteration(session_id, lo), session_iteration(session_id, hi)),
+            filters.eq_id("agent_id", agent_id) if agent_id else None)
 
     @staticmethod
     def _filtered(session_id, agent_id, min_iteration, max_iteration, since, status, newest_first):
@@ -113,9 +121,8 @@ class StepLog:
         # Within a session the highest iteration is the newest; across an agent's
         # sessions only time orders steps.
         if session_id:
-            where = filters.all_of(filters.eq_id("session_id", session_id),
-                                   filters.int_cmp("iteration", ">", after_iteration)
-                                   if after_iteration is not None else None)
+            where = (self._window(session_id, None, max(after_iteration + 1, 0), LAST_ITERATION)
+                     if after_iteration is not None else filters.eq_id("session_id", session_id))
             return query.first(self.table, self.name, where, order=[("iteration", False), ("created_at", False)])
         return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
                            order=[("created_at", False), ("iteration", False)])

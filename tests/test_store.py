@@ -70,6 +70,47 @@ def test_step_queries_filter_order_and_page(store):
     assert len(store.steps.search(agent_id="a1")) == 6
 
 
+def test_a_session_page_holds_no_step_of_a_session_whose_id_shares_its_prefix(store):
+    # ids may hold ":" "." "-" "_": the page key's "/" cannot, so "s1"'s range ends before "s1:2"'s
+    for session in ("s1", "s1x", "s1:2", "s1.3", "s1-4", "s1_5"):
+        for i in range(3):
+            store.steps.append(step(i, session_id=session))
+    for session in ("s1", "s1:2", "s1_5"):
+        page = store.steps.search(session_id=session)
+        assert [(s["session_id"], s["iteration"]) for s in page] == [(session, i) for i in range(3)]
+        newest = store.steps.search(session_id=session, newest_first=True, last_iteration=2, limit=2)
+        assert [(s["session_id"], s["iteration"]) for s in newest] == [(session, 2), (session, 1)]
+        assert store.steps.latest(session_id=session, after_iteration=0)["session_id"] == session
+        assert "session_iteration" not in page[0]
+
+
+def test_a_step_log_written_before_its_page_key_gets_the_key_computed_for_every_row(tmp_path):
+    import lancedb
+    import pyarrow as pa
+
+    from store.schemas import AGENT_STEPS, session_iteration
+
+    # the table as an older version of the service created and filled it
+    old_schema = pa.schema([f for f in AGENT_STEPS if f.name != "session_iteration"])
+    table = lancedb.connect(str(tmp_path / "db")).create_table("agent_steps", schema=old_schema)
+    now = datetime.now(timezone.utc)
+    rows = [{"id": f"{sess}-{i}", "created_at": now, "agent_id": "a1", "session_id": sess, "iteration": i,
+             "status": "ok"} for sess in ("s1", "s1:x", "a.b-c_d") for i in (0, 7, 12, 345_678_901)]
+    table.add(pa.Table.from_pylist(rows, schema=old_schema))
+
+    store = Store(str(tmp_path / "db"))
+    stored = store.tables["agent_steps"].search().select(["session_id", "iteration", "session_iteration"]) \
+        .limit(100).to_list()
+    assert len(stored) == len(rows)
+    for row in stored:  # SQL's key for the old rows = Python's key for new ones
+        assert row["session_iteration"] == session_iteration(row["session_id"], row["iteration"])
+    assert "session_iteration" in {ix.columns[0] for ix in store.tables["agent_steps"].list_indices()}
+    store.steps.append(step(345_678_902, session_id="s1:x"))
+    newest = store.steps.search(session_id="s1:x", newest_first=True, last_iteration=345_678_902, limit=2)
+    assert [s["iteration"] for s in newest] == [345_678_902, 345_678_901]
+    assert [s["iteration"] for s in store.steps.search(session_id="s1", max_iteration=20)] == [0, 7, 12]
+
+
 def test_json_columns_decode_defensively(store):
     store.writer.append("agent_steps", [{**step(0), "id": "x1", "created_at": datetime.now(timezone.utc),
                                          "data": "not json {", "state": '{"ok": 1}'}])
