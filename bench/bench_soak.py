@@ -101,6 +101,9 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
             "maintenance": maintenance,
             "rss_mb": {name: round(psutil.Process(p.pid).memory_info().rss / 1e6, 1)
                        for name, p in (("agents.py", svc.agents), ("app.py", svc.app))},
+            # Heap vs mapped files: RSS that grows in files (mapped index or data
+            # files) is not the heap growing.
+            "rss_anon_mb": {name: _rss_anon_mb(p.pid) for name, p in (("agents.py", svc.agents), ("app.py", svc.app))},
             # Open files: a replaced index file still held open shows here first (issue 9).
             "open_files": {name: psutil.Process(p.pid).num_fds() for name, p in (("agents.py", svc.agents),
                                                                                   ("app.py", svc.app))},
@@ -109,7 +112,22 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
             "steps_per_session": round(steps / len(sessions)),
             "steps_per_s": round((steps - steps_before) / max(now - since, 1e-9), 1),
             "list_steps": summary(listing), "pending_poll": summary(poll),
+            # The first of each kind comes after ~30 s without reading: a tail made of
+            # cold first reads (new manifest, new index files) shows here.
+            "first_ms": {"list_steps": round(listing[0], 2), "pending_poll": round(poll[0], 2)},
             "control": summary(control.since(since)), "tables": tables}
+
+
+def _rss_anon_mb(pid: int) -> float | None:
+    """The anonymous (heap) part of a process's RSS, from /proc (Linux)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return round(int(line.split()[1]) * 1024 / 1e6, 1)
+    except OSError:
+        pass
+    return None
 
 
 def verdict(series: list[dict], first_minute_s: float = 60.0) -> dict:
@@ -191,9 +209,10 @@ def soak(args, root: str) -> dict:
             s = series[-1]
             steps_table = s["tables"]["agent_steps"]
             progress(f"t={s['t_s']}s disk={s['disk_mb']}MB rows={s['rows_mb']}MB steps/s={s['steps_per_s']} "
-                     f"list p99={s['list_steps']['p99_ms']} poll p99={s['pending_poll']['p99_ms']} control p99="
+                     f"list p50/p99={s['list_steps']['p50_ms']}/{s['list_steps']['p99_ms']} poll p50/p99="
+                     f"{s['pending_poll']['p50_ms']}/{s['pending_poll']['p99_ms']} first={s['first_ms']} control p99="
                      f"{s['control']['p99_ms']} steps frags/versions={steps_table.get('fragments')}/"
-                     f"{steps_table.get('versions')} rss={s['rss_mb']} fds={s['open_files']} threads={s['threads']} "
+                     f"{steps_table.get('versions')} rss={s['rss_mb']} anon={s['rss_anon_mb']} fds={s['open_files']} threads={s['threads']} "
                      f"maint={s['maintenance'].get('agent_steps')}")
             unread = {name: t["error"] for name, t in s["tables"].items() if "error" in t}
             if unread:  # this sample's rows and steps/s are short of those tables
