@@ -135,6 +135,42 @@ def test_latest_page_of_a_100k_step_session_uses_the_same_plan_and_reads_as_few_
     store.close()
 
 
+def test_every_round_merges_the_small_fragments_commits_add_and_leaves_full_ones_alone(tmp_path):
+    """Each group commit adds a small fragment and a read scans every fragment
+    the indexes do not cover yet; between two upkeeps of agent_steps they
+    piled up and every page read paid for each.  A round merges them first."""
+    import re
+
+    from store import maintenance
+
+    store = Store(str(tmp_path / "db"))
+    maintainer = Maintainer(store, every_versions=10_000)  # the full upkeep is not due in this test
+    _bulk_steps(store, "base", 15_000, batch=15_000)  # one full fragment (past TAIL_TARGET_ROWS)
+    full = {f.fragment_id for f in store.tables["agent_steps"].to_lance().get_fragments()}
+    for i in range(40):  # paced commits: one small fragment each
+        store.steps.append(_step("s", i))
+    fragments = lambda: store.tables["agent_steps"].to_lance().get_fragments()  # noqa: E731
+
+    def fragments_scanned() -> int:
+        text = store.steps.session_page_plan("s", 0, 39, analyze=True)
+        return sum(int(n) for n in re.findall(r"fragments_scanned=(\d+)", text))
+
+    assert len(fragments()) == 41 and fragments_scanned() >= 40
+    assert maintainer.run_due() == []  # nothing due but the merge, which is not a run
+    after = fragments()
+    assert full <= {f.fragment_id for f in after}  # the full fragment is kept as it is
+    assert len(after) == 2 and fragments_scanned() <= 3  # (the plan reads in two steps)
+    assert [s["iteration"] for s in store.steps.search(session_id="s", limit=100)] == list(range(40))
+    assert maintainer.health()["agent_steps"]["tail_compactions"] == 1
+    assert maintainer.health()["agent_steps"]["runs"] == 0
+
+    for i in range(40, 40 + maintenance.TAIL_EVERY_VERSIONS - 1):  # too few new versions: left for later
+        store.steps.append(_step("s", i))
+    maintainer.run_due()
+    assert maintainer.health()["agent_steps"]["tail_compactions"] == 1
+    store.close()
+
+
 def test_upkeep_adds_index_deltas_leaves_full_fragments_alone_and_merges_before_segments_pile_up(
         tmp_path, monkeypatch):
     """A run's work follows what was written since the last run: new rows go
