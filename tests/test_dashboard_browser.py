@@ -384,6 +384,8 @@ def test_every_page_is_accessible_and_fits(browser, shared_service, width):
     conversation = shared_service.post("/api/conversations", json={"title": "a11y"}).json()["conversation_id"]
     context = browser.new_context(viewport={"width": width, "height": 800})
     pg = context.new_page()
+    other_hosts = []  # every page here, the API reference included, loads only from the app
+    pg.on("request", lambda r: r.url.startswith(shared_service.url) or other_hosts.append(r.url))
     try:
         pages = {"agents": ("/#/", "[data-testid=agent-row]"),
                  "session": (f"/#/session/{made['session_id']}", "[data-testid=step]"),
@@ -412,6 +414,7 @@ def test_every_page_is_accessible_and_fits(browser, shared_service, width):
             expect(pg.locator("[data-testid=agent-row]").first).to_be_visible(timeout=30_000)
             screenshot(pg, "dashboard.png")
         assert not problems, problems
+        assert not other_hosts, f"a page fetched from other hosts: {other_hosts}"
     finally:
         context.close()
 
