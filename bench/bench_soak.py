@@ -8,8 +8,9 @@ runs by default) on a temporary directory, starts ``--agents`` joke agents
 stepping every ``--interval`` s, and a thread that pauses/resumes a few other
 agents every ``--control-every`` s.  Every ``--sample-s`` it records, per table,
 rows, fragments, versions and indices; the data directory's size on disk; the
-RSS, open files and threads of agents.py and app.py; steps per busy session (a listing reads its page as
-a range of iterations, so it should not grow with them); p50/p99
+RSS, open files, threads and CPU time of agents.py and app.py (CPU time of this
+process too); steps per busy session (a listing reads its page as a range of
+iterations, so it should not grow with them); p50/p99
 of ``GET /api/agent-steps`` for random sessions and of ``store.actions.pending()``
 (this process opens the store as agents.py does); the control actions' latency
 (created_at -> processed_at) during the window; and steps/s.
@@ -109,6 +110,11 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
                                                                                   ("app.py", svc.app))},
             "threads": {name: psutil.Process(p.pid).num_threads() for name, p in (("agents.py", svc.agents),
                                                                                 ("app.py", svc.app))},
+            # CPU seconds so far (user + system): their growth per sample tells whether a
+            # step, or the upkeep beside it, costs more as the tables grow; "bench" is
+            # this process (its own listings, polls and control stream).
+            "cpu_s": {name: _cpu_s(pid) for name, pid in (("agents.py", svc.agents.pid), ("app.py", svc.app.pid),
+                                                         ("bench", os.getpid()))},
             "steps_per_session": round(steps / len(sessions)),
             "steps_per_s": round((steps - steps_before) / max(now - since, 1e-9), 1),
             "list_steps": summary(listing), "pending_poll": summary(poll),
@@ -116,6 +122,20 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
             # cold first reads (new manifest, new index files) shows here.
             "first_ms": {"list_steps": round(listing[0], 2), "pending_poll": round(poll[0], 2)},
             "control": summary(control.since(since)), "tables": tables}
+
+
+def _cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return round(times.user + times.system, 2)
+
+
+def _cpu_share(series: list[dict]) -> dict:
+    """Each process's CPU over the last sample window, in cores (1.0 = one core busy)."""
+    if len(series) < 2 or "cpu_s" not in series[-2]:
+        return {}
+    prev, last = series[-2], series[-1]
+    span = max(last["t_s"] - prev["t_s"], 1e-9)
+    return {name: round((last["cpu_s"][name] - prev["cpu_s"][name]) / span, 2) for name in last["cpu_s"]}
 
 
 def _rss_anon_mb(pid: int) -> float | None:
@@ -213,7 +233,7 @@ def soak(args, root: str) -> dict:
                      f"{s['pending_poll']['p50_ms']}/{s['pending_poll']['p99_ms']} first={s['first_ms']} control p99="
                      f"{s['control']['p99_ms']} steps frags/versions={steps_table.get('fragments')}/"
                      f"{steps_table.get('versions')} rss={s['rss_mb']} anon={s['rss_anon_mb']} fds={s['open_files']} threads={s['threads']} "
-                     f"maint={s['maintenance'].get('agent_steps')}")
+                     f"maint={s['maintenance'].get('agent_steps')} cpu={_cpu_share(series)}")
             unread = {name: t["error"] for name, t in s["tables"].items() if "error" in t}
             if unread:  # this sample's rows and steps/s are short of those tables
                 progress(f"tables not read this sample: {unread}")
