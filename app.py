@@ -84,7 +84,7 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    settings.add_storage_args(parser)
+    settings.add_storage_args(parser, index_cache_mb=settings.APP_INDEX_CACHE_MB)
     parser.add_argument("--host", default=settings.os.environ.get("AGENTSVC_HOST", settings.DEFAULT_HOST),
                         help=f"address to bind [AGENTSVC_HOST, {settings.DEFAULT_HOST}]")
     parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT),

@@ -45,6 +45,8 @@ def child_args(args) -> list[str]:
               "--profiles-dir", os.path.abspath(args.profiles_dir),
               "--cache-mb", str(args.cache_mb), "--trim-memory-every", str(args.trim_memory_every),
               "--commit-interval", str(args.commit_interval), "--malloc-arenas", str(args.malloc_arenas)]
+    if args.index_cache_mb is not None:  # else each child keeps its own default
+        common += ["--index-cache-mb", str(args.index_cache_mb)]
     if args.db_uri:
         common += ["--db-uri", args.db_uri]
     for option in args.storage_option:

@@ -18,12 +18,19 @@ def env_float(name: str, default: float) -> float:
     return float(value) if value not in (None, "") else default
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int | None) -> int | None:
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else default
 
 
-def add_storage_args(parser: argparse.ArgumentParser) -> None:
+# The process serving the API and dashboard reads pages of any session at any
+# point of its history: it keeps more of the step index (store/db.py).
+APP_INDEX_CACHE_MB = 16
+
+
+def add_storage_args(parser: argparse.ArgumentParser, index_cache_mb: int | None = None) -> None:
+    """``index_cache_mb``: this process's default for ``--index-cache-mb``; None
+    = the same as ``--cache-mb`` (serve.py: each child keeps its own default)."""
     parser.add_argument("--data-dir", default=os.environ.get("AGENTSVC_DATA_DIR", DEFAULT_DATA_DIR),
                         help=f"directory of the local LanceDB database [AGENTSVC_DATA_DIR, {DEFAULT_DATA_DIR}]")
     parser.add_argument("--db-uri", default=os.environ.get("AGENTSVC_DB_URI"),
@@ -34,6 +41,10 @@ def add_storage_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-mb", type=int, default=env_int("AGENTSVC_LANCE_CACHE_MB", 4),
                         help="size of each of LanceDB's two caches (index, metadata) in this process, MiB; "
                              "0 for LanceDB's own defaults [AGENTSVC_LANCE_CACHE_MB, 4]")
+    parser.add_argument("--index-cache-mb", type=int,
+                        default=env_int("AGENTSVC_LANCE_INDEX_CACHE_MB", index_cache_mb),
+                        help="size of LanceDB's index cache in this process, MiB, if not --cache-mb "
+                             "[AGENTSVC_LANCE_INDEX_CACHE_MB, app.py 16, agents.py --cache-mb]")
     parser.add_argument("--trim-memory-every", type=float, default=env_float("AGENTSVC_TRIM_MEMORY_S", 30.0),
                         help="return freed native memory to the system this often (glibc's malloc_trim; "
                              "runtime/memory.py), seconds, 0 = never [AGENTSVC_TRIM_MEMORY_S, 30]")
@@ -101,6 +112,7 @@ def db_uri(args: argparse.Namespace) -> str:
 def store_kwargs(args: argparse.Namespace) -> dict:
     """How to open the store, from the storage flags: Store(db_uri(args), **store_kwargs(args))."""
     return {"storage_options": storage_options(args), "cache_mb": args.cache_mb,
+            "index_cache_mb": args.index_cache_mb,
             "min_commit_interval_s": args.commit_interval}
 
 

@@ -13,6 +13,12 @@ are capped at ``cache_mb`` each.  4 MiB, not more: a process's RSS grows by
 2-3x what the caches account for while they fill (allocator overhead), and in
 a 20-minute soak agents.py was still growing at 16 MiB; at 2-4 MiB it was
 flat after ~4 minutes, and session pages were as fast (issue 9, BENCHMARKS.md).
+
+The index cache may be given a size of its own (``index_cache_mb``): a page of
+steps reads a few pages of the BTREE index, and which ones depends on the
+session and where in its history the page is.  Once agent_steps holds ~1.4 M
+rows, a reader of many sessions' pages (app.py) needs ~16 MiB to keep them:
+with 4 MiB a page took 5.8 ms against 5.0 ms, in a quiet process (issue 9).
 """
 import logging
 import os
@@ -42,18 +48,28 @@ MIB = 1024 * 1024
 DEFAULT_CACHE_MB = 4  # per cache (index, metadata) and per process
 
 
+def lance_session(cache_mb: int, index_cache_mb: int | None = None) -> lancedb.Session:
+    """A LanceDB session whose caches hold at most ``cache_mb`` MiB each (the index
+    cache ``index_cache_mb``, when given); ``cache_mb`` 0 keeps LanceDB's defaults."""
+    if not cache_mb:
+        return lancedb.Session()
+    index_mb = cache_mb if index_cache_mb is None else index_cache_mb
+    return lancedb.Session(index_cache_size_bytes=index_mb * MIB, metadata_cache_size_bytes=cache_mb * MIB)
+
+
 class Store:
     """The database of one service: its tables and the helpers over them."""
 
     def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0,
                  cache_mb: int = DEFAULT_CACHE_MB, min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S,
-                 embedding: dict | None = None):
+                 embedding: dict | None = None, index_cache_mb: int | None = None):
         """``embedding``: ``{"dim", "model"}`` when semantic search is configured
-        (adds the ``embeddings_<dim>`` table, see store/vectors.py)."""
+        (adds the ``embeddings_<dim>`` table, see store/vectors.py).
+        ``cache_mb``: each LanceDB cache's size, MiB (0 keeps LanceDB's own
+        sizes, for comparison: they grow with the versions read);
+        ``index_cache_mb``: the index cache's, when it should differ."""
         self.uri = uri
-        # 0 keeps LanceDB's own sizes (for comparison; they grow with the versions read).
-        self.session = (lancedb.Session(index_cache_size_bytes=cache_mb * MIB, metadata_cache_size_bytes=cache_mb * MIB)
-                        if cache_mb else lancedb.Session())
+        self.session = lance_session(cache_mb, index_cache_mb)
         self.db = lancedb.connect(
             uri,
             read_consistency_interval=timedelta(seconds=read_consistency_s),

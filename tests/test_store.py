@@ -111,6 +111,50 @@ def test_a_step_log_written_before_its_page_key_gets_the_key_computed_for_every_
     assert [s["iteration"] for s in store.steps.search(session_id="s1", max_iteration=20)] == [0, 7, 12]
 
 
+def test_the_index_cache_can_be_sized_apart_from_the_metadata_cache(tmp_path):
+    """app.py keeps more of the step index than the metadata cache's size (store/db.py)."""
+    import random
+
+    from store.maintenance import Maintainer
+
+    MIB = 2 ** 20
+    writer = Store(str(tmp_path / "db"))
+    now = datetime.now(timezone.utc)
+    writer.writer.append("agent_steps", [{"id": f"s{s}-{i}", "created_at": now, "agent_id": "a1", "session_id": f"s{s}",
+                                          "iteration": i, "status": "ok", "text": "x"}
+                                         for s in range(20) for i in range(10_000)])
+    Maintainer(writer, keep_versions_s=0.001).optimize("agent_steps")  # one BTREE over 200k keys (~4.5 MiB read)
+
+    def cache_after_reading_pages(**sizes) -> int:
+        reader, rng = Store(str(tmp_path / "db"), **sizes), random.Random(7)
+        for _ in range(300):
+            page = reader.steps.search(session_id=f"s{rng.randrange(20)}", min_iteration=rng.randrange(9_980), limit=20)
+            assert len(page) == 20
+        return reader.cache_bytes()
+
+    both_1 = cache_after_reading_pages(cache_mb=1)
+    index_3 = cache_after_reading_pages(cache_mb=1, index_cache_mb=3)
+    assert both_1 <= 2 * MIB + MIB // 4  # each cache at its cap (LanceDB's own accounting)
+    assert 2 * MIB + MIB // 4 < index_3 <= 4 * MIB + MIB // 4
+
+
+def test_app_keeps_a_larger_index_cache_and_serve_passes_one_only_when_given(monkeypatch):
+    import agents
+    import app
+    import serve
+    import settings
+
+    monkeypatch.delenv("AGENTSVC_LANCE_INDEX_CACHE_MB", raising=False)
+    assert app.parse_args([]).index_cache_mb == settings.APP_INDEX_CACHE_MB
+    assert agents.parse_args([]).index_cache_mb is None  # = --cache-mb
+    assert settings.store_kwargs(agents.parse_args(["--cache-mb", "3"]))["index_cache_mb"] is None
+    assert "--index-cache-mb" not in serve.child_args(serve.parse_args([]))  # each child keeps its default
+    passed = serve.child_args(serve.parse_args(["--index-cache-mb", "32"]))
+    assert passed[passed.index("--index-cache-mb") + 1] == "32"
+    monkeypatch.setenv("AGENTSVC_LANCE_INDEX_CACHE_MB", "8")
+    assert app.parse_args([]).index_cache_mb == 8 and agents.parse_args([]).index_cache_mb == 8
+
+
 def test_json_columns_decode_defensively(store):
     store.writer.append("agent_steps", [{**step(0), "id": "x1", "created_at": datetime.now(timezone.utc),
                                          "data": "not json {", "state": '{"ok": 1}'}])
