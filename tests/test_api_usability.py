@@ -205,6 +205,21 @@ def test_405_says_which_methods_are_allowed(client):
         "GET", "POST"}
 
 
+def test_the_pages_tell_the_browser_to_load_and_run_only_the_apps_own_files(client):
+    """The dashboard and the API reference carry a Content-Security-Policy that
+    allows no other host and no inline script or style; the browser tests check
+    that nothing on the pages breaks it."""
+    for path in ("/", "/api/docs", "/assets/js/main.js", "/assets/api_docs.css"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        directives = dict(d.strip().split(" ", 1) for d in r.headers["Content-Security-Policy"].split(";"))
+        assert directives["default-src"] == "'self'" and directives["style-src"] == "'self'", path
+        assert "script-src" not in directives and "unsafe" not in r.headers["Content-Security-Policy"], path
+        assert directives["frame-ancestors"] == "'none'" and directives["object-src"] == "'none'", path
+        assert r.headers["X-Content-Type-Options"] == "nosniff", path
+    assert b"<style" not in client.get("/api/docs").data and b"<style" not in client.get("/").data
+
+
 def test_openapi_states_required_bodies_shapes_and_statuses(client):
     doc = client.get("/api/openapi.json").json
     paths, schemas = doc["paths"], doc["components"]["schemas"]

@@ -33,6 +33,7 @@ def page(browser, shared_service):
     pg.on("request", lambda r: r.url.startswith(shared_service.url) or other_hosts.append(r.url))
     errors = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda m: refused_by_policy(m) and errors.append(m.text))
     pg.on("response", lambda r: r.status >= 500 or (r.status == 404 and "/api/" not in r.url)
           and errors.append(f"{r.status} {r.url}"))
     pg.goto(shared_service.url + "/")
@@ -40,6 +41,12 @@ def page(browser, shared_service):
     context.close()
     assert not other_hosts, f"the dashboard fetched from other hosts: {other_hosts}"
     assert not errors, f"JavaScript errors or missing assets: {errors}"
+
+
+def refused_by_policy(message) -> bool:
+    """Whether chromium refused something the page did because of its
+    Content-Security-Policy (api/dashboard.py): it says so on the console."""
+    return message.type == "error" and "Content Security Policy" in message.text
 
 
 def step_count(pg) -> int:
@@ -386,6 +393,8 @@ def test_every_page_is_accessible_and_fits(browser, shared_service, width):
     pg = context.new_page()
     other_hosts = []  # every page here, the API reference included, loads only from the app
     pg.on("request", lambda r: r.url.startswith(shared_service.url) or other_hosts.append(r.url))
+    refused = []  # ... and does nothing its Content-Security-Policy forbids
+    pg.on("console", lambda m: refused_by_policy(m) and refused.append(m.text))
     try:
         pages = {"agents": ("/#/", "[data-testid=agent-row]"),
                  "session": (f"/#/session/{made['session_id']}", "[data-testid=step]"),
@@ -415,6 +424,7 @@ def test_every_page_is_accessible_and_fits(browser, shared_service, width):
             screenshot(pg, "dashboard.png")
         assert not problems, problems
         assert not other_hosts, f"a page fetched from other hosts: {other_hosts}"
+        assert not refused, f"the browser refused what a page did: {refused}"
     finally:
         context.close()
 
