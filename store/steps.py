@@ -74,6 +74,7 @@ class StepLog:
         else:
             lo = max(min_iteration or 0, 0) + offset
             hi = lo + limit - 1 if max_iteration is None else min(lo + limit - 1, max_iteration)
+        hi = min(hi, LAST_ITERATION)  # no step lies past what the page key can hold
         if hi < lo:
             return []
         where = self._window(session_id, agent_id, lo, hi)
@@ -89,7 +90,8 @@ class StepLog:
 
     @staticmethod
     def _window(session_id: str, agent_id: str | None, lo: int, hi: int) -> str:
-        """Iterations ``lo``..``hi`` of a session, as one range of its ``session_iteration`` keys."""
+        """Iterations ``lo``..``hi`` of a session, as one range of its ``session_iteration`` keys
+        (``lo`` at most ``LAST_ITERATION``: callers answer a range past it with nothing)."""
         filters.check_id(session_id, "session_id")
         lo, hi = max(lo, 0), min(hi, LAST_ITERATION)
         return filters.all_of(
@@ -121,6 +123,8 @@ class StepLog:
         # Within a session the highest iteration is the newest; across an agent's
         # sessions only time orders steps.
         if session_id:
+            if after_iteration is not None and after_iteration >= LAST_ITERATION:
+                return None
             where = (self._window(session_id, None, max(after_iteration + 1, 0), LAST_ITERATION)
                      if after_iteration is not None else filters.eq_id("session_id", session_id))
             return query.first(self.table, self.name, where, order=[("iteration", False), ("created_at", False)])

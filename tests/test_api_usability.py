@@ -205,6 +205,24 @@ def test_405_says_which_methods_are_allowed(client):
         "GET", "POST"}
 
 
+def test_iterations_the_api_accepts_but_no_step_can_have_are_empty_pages_and_404s(client, store):
+    """Up to 2**62 is a valid iteration in a request; far past any real one (the
+    fuzz test once made the fork a 500 with 301165683434333888)."""
+    from datetime import datetime, timezone
+
+    store.states.save({"session_id": "huge-s", "agent_id": "huge-a", "moniker": "joke", "status": "running",
+                       "iteration": 1, "created_at": datetime.now(timezone.utc)})
+    store.steps.append({"agent_id": "huge-a", "session_id": "huge-s", "iteration": 0, "status": "ok"})
+    huge = 301165683434333888
+    for query in ({"min_iteration": huge}, {"min_iteration": 2 ** 62, "order": "desc"}):
+        r = client.get("/api/agent-steps", query_string={"session_id": "huge-s", **query})
+        assert r.status_code == 200 and r.json["steps"] == [], (query, r.json)
+    assert [s["iteration"] for s in client.get("/api/agent-steps?session_id=huge-s&max_iteration=%d" % huge)
+            .json["steps"]] == [0]
+    r = client.post("/api/sessions/huge-s/fork", json={"from_iteration": huge})
+    assert r.status_code == 404 and r.json["error"]["code"] == "not_found", r.json
+
+
 def test_the_pages_tell_the_browser_to_load_and_run_only_the_apps_own_files(client):
     """The dashboard and the API reference carry a Content-Security-Policy that
     allows no other host and no inline script or style; the browser tests check

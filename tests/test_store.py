@@ -70,6 +70,27 @@ def test_step_queries_filter_order_and_page(store):
     assert len(store.steps.search(agent_id="a1")) == 6
 
 
+def test_iterations_past_what_the_page_key_holds_find_nothing_instead_of_failing(store):
+    # The API accepts iterations up to 2**62; the page key has 12 digits (schemas.py).
+    # Found by the fuzz test: a fork from iteration 301165683434333888 was a 500.
+    from store.steps import LAST_ITERATION
+
+    for i in range(3):
+        store.steps.append(step(i))
+    huge = 2 ** 62
+    assert store.steps.search(session_id="s1", min_iteration=huge) == []
+    assert store.steps.search(session_id="s1", min_iteration=huge, max_iteration=huge, limit=1) == []
+    assert store.steps.search(session_id="s1", min_iteration=LAST_ITERATION + 1) == []
+    assert store.steps.search(session_id="s1", offset=huge) == []
+    assert [s["iteration"] for s in store.steps.search(session_id="s1", max_iteration=huge)] == [0, 1, 2]
+    assert [s["iteration"] for s in store.steps.search(session_id="s1", newest_first=True, last_iteration=2,
+                                                       max_iteration=huge)] == [2, 1, 0]
+    assert store.steps.search(session_id="s1", newest_first=True, last_iteration=2, offset=huge) == []
+    assert store.steps.latest(session_id="s1", after_iteration=huge) is None
+    assert store.steps.latest(session_id="s1", after_iteration=LAST_ITERATION) is None
+    assert store.steps.latest(session_id="s1", after_iteration=0)["iteration"] == 2
+
+
 def test_a_session_page_holds_no_step_of_a_session_whose_id_shares_its_prefix(store):
     # ids may hold ":" "." "-" "_": the page key's "/" cannot, so "s1"'s range ends before "s1:2"'s
     for session in ("s1", "s1x", "s1:2", "s1.3", "s1-4", "s1_5"):
