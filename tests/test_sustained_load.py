@@ -171,6 +171,48 @@ def test_every_round_merges_the_small_fragments_commits_add_and_leaves_full_ones
     store.close()
 
 
+def test_every_round_merges_the_small_fragments_of_the_action_queue_while_claims_go_on(tmp_path):
+    """Each enqueue, claim and finish adds a fragment to the queue that every
+    dispatcher polls, and the poll scans each one the index does not cover
+    yet.  A round merges them, holding the queue's commit lock so that a claim
+    waits instead of preempting the merge; nothing is lost or claimed twice."""
+    store = Store(str(tmp_path / "db"))
+    maintainer = Maintainer(store, every_versions=10_000)  # the full upkeep is not due in this test
+    queue = store.actions
+    waiting = [queue.enqueue("pause", agent_id="a1", session_id=f"w{i}")["id"] for i in range(5)]
+
+    def serve(n: int, tag: str) -> list[str]:
+        done = []
+        for i in range(n):
+            action_id = queue.enqueue("resume", agent_id="a2", session_id=f"{tag}{i}")["id"]
+            assert queue.claim([action_id], "worker-1", 30) == [action_id]
+            queue.finish(action_id, ok=True)
+            done.append(action_id)
+        return done
+
+    served = serve(15, "s")  # 3 commits each, most adding a small fragment
+    fragments = lambda: len(store.tables["actions"].to_lance().get_fragments())  # noqa: E731
+    assert fragments() >= 15
+    assert maintainer.run_due() == []  # nothing due but the merge, which is not a run
+    assert fragments() <= 3
+    assert maintainer.health()["actions"]["tail_compactions"] == 1 and maintainer.health()["actions"]["runs"] == 0
+
+    during = []  # claims and finishes keep coming while rounds merge
+    worker = threading.Thread(target=lambda: during.extend(serve(30, "d")))
+    worker.start()
+    while worker.is_alive():
+        maintainer.run_due()
+        time.sleep(0.05)
+    worker.join()
+    maintainer.run_due()
+    assert maintainer.health()["actions"]["tail_compactions"] >= 2
+    assert [a["id"] for a in queue.pending()] == waiting  # still pending, in order
+    for action_id in served + during:
+        assert queue.get(action_id)["status"] == "done", action_id
+    assert store.tables["actions"].count_rows() == len(waiting) + len(served) + len(during)
+    store.close()
+
+
 def test_upkeep_adds_index_deltas_leaves_full_fragments_alone_and_merges_before_segments_pile_up(
         tmp_path, monkeypatch):
     """A run's work follows what was written since the last run: new rows go
