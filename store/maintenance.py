@@ -62,7 +62,7 @@ fragments or versions pass a threshold is logged as a warning.
 """
 import logging
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import lance
@@ -226,9 +226,7 @@ class Maintainer:
         self._tail_version[name] = version
         hold_lock = name not in APPEND_ONLY
         try:
-            with self.store.writer.table_lock(name) if hold_lock else nullcontext():
-                if hold_lock:
-                    table.checkout_latest()
+            with self._commits_held(name, table, hold_lock):
                 dataset = table.to_lance(session=upkeep_session())
                 dataset.optimize.compact_files(target_rows_per_fragment=TAIL_TARGET_ROWS)
         except (RuntimeError, OSError, ValueError) as exc:
@@ -282,14 +280,23 @@ class Maintainer:
         this process's committer for the table waits for the compaction and
         the index commit instead of racing them.  Cleanup commits nothing, so
         it runs outside the lock."""
-        with self.store.writer.table_lock(name) if hold_lock else nullcontext():
-            if hold_lock:
-                table.checkout_latest()
+        with self._commits_held(name, table, hold_lock):
             dataset = table.to_lance(session=upkeep_session())
             dataset.optimize.compact_files(target_rows_per_fragment=COMPACT_TARGET_ROWS)
             if dataset.list_indices():
                 dataset.optimize.optimize_indices(num_indices_to_merge=indices_to_merge(dataset))
         dataset.cleanup_old_versions(older_than=self.keep_versions)
+
+    @contextmanager
+    def _commits_held(self, name: str, table, hold: bool):
+        """With ``hold``, this process's committer for the table waits until the
+        block is done, and the block starts from the table's latest version."""
+        if not hold:
+            yield
+            return
+        with self.store.writer.table_lock(name):
+            table.checkout_latest()
+            yield
 
     def _abandoned(self, name: str, health: TableHealth, error: Exception) -> dict:
         """Every try failed.  The table stays due, so the next round tries again."""
