@@ -315,6 +315,48 @@ def test_3000_step_timeline_pages_on_scroll_each_page_once(page, shared_service,
     assert iterations == list(range(2999, 2999 - len(iterations), -1))  # no gap, no duplicate
 
 
+def test_a_catch_up_answered_late_does_not_redraw_the_timeline_under_the_reader(page, shared_service, store):
+    """The page catches up on every (re)connect, view change and gap in the live
+    events, so two reads of the newest steps can be in flight at once.  When the
+    earlier one was answered last, the timeline took it for "a page of new steps",
+    redrew itself from the newest and dropped the older pages read meanwhile (CI
+    saw it as a step detached under a scroll).  Here the first read is held until
+    a second catch-up has drawn the newest page and an older one has been read."""
+    expect = playwright_api.expect
+    snapshot = seed_session_with_steps(store, 300)
+    held = []
+
+    def hold_the_first_read_of_the_newest(route):
+        if not held and "max_iteration" not in route.request.url:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/api/agent-steps?*", hold_the_first_read_of_the_newest)
+    page.goto(f"{shared_service.url}/#/session/{snapshot['session_id']}")
+    deadline = time.monotonic() + 30
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert held, "the session page never read its newest steps"
+    # A second catch-up of the same view: following a link to one of its steps.
+    page.evaluate("location.hash += '?iteration=299'")
+    expect(page.locator("[data-testid=step][data-iteration='299']")).to_be_visible(timeout=30_000)
+    page.get_by_test_id("step").last.scroll_into_view_if_needed()
+    expect(page.get_by_test_id("step")).to_have_count(150, timeout=30_000)
+    page.evaluate("""() => {
+      window.removedSteps = 0;
+      new MutationObserver((changes) => changes.forEach((c) => c.removedNodes.forEach((n) => {
+        if (n.dataset && n.dataset.testid === "step") window.removedSteps += 1;
+      }))).observe(document.querySelector("[data-testid=steps]"), { childList: true });
+    }""")
+    with page.expect_response(lambda r: r.request.url == held[0].request.url):
+        held[0].continue_()
+    page.evaluate("() => new Promise((done) => setTimeout(done, 300))")  # the answer is handled
+    assert page.evaluate("window.removedSteps") == 0
+    iterations = page.eval_on_selector_all("[data-testid=step]", "ns => ns.map(n => +n.dataset.iteration)")
+    assert iterations == list(range(299, 149, -1))
+
+
 def test_follow_mode_shows_the_newest_step_and_jumps_to_latest(page, shared_service):
     expect = playwright_api.expect
     made = shared_service.create("joke", "tell jokes about owls", config={"interval_s": 0.3})

@@ -178,16 +178,22 @@ export function timeline() {
     else catchUpLater();
   }
 
+  // Reads the steps after the newest shown.  The page catches up on every
+  // (re)connect and view change, so two reads can be in flight at once; each
+  // judges its answer by the `hi` it asked from, not by what the other one has
+  // drawn meanwhile (else the later answer to a first read looks like "a page
+  // of new steps" and the whole list is redrawn under the reader).
   async function loadNewest() {
     const mine = generation;
+    const since = hi;
     const [steps, acts] = await Promise.all([
       get("/api/agent-steps", { session_id: sessionId, order: "desc", limit: FIRST_PAGE,
-        min_iteration: hi >= 0 ? hi + 1 : undefined })
+        min_iteration: since >= 0 ? since + 1 : undefined })
         .catch((err) => { if (err.status === 404) return { steps: [] }; throw err; }),  // create still queued
       get("/api/actions", { session_id: sessionId, limit: 500 }),
     ]);
     if (mine !== generation) return;
-    if (hi >= 0 && steps.steps.length === FIRST_PAGE) {
+    if (since >= 0 && steps.steps.length === FIRST_PAGE) {
       // More new steps than a page: start again from the newest (older ones page in on scroll).
       const id = sessionId;
       reset(id);
