@@ -53,7 +53,8 @@ class StepLog:
 
     def session_page(self, session_id: str, *, agent_id: str | None = None, min_iteration: int | None = None,
                      max_iteration: int | None = None, limit: int = 100, offset: int = 0,
-                     newest_first: bool = False, last_iteration: int | None = None) -> list[dict]:
+                     newest_first: bool = False, last_iteration: int | None = None,
+                     recent: bool = False) -> list[dict]:
         """One page of a session's steps, without sorting the session.
 
         A session's iterations have no gaps and no repeats (DESIGN.md §7), so the
@@ -62,7 +63,9 @@ class StepLog:
         range of the BTREE index on ``session_iteration`` finds exactly its rows
         (store/schemas.py), however long the session; only those are sorted,
         here.  Newest first needs the session's last iteration (its snapshot has
-        it, give or take the step being saved: one more is read).
+        it, give or take the step being saved: one more is read).  ``recent``
+        says the page lies at the session's newest end (a live catch-up): its
+        rows are read from the whole table at once (see :meth:`_read_window`).
         """
         if newest_first:
             if last_iteration is None:
@@ -78,15 +81,32 @@ class StepLog:
         if hi < lo:
             return []
         where = self._window(session_id, agent_id, lo, hi)
-        found = query.rows(self.table, self.name, where, limit=hi - lo + 1 + WINDOW_SLACK)
+        settled = not recent and (last_iteration is None or hi <= last_iteration)
+        found = self._read_window(where, lo, hi, settled=settled)
         found.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]), reverse=newest_first)
         return found[:limit]
 
-    def session_page_plan(self, session_id: str, lo: int, hi: int, analyze: bool = False) -> str:
+    def _read_window(self, where: str, lo: int, hi: int, *, settled: bool) -> list[dict]:
+        """The rows of iterations ``lo``..``hi``.  A ``settled`` window (not at the
+        session's newest end, where rows are too fresh to be indexed) is read from
+        the indexed rows first: iterations have no gaps, so when every one of
+        them is there the answer is complete, and the small fragments of the
+        latest commits are not scanned (store/query.py).  Otherwise, and when
+        some are missing, the whole table is read."""
+        slack = hi - lo + 1 + WINDOW_SLACK
+        if settled:
+            found = query.indexed_rows(self.table, self.name, where, limit=slack)
+            if len({row["iteration"] for row in found}) == hi - lo + 1:
+                return found
+        return query.rows(self.table, self.name, where, limit=slack)
+
+    def session_page_plan(self, session_id: str, lo: int, hi: int, analyze: bool = False,
+                          indexed_only: bool = False) -> str:
         """The query plan of a page of iterations ``lo``..``hi`` (what a test checks
-        for a sort), or with ``analyze`` the plan run, with the rows each part read."""
+        for a sort), or with ``analyze`` the plan run, with the rows each part read;
+        ``indexed_only``: the plan of the first read of a settled page."""
         return query.plan(self.table, self._window(session_id, None, lo, hi), limit=hi - lo + 1 + WINDOW_SLACK,
-                          analyze=analyze)
+                          analyze=analyze, indexed_only=indexed_only)
 
     @staticmethod
     def _window(session_id: str, agent_id: str | None, lo: int, hi: int) -> str:
@@ -112,7 +132,8 @@ class StepLog:
         return where, [("iteration", ascending), ("created_at", ascending), ("id", ascending)]
 
     def since_iteration(self, session_id: str, after: int, limit: int = 100) -> list[dict]:
-        return self.search(session_id=session_id, min_iteration=after + 1, limit=limit)
+        """The steps after iteration ``after`` (a live catch-up: the newest rows)."""
+        return self.session_page(session_id, min_iteration=after + 1, limit=limit, recent=True)
 
     def latest(self, *, session_id: str | None = None, agent_id: str | None = None,
                after_iteration: int | None = None) -> dict | None:

@@ -135,6 +135,55 @@ def test_latest_page_of_a_100k_step_session_uses_the_same_plan_and_reads_as_few_
     store.close()
 
 
+def test_a_settled_page_is_read_from_the_indexed_rows_alone_and_a_page_with_new_rows_reads_them_too(
+        tmp_path, monkeypatch):
+    """Every commit between two upkeeps adds a small fragment that no index
+    covers yet, and a filtered read scans each of them.  A page of a session's
+    older steps is read from the indexed rows first (iterations have no gaps,
+    so a complete answer shows itself); the newest page, a live catch-up and a
+    page some of whose rows are not indexed yet read the whole table."""
+    import re
+
+    from store import query
+
+    store = Store(str(tmp_path / "db"))
+    _bulk_steps(store, "s", 300)
+    Maintainer(store, keep_versions_s=0.001).optimize("agent_steps")  # iterations 0..299 indexed
+    for i in range(300, 330):  # one small, unindexed fragment per commit
+        store.steps.append(_step("s", i))
+    reads = []
+    for name in ("rows", "indexed_rows"):
+        real = getattr(query, name)
+        monkeypatch.setattr(query, name, lambda *a, _real=real, _name=name, **kw: reads.append(_name) or _real(*a, **kw))
+
+    def page(**kw) -> tuple[list[int], list[str]]:
+        reads.clear()
+        return [s["iteration"] for s in store.steps.search(session_id="s", **kw)], list(reads)
+
+    assert page(limit=100) == (list(range(100)), ["indexed_rows"])
+    assert page(limit=100, newest_first=True, last_iteration=329, max_iteration=199) == (
+        list(range(199, 99, -1)), ["indexed_rows"])
+    # Some rows of the window are not indexed yet: the indexed read comes short, the full one has them.
+    assert page(min_iteration=250, limit=100) == (list(range(250, 330)), ["indexed_rows", "rows"])
+    # The newest page and a live catch-up lie where rows are fresh: straight to the full read.
+    assert page(limit=50, newest_first=True, last_iteration=329) == (list(range(329, 279, -1)), ["rows"])
+    reads.clear()
+    assert [s["iteration"] for s in store.steps.since_iteration("s", 310)] == list(range(311, 330))
+    assert reads == ["rows"]
+
+    # What it spares: the indexed read touches the page's own fragment, the full one every new one.
+    def fragments_scanned(indexed_only: bool) -> int:
+        text = store.steps.session_page_plan("s", 0, 99, analyze=True, indexed_only=indexed_only)
+        return sum(int(n) for n in re.findall(r"fragments_scanned=(\d+)", text))
+
+    assert fragments_scanned(indexed_only=True) == 1
+    assert fragments_scanned(indexed_only=False) >= 30
+    Maintainer(store, keep_versions_s=0.001).optimize("agent_steps")  # now every row is indexed
+    assert page(min_iteration=250, limit=100) == (list(range(250, 330)), ["indexed_rows", "rows"])  # past the end
+    assert page(min_iteration=230, limit=100) == (list(range(230, 330)), ["indexed_rows"])
+    store.close()
+
+
 def test_every_round_merges_the_small_fragments_commits_add_and_leaves_full_ones_alone(tmp_path):
     """Each group commit adds a small fragment and a read scans every fragment
     the indexes do not cover yet; between two upkeeps of agent_steps they
