@@ -16,7 +16,7 @@ import settings
 from monikers import default_registry, llm_gate
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
-from runtime.memory import MemoryTrimmer, limit_arenas
+from runtime.memory import MemoryTrimmer, tune_allocator
 from runtime.metrics import RuntimeMetrics
 from runtime import live_observers, questions
 from runtime.events import events_token
@@ -232,11 +232,11 @@ def stop(service: AgentService, stopping: asyncio.Event) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    arenas_limited = limit_arenas(args.malloc_arenas)  # before any thread allocates: runtime/memory.py
+    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
-    if arenas_limited:
-        log.info("glibc malloc limited to %d arenas", args.malloc_arenas)
+    if malloc_tuned:
+        log.info("glibc malloc: %s", ", ".join(malloc_tuned))
     run_bounded(serve(args))
 
 

@@ -27,7 +27,7 @@ from api.routes import ApiContext, bp
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from runtime.embeddings import EmbeddingSettings
-from runtime.memory import MemoryTrimmer, limit_arenas
+from runtime.memory import MemoryTrimmer, tune_allocator
 from runtime.events import events_token
 from runtime.record_keeping import semantic_search
 from store import Store, lance_log
@@ -101,11 +101,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build(args: argparse.Namespace) -> Flask:
-    arenas_limited = limit_arenas(args.malloc_arenas)  # before the store's threads allocate: runtime/memory.py
+    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
-    if arenas_limited:
-        log.info("glibc malloc limited to %d arenas", args.malloc_arenas)
+    if malloc_tuned:
+        log.info("glibc malloc: %s", ", ".join(malloc_tuned))
     embedding = EmbeddingSettings.from_env()
     store = Store(settings.db_uri(args), **settings.store_kwargs(args),
                   embedding=embedding.store_option() if embedding else None)

@@ -44,7 +44,8 @@ def child_args(args) -> list[str]:
     common = ["--data-dir", args.data_dir, "--log-level", args.log_level,
               "--profiles-dir", os.path.abspath(args.profiles_dir),
               "--cache-mb", str(args.cache_mb), "--trim-memory-every", str(args.trim_memory_every),
-              "--commit-interval", str(args.commit_interval), "--malloc-arenas", str(args.malloc_arenas)]
+              "--commit-interval", str(args.commit_interval), "--malloc-arenas", str(args.malloc_arenas),
+              "--malloc-mmap-threshold-kb", str(args.malloc_mmap_threshold_kb)]
     if args.index_cache_mb is not None:  # else each child keeps its own default
         common += ["--index-cache-mb", str(args.index_cache_mb)]
     if args.db_uri:

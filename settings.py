@@ -8,6 +8,8 @@ import json
 import logging
 import os
 
+from runtime.memory import MMAP_THRESHOLD_MAX_KIB
+
 DEFAULT_DATA_DIR = "./data"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -26,6 +28,14 @@ def env_int(name: str, default: int | None) -> int | None:
 # The process serving the API and dashboard reads pages of any session at any
 # point of its history: it keeps more of the step index (store/db.py).
 APP_INDEX_CACHE_MB = 16
+
+
+def _mmap_threshold_kib(text: str) -> int:
+    """An mmap threshold in KiB that glibc accepts (0 = leave glibc's own)."""
+    value = int(text)
+    if not 0 <= value <= MMAP_THRESHOLD_MAX_KIB:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MMAP_THRESHOLD_MAX_KIB} KiB, not {value}")
+    return value
 
 
 def add_storage_args(parser: argparse.ArgumentParser, index_cache_mb: int | None = None) -> None:
@@ -52,6 +62,12 @@ def add_storage_args(parser: argparse.ArgumentParser, index_cache_mb: int | None
                         help="most heaps glibc's malloc keeps for all threads (runtime/memory.py); fewer heaps "
                              "keep RSS flat, 0 = glibc's default of 8 per core; a MALLOC_ARENA_MAX in the "
                              "environment wins [AGENTSVC_MALLOC_ARENAS, 2]")
+    parser.add_argument("--malloc-mmap-threshold-kb", type=_mmap_threshold_kib,
+                        default=env_int("AGENTSVC_MALLOC_MMAP_THRESHOLD_KB", 128),
+                        help="glibc's malloc serves blocks of this many KiB or more from mappings of their own, "
+                             "and stops raising the threshold, so large buffers do not stay in its heaps "
+                             "(runtime/memory.py), at most 32768, 0 = glibc's moving threshold; a "
+                             "MALLOC_MMAP_THRESHOLD_ in the environment wins [AGENTSVC_MALLOC_MMAP_THRESHOLD_KB, 128]")
     parser.add_argument("--commit-interval", type=float, default=env_float("AGENTSVC_COMMIT_INTERVAL_S", 0.05),
                         help="least time between two commits of one table while writes keep coming (the queue "
                              "is not paced), seconds [AGENTSVC_COMMIT_INTERVAL_S, 0.05]")

@@ -25,6 +25,22 @@ Measured side by side (BENCHMARKS.md §4d), three agents.py under the same load
 for 13 minutes: with the default arenas RSS went 385 -> 428 MB, with four
 386 -> 436 MB, with two 383 -> 391 MB and flat after the second minute, for
 the same CPU time.
+
+What was left grew in steps.  glibc serves a request of at least its "mmap
+threshold" (128 KiB at start) from a mapping of its own, returned to the system
+on free; but when such a block is freed it raises the threshold to the block's
+size, up to 32 MiB.  Once the first large buffer (a page of rows, a
+compaction's or an index merge's) was freed, later ones came from the heaps.
+Small long-lived allocations then landed in the space those buffers had used,
+and pinned its pages: each spike of buffers left the heaps larger than before.
+In a 14-minute soak at the default load agents.py's two heaps held 60 MB at
+minute 2, 70-75 at minute 8 and 95-141 at minute 12-14; under memray (another
+run) the bytes in use were flat all the while.  :func:`fix_mmap_threshold` sets
+the threshold once (``mallopt(M_MMAP_THRESHOLD)``, as
+``MALLOC_MMAP_THRESHOLD_`` does), which also stops glibc from moving it: large
+buffers always come and go as mappings of their own.  The same soak with 128
+KiB: 59-62 MB at minute 2, 60-66 at minute 8, 62-65 at minute 12-14, for the
+same CPU time and steps/s (BENCHMARKS.md §4i).
 """
 import ctypes
 import logging
@@ -56,6 +72,22 @@ def _malloc_trim():
 
 _TRIM = _malloc_trim()
 _M_ARENA_MAX = -8  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_MAX_KIB = 32 * 1024  # glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit)
+
+
+def _mallopt(option: int, value: int, env: str, what: str) -> bool:
+    """``mallopt(option, value)``; False where there is no glibc, or where the
+    operator set the same option through ``env`` (glibc applied it at start)."""
+    mallopt = _glibc_function("mallopt")
+    if os.environ.get(env) or mallopt is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    if mallopt(option, value) != 1:
+        log.warning("glibc refused to set %s to %d", what, value)
+        return False
+    return True
 
 
 def limit_arenas(count: int) -> bool:
@@ -65,15 +97,30 @@ def limit_arenas(count: int) -> bool:
     than eight arenas exist and never removes one.  ``0`` leaves glibc's
     default, and so does a ``MALLOC_ARENA_MAX`` set in the environment (the
     operator's own choice, already applied by glibc at start)."""
-    mallopt = _glibc_function("mallopt")
-    if count <= 0 or os.environ.get("MALLOC_ARENA_MAX") or mallopt is None:
+    return count > 0 and _mallopt(_M_ARENA_MAX, count, "MALLOC_ARENA_MAX", "the malloc arenas")
+
+
+def fix_mmap_threshold(kib: int) -> bool:
+    """Serve every request of ``kib`` KiB or more from a mapping of its own, for
+    the life of the process, and stop glibc from raising that threshold; True
+    if set.  ``0`` leaves glibc's moving threshold, and so does a
+    ``MALLOC_MMAP_THRESHOLD_`` in the environment.  Call it before the store's
+    threads allocate: blocks already in the heaps stay there."""
+    if kib <= 0:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    if mallopt(_M_ARENA_MAX, count) != 1:
-        log.warning("glibc refused to limit malloc arenas to %d", count)
-        return False
-    return True
+    if kib > MMAP_THRESHOLD_MAX_KIB:
+        raise ValueError(f"the mmap threshold is at most {MMAP_THRESHOLD_MAX_KIB} KiB, not {kib}")
+    return _mallopt(_M_MMAP_THRESHOLD, kib * 1024, "MALLOC_MMAP_THRESHOLD_", "the mmap threshold")
+
+
+def tune_allocator(arenas: int, mmap_threshold_kib: int) -> list[str]:
+    """Both settings above, first thing in a process; what was set, for its log."""
+    applied = []
+    if limit_arenas(arenas):
+        applied.append(f"{arenas} arenas")
+    if fix_mmap_threshold(mmap_threshold_kib):
+        applied.append(f"mmap threshold {mmap_threshold_kib} KiB")
+    return applied
 
 
 def can_release() -> bool:
