@@ -33,13 +33,13 @@ size, up to 32 MiB.  Once the first large buffer (a page of rows, a
 compaction's or an index merge's) was freed, later ones came from the heaps.
 Small long-lived allocations then landed in the space those buffers had used,
 and pinned its pages: each spike of buffers left the heaps larger than before.
-In a 14-minute soak at the default load agents.py's two heaps held 60 MB at
-minute 2, 70-75 at minute 8 and 95-141 at minute 12-14; under memray (another
+In a 14-minute soak at the default load agents.py's two heaps held 60-96 MB at
+minute 2, 73-75 at minute 8 and 95-141 at minute 12-14; under memray (another
 run) the bytes in use were flat all the while.  :func:`fix_mmap_threshold` sets
 the threshold once (``mallopt(M_MMAP_THRESHOLD)``, as
 ``MALLOC_MMAP_THRESHOLD_`` does), which also stops glibc from moving it: large
 buffers always come and go as mappings of their own.  The same soak with 128
-KiB: 59-62 MB at minute 2, 60-66 at minute 8, 62-65 at minute 12-14, for the
+KiB: 59-61 MB at minute 2, 60-61 at minute 8, 62-65 at minute 12-14, for the
 same CPU time and steps/s (BENCHMARKS.md §4i).
 """
 import ctypes
