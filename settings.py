@@ -62,11 +62,12 @@ def add_storage_args(parser: argparse.ArgumentParser, index_cache_mb: int | None
                         help="most heaps glibc's malloc keeps for all threads (runtime/memory.py); fewer heaps "
                              "keep RSS flat, 0 = glibc's default of 8 per core; a MALLOC_ARENA_MAX in the "
                              "environment wins [AGENTSVC_MALLOC_ARENAS, 2]")
+    # A string default: argparse checks it with ``type`` too, so a bad variable is a usage error.
     parser.add_argument("--malloc-mmap-threshold-kb", type=_mmap_threshold_kib,
-                        default=env_int("AGENTSVC_MALLOC_MMAP_THRESHOLD_KB", 128),
+                        default=os.environ.get("AGENTSVC_MALLOC_MMAP_THRESHOLD_KB") or "128",
                         help="glibc's malloc serves blocks of this many KiB or more from mappings of their own, "
                              "and stops raising the threshold, so large buffers do not stay in its heaps "
-                             "(runtime/memory.py), at most 32768, 0 = glibc's moving threshold; a "
+                             f"(runtime/memory.py), at most {MMAP_THRESHOLD_MAX_KIB}, 0 = glibc's moving threshold; a "
                              "MALLOC_MMAP_THRESHOLD_ in the environment wins [AGENTSVC_MALLOC_MMAP_THRESHOLD_KB, 128]")
     parser.add_argument("--commit-interval", type=float, default=env_float("AGENTSVC_COMMIT_INTERVAL_S", 0.05),
                         help="least time between two commits of one table while writes keep coming (the queue "

@@ -150,5 +150,9 @@ def test_both_processes_default_to_128_kib_and_serve_passes_the_choice_on(monkey
     assert passed[passed.index("--malloc-mmap-threshold-kb") + 1] == "0"
     monkeypatch.setenv("AGENTSVC_MALLOC_MMAP_THRESHOLD_KB", "256")
     assert agents.parse_args([]).malloc_mmap_threshold_kb == 256
+    monkeypatch.setenv("AGENTSVC_MALLOC_MMAP_THRESHOLD_KB", "99999")
+    with pytest.raises(SystemExit):  # a bad variable is argparse's error too, not a traceback at start
+        agents.parse_args([])
+    monkeypatch.delenv("AGENTSVC_MALLOC_MMAP_THRESHOLD_KB")
     with pytest.raises(SystemExit):  # argparse's error: more than glibc accepts
         agents.parse_args(["--malloc-mmap-threshold-kb", "40000"])
