@@ -42,3 +42,11 @@ def index():
 def api_docs():
     """The OpenAPI document (/api/openapi.json) drawn by the vendored Swagger UI."""
     return render_template("api_docs.html")
+
+
+@bp.get("/favicon.ico")
+def favicon():
+    """No icon, and no error: the dashboard's pages declare a ``data:`` icon, but a
+    browser opening a page that is not HTML (``/metrics``, the JSON endpoints)
+    asks for this one, and a 404 would show in its console."""
+    return "", 204

@@ -238,6 +238,13 @@ def test_the_pages_tell_the_browser_to_load_and_run_only_the_apps_own_files(clie
     assert b"<style" not in client.get("/api/docs").data and b"<style" not in client.get("/").data
 
 
+def test_a_browser_asking_for_the_favicon_gets_no_content_rather_than_an_error(client):
+    """Chromium asks for /favicon.ico when it opens /metrics or a JSON endpoint."""
+    r = client.get("/favicon.ico")
+    assert r.status_code == 204 and r.data == b""
+    assert r.headers["Content-Security-Policy"].startswith("default-src 'self'")
+
+
 def test_openapi_states_required_bodies_shapes_and_statuses(client):
     doc = client.get("/api/openapi.json").json
     paths, schemas = doc["paths"], doc["components"]["schemas"]
