@@ -1,7 +1,8 @@
 """The dashboard at ``/``: one page (web/templates) and its static files
 (web/static: the page and component modules under js/, the vendored libraries
-under vendor/), and the API reference at ``/api/docs``, all served by the app
-itself so that a browser never fetches anything from another host."""
+under vendor/), the API reference at ``/api/docs`` and an empty ``/favicon.ico``,
+all served by the app itself so that a browser never fetches anything from
+another host."""
 import os
 
 from flask import Blueprint, render_template
