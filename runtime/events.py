@@ -21,7 +21,10 @@ import time
 INGEST_NAMESPACE = "/ingest"
 TOKEN_ENV = "AGENTSVC_EVENTS_TOKEN"
 TOKEN_FILE = "events.token"
-EVENTS = ("agent_state", "agent_step", "conversation_message", "action", "tool_call")
+EVENTS = ("agent_state", "agent_step", "conversation_message", "action", "tool_call", "step_delta")
+# ``step_delta`` is live-only: a step's model output while it is generated
+# (runtime/step_stream.py), never stored; the step row that follows is the record.
+EPHEMERAL = ("step_delta",)
 
 
 def rooms_for(event: str, data: dict) -> list[str]:

@@ -23,4 +23,6 @@ if ! command -v npm >/dev/null; then
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
 fi
 (cd tests/js && npm ci --no-audit --no-fund --silent)
+# Real servers the tests run against, each in its own virtualenv (see each script).
+bash scripts/test_deps/llm_server.sh
 exec .venv/bin/python -m pytest "$@"
