@@ -8,7 +8,10 @@ Two namespaces:
   ``agent_state``, ``agent_step``, ``conversation_message`` and ``action``
   events as ``{id, stream, seq, epoch, data}``.  ``seq`` counts 1, 2, 3… per
   stream within one ``epoch`` (this process's boot id): a client that sees a gap
-  or a new epoch catches up over HTTP and de-duplicates by ``id``.
+  or a new epoch catches up over HTTP and de-duplicates by ``id``.  It also
+  receives ``step_delta`` (runtime/events.py ``EPHEMERAL``): a step's model
+  output while it is generated, live only, never stored, so there is nothing to
+  catch up on and a gap in its ``seq`` means nothing.
 - ``/ingest`` for agents.py, accepting only a client whose ``auth.token`` is the
   shared events token (runtime/events.py); it takes batches of events and
   acknowledges each batch after emitting it.
@@ -51,7 +54,9 @@ class LiveHub:
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
         self.published = 0
-        self.listeners = []  # called with an event's rooms after it is emitted (api/stream.py wakes on it)
+        # Called with (event name, rooms, payload) after each emit: api/stream.py
+        # wakes its streams on recorded events and hands them the live-only ones.
+        self.listeners = []
 
     def publish(self, event: dict) -> dict:
         data = event["data"]
@@ -63,7 +68,7 @@ class LiveHub:
             self.socketio.emit(event["event"], payload, to=rooms, namespace="/")
             self.published += 1
         for listener in self.listeners:
-            listener(rooms)
+            listener(event["event"], rooms, payload)
         return payload
 
     def publish_row(self, name: str, row_id: str, data: dict) -> dict:

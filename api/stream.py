@@ -11,6 +11,15 @@ in every series it follows, and a client that reconnects with
 it from the record (across restarts of app.py and agents.py alike), then the
 live ones, with no gap and no duplicate.
 
+The one exception is ``step_delta`` (runtime/events.py ``EPHEMERAL``): a
+step's model output while it is generated, which is never stored.  The hub
+hands it to the streams as it passes, and it goes out with no SSE ``id``, so it
+never moves the client's cursor and is never replayed after a reconnect: a
+client that was away has the step itself instead.  Per stream it is coalesced
+to one every ``LIVE_GAP_S`` per session (the newest; an attempt's ``final``
+delta is never replaced), at most ``LIVE_MAX_PENDING`` wait for a slow client
+(the oldest are dropped), and a delta whose step was already sent is dropped.
+
 The cursor is ``;``-separated ``kind:<id>=<position>`` items (no id can hold
 ``;`` or ``=``):
 
@@ -32,9 +41,10 @@ sends one ``ready`` event (no id) so a client knows it has the past.
 
 Liveness without polling LanceDB hard: the Socket.IO hub tells the open
 streams when an event for one of their rooms passed through this process
-(:meth:`StreamHub.notify`), and they read from their cursor at once; otherwise
+(:meth:`StreamHub.published`), and they read from their cursor at once; otherwise
 each stream reads every ``poll_s`` (events relayed to another app.py instance
-arrive that way).  Each open stream holds a server thread (threading mode), so
+arrive that way; a ``step_delta`` relayed there does not reach this one's
+streams).  Each open stream holds a server thread (threading mode), so
 their number is capped (503 beyond ``max_streams``), a comment is sent every
 ``keepalive_s`` (a server only learns that a client went away when it writes),
 and a stream with nothing to send for ``idle_s`` is closed (the client
@@ -53,6 +63,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api.errors import ApiError
 from api.live import check_room
+from runtime.events import EPHEMERAL
 from store.filters import InvalidId, check_id
 
 log = logging.getLogger("api.stream")
@@ -64,6 +75,8 @@ MAX_ROOMS = 20
 MAX_CURSOR_ITEMS = 500
 PAGE = 200
 FINISHED = ("done", "failed")
+LIVE_GAP_S = 0.1  # a stream sends one session's step_delta at most this often (~10 a second)
+LIVE_MAX_PENDING = 64  # step_deltas waiting for a slow client; beyond this the oldest are dropped
 
 
 # ---- the cursor -------------------------------------------------------------
@@ -103,26 +116,107 @@ def micros(iso: str | None) -> int:
     return int(when.timestamp()) * 1_000_000 + when.microsecond
 
 
-# ---- open streams and their wake-ups ----------------------------------------
+# ---- open streams: wake-ups and live-only events ----------------------------
+
+class OpenStream:
+    """One open stream as the hub sees it: the rooms it follows, whether a
+    recorded event for them passed (then it reads the record), and the
+    live-only events (``step_delta``) waiting to be sent to it.
+
+    Live events are coalesced per session, because a client wants the newest
+    text, not every one: a newer delta replaces the session's waiting one,
+    unless that one is ``final`` (an attempt's end, which clients show as a line
+    of its own), and a session's deltas go out at most every ``gap_s``.  At most
+    ``max_pending`` wait; beyond that the oldest are dropped, so a slow client
+    costs the hub this small buffer and never a wait."""
+
+    def __init__(self, rooms: frozenset, gap_s: float, max_pending: int):
+        self.rooms = rooms
+        self.gap_s = gap_s
+        self.max_pending = max_pending
+        self.dropped = 0
+        self._cond = threading.Condition()
+        self._recorded = True  # read the record once at the start
+        self._pending: list[tuple[str, str, dict]] = []  # (session, event name, payload), oldest first
+        self._sent_at: dict[str, float] = {}  # session -> when its last live event went out
+
+    def recorded(self) -> None:
+        """A recorded event for one of the rooms passed: read the record soon."""
+        with self._cond:
+            self._recorded = True
+            self._cond.notify()
+
+    def live(self, name: str, payload: dict) -> None:
+        session = payload["data"].get("session_id") or payload["id"]
+        with self._cond:
+            self._pending = [item for item in self._pending
+                             if item[0] != session or item[2]["data"].get("final")]
+            self._pending.append((session, name, payload))
+            excess = len(self._pending) - self.max_pending
+            if excess > 0:
+                del self._pending[:excess]
+                self.dropped += excess
+            self._cond.notify()
+
+    def take_recorded(self) -> bool:
+        """Whether to read the record, clearing the flag (before reading, so an
+        event from now on sets it again)."""
+        with self._cond:
+            recorded, self._recorded = self._recorded, False
+            return recorded
+
+    def take_live(self) -> list[tuple[str, dict]]:
+        """The live events due now: each session's oldest waiting one, if the
+        session's last went out ``gap_s`` ago or more."""
+        now = time.monotonic()
+        with self._cond:
+            due, keep = [], []
+            for session, name, payload in self._pending:
+                if self._due_at(session, now) <= now:
+                    self._sent_at[session] = now
+                    due.append((name, payload))
+                else:
+                    keep.append((session, name, payload))
+            self._pending = keep
+            self._sent_at = {s: t for s, t in self._sent_at.items() if now - t < self.gap_s}
+            return due
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until a recorded event passes, a live event is due, or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._recorded:
+                now = time.monotonic()
+                until = min([deadline] + [self._due_at(session, now) for session, _, _ in self._pending])
+                if until <= now:
+                    return
+                self._cond.wait(until - now)
+
+    def _due_at(self, session: str, now: float) -> float:
+        """When the session's next live event may go out (``now`` if none went out lately)."""
+        sent = self._sent_at.get(session)
+        return now if sent is None else sent + self.gap_s
+
 
 class StreamHub:
-    """The open streams of this process: a cap on their number, and a wake-up
-    for those following a room when an event for it passes through the hub."""
+    """The open streams of this process: a cap on their number, and what the
+    Socket.IO hub publishes, passed to the streams that follow its rooms."""
 
-    def __init__(self, max_streams: int, poll_s: float, idle_s: float, keepalive_s: float):
+    def __init__(self, max_streams: int, poll_s: float, idle_s: float, keepalive_s: float,
+                 live_gap_s: float = LIVE_GAP_S, live_max_pending: int = LIVE_MAX_PENDING):
         self.max_streams, self.poll_s, self.idle_s, self.keepalive_s = max_streams, poll_s, idle_s, keepalive_s
+        self.live_gap_s, self.live_max_pending = live_gap_s, live_max_pending
         self._lock = threading.Lock()
-        self._open: dict[int, tuple[frozenset, threading.Event]] = {}
+        self._open: dict[int, OpenStream] = {}
         self._next = 0
 
-    def open(self, rooms: frozenset) -> tuple[int, threading.Event] | None:
+    def open(self, rooms: frozenset) -> tuple[int, OpenStream] | None:
         with self._lock:
             if len(self._open) >= self.max_streams:
                 return None
             self._next += 1
-            wake = threading.Event()
-            self._open[self._next] = (rooms, wake)
-            return self._next, wake
+            self._open[self._next] = OpenStream(rooms, self.live_gap_s, self.live_max_pending)
+            return self._next, self._open[self._next]
 
     def close(self, handle: int) -> None:
         with self._lock:
@@ -132,13 +226,17 @@ class StreamHub:
     def count(self) -> int:
         return len(self._open)
 
-    def notify(self, rooms) -> None:
-        """An event for ``rooms`` was published: wake the streams that follow one."""
+    def published(self, name: str, rooms, payload: dict) -> None:
+        """The LiveHub emitted an event to ``rooms``: the streams following one
+        of them read the record, or get it handed over if it is live-only."""
         rooms = set(rooms)
         with self._lock:
-            for followed, wake in self._open.values():
-                if followed & rooms:
-                    wake.set()
+            following = [stream for stream in self._open.values() if stream.rooms & rooms]
+        for stream in following:
+            if name in EPHEMERAL:
+                stream.live(name, payload)
+            else:
+                stream.recorded()
 
 
 # ---- reading one stream from the record --------------------------------------
@@ -166,6 +264,14 @@ class Follower:
                 for snapshot in reversed(self.store.states.sessions_for_agent(key, limit=100)):
                     out[snapshot["session_id"]] = snapshot
         return list(out.values())
+
+    def stepped_past(self, delta: dict) -> bool:
+        """Whether a step_delta's step was sent already: the record has it, so
+        the preview of its generation is over (a delta can wait out the gap
+        while its step is read)."""
+        sent = self.cursor.get(("step", delta.get("session_id")))
+        iteration = delta.get("iteration")
+        return isinstance(sent, int) and isinstance(iteration, int) and iteration <= sent
 
     def catch_up(self):
         """Yield ``(event, row_id, stream, data)`` for everything after the cursor,
@@ -290,21 +396,36 @@ def stream():
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def _events(hub: StreamHub, opened: tuple[int, threading.Event], follower: Follower):
-    handle, wake = opened
+def _recorded(follower: Follower):
+    """What the record holds after the cursor, each event with the cursor just past it."""
+    for event, row_id, stream_name, data in follower.catch_up():
+        yield sse(event, {"id": row_id, "stream": stream_name, "data": data}, format_cursor(follower.cursor))
+
+
+def _events(hub: StreamHub, opened: tuple[int, OpenStream], follower: Follower):
+    """The stream: the record after the cursor, then ``ready``, then whatever
+    the rooms record (read at once when the hub says so, else every ``poll_s``)
+    and their live-only events, which carry no id: they never move a client's
+    cursor, so they are never sent again after a reconnect."""
+    handle, stream = opened
     try:
         yield "retry: 1000\n\n"
         ready = False
-        last_sent = last_beat = time.monotonic()
+        last_read = last_sent = last_beat = time.monotonic()
         while True:
-            wake.clear()  # before reading: an event from now on wakes the wait below
-            for event, row_id, stream_name, data in follower.catch_up():
-                yield sse(event, {"id": row_id, "stream": stream_name, "data": data}, format_cursor(follower.cursor))
-                last_sent = last_beat = time.monotonic()
-            if not ready:
-                ready = True
-                yield sse("ready", {"cursor": format_cursor(follower.cursor), "rooms": follower.rooms})
-            wake.wait(hub.poll_s)
+            if stream.take_recorded() or time.monotonic() - last_read >= hub.poll_s:
+                last_read = time.monotonic()
+                for text in _recorded(follower):
+                    yield text
+                    last_sent = last_beat = time.monotonic()
+                if not ready:
+                    ready = True
+                    yield sse("ready", {"cursor": format_cursor(follower.cursor), "rooms": follower.rooms})
+            for event, payload in stream.take_live():
+                if not follower.stepped_past(payload["data"]):
+                    yield sse(event, {"id": payload["id"], "stream": payload["stream"], "data": payload["data"]})
+                    last_sent = last_beat = time.monotonic()
+            stream.wait(max(0.0, last_read + hub.poll_s - time.monotonic()))
             now = time.monotonic()
             if now - last_sent > hub.idle_s:
                 yield sse("idle", {"cursor": format_cursor(follower.cursor)})
@@ -314,12 +435,12 @@ def _events(hub: StreamHub, opened: tuple[int, threading.Event], follower: Follo
                 yield ": keepalive\n\n"
     finally:
         hub.close(handle)
-        log.info("stream %d closed", handle)
+        log.info("stream %d closed (%d live events dropped for a slow client)", handle, stream.dropped)
 
 
 def install(app, live_hub=None, *, max_streams: int | None = None, poll_s: float | None = None,
             idle_s: float | None = None, keepalive_s: float | None = None) -> StreamHub:
-    """Register the route; ``live_hub`` (api.live.LiveHub) wakes streams on its events."""
+    """Register the route; ``live_hub`` (api.live.LiveHub) passes its events to the streams."""
     env = os.environ.get
     hub = StreamHub(max_streams=max_streams or int(env("AGENTSVC_MAX_STREAMS") or 32),
                     poll_s=poll_s or float(env("AGENTSVC_STREAM_POLL_S") or 1.0),
@@ -327,6 +448,6 @@ def install(app, live_hub=None, *, max_streams: int | None = None, poll_s: float
                     keepalive_s=keepalive_s or float(env("AGENTSVC_STREAM_KEEPALIVE_S") or 15.0))
     app.extensions["agentsvc_streams"] = hub
     if live_hub is not None:
-        live_hub.listeners.append(hub.notify)
+        live_hub.listeners.append(hub.published)
     app.register_blueprint(bp)
     return hub
