@@ -17,6 +17,7 @@ Exit codes: 0 ok, 1 the action failed, 2 bad usage, 3 not found, 4 rejected by
 the service (invalid input, unauthorized, conflict), 5 service unreachable or
 erring, 6 timed out waiting.
 """
+import contextlib
 import functools
 import json
 import os
@@ -232,7 +233,8 @@ def rooms_for(api: Client, ident: str) -> list[str]:
                                                      "stopped or in error")
 @remote
 def tail(api, as_json, idents, follow, lines, from_start, after, until_finished):
-    """Events of sessions, agents or conversations: steps, state, actions, messages.
+    """Events of sessions, agents or conversations: steps, state, actions, messages,
+    and with -f the model output of steps being generated.
 
     Each ID is a session, agent or conversation id, or `session:ID`, `agent:ID`,
     `conversation:ID`."""
@@ -242,16 +244,18 @@ def tail(api, as_json, idents, follow, lines, from_start, after, until_finished)
     def note(reason: str):
         render.err.print(f"agentsvc: {reason}", markup=False)
 
-    for event in follow_stream(api, rooms, follow=follow, tail=None if from_start else lines, cursor=after,
-                               on_disconnect=note):
-        if as_json:
-            render.as_json({"event": event.event, "cursor": event.id, **event.data})
-        else:
-            render.out.print(render.event_line(event.event, event.data), markup=False)
-        if event.event == "agent_state":
-            states[event.data["id"]] = event.data["data"].get("status")
-            if until_finished and states and all(s in FINISHED for s in states.values()):
-                return
+    with contextlib.nullcontext() if as_json else render.TailView() as view:
+        for event in follow_stream(api, rooms, follow=follow, tail=None if from_start else lines, cursor=after,
+                                   on_disconnect=note):
+            if as_json:
+                cursor = {} if event.id is None else {"cursor": event.id}  # a step_delta has none
+                render.as_json({"event": event.event, **cursor, **event.data})
+            else:
+                view.show(event.event, event.data)
+            if event.event == "agent_state":
+                states[event.data["id"]] = event.data["data"].get("status")
+                if until_finished and states and all(s in FINISHED for s in states.values()):
+                    return
 
 
 # ---- control ------------------------------------------------------------------------

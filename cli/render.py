@@ -3,8 +3,10 @@ import json
 import os
 import sys
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 # Piped into another program: wide lines rather than ids folded at 80 columns.
 out = Console(highlight=False, soft_wrap=False,
@@ -20,6 +22,12 @@ def as_json(value) -> None:
 def short(text, width: int = 60) -> str:
     text = "" if text is None else str(text).replace("\n", " ")
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def tail_of(text, width: int = 60) -> str:
+    """The end of ``text`` on one line: what a model wrote last."""
+    text = "" if text is None else " ".join(str(text).split())
+    return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
 def table(title: str | None, columns: list[str], rows: list[list]) -> None:
@@ -75,3 +83,72 @@ def event_line(event: str, data: dict) -> str:
         who = row.get("user_id") or row.get("agent_id") or row.get("sender_type")
         return f"message {who}: {short(row.get('text'), 100)}"
     return f"{event} {short(json.dumps(row), 100)}"
+
+
+def delta_line(row: dict, width: int | None = None) -> str:
+    """A step_delta in words: which step, how far along, and the end of the
+    text so far (at most 60 characters of it, fewer when ``width`` is short)."""
+    which = f"#{row.get('iteration')}"
+    if row.get("function") not in (None, "RunMonikerStep"):
+        which += f" {row['function']}"
+    if (row.get("ask") or 0) > 0:
+        which += f" ask {row['ask'] + 1}"
+    doing = f"attempt {row.get('attempt')} ended" if row.get("final") else "generating"
+    if not row.get("final") and (row.get("attempt") or 1) > 1:
+        doing += f" (attempt {row['attempt']})"
+    head = (f"model   {(row.get('session_id') or '')[-6:]} {which} {doing}: {row.get('tokens') or 0} tokens, "
+            f"{row.get('mode')}: ")
+    return head + tail_of(row.get("text"), 60 if width is None else max(10, min(60, width - len(head))))
+
+
+class TailView:
+    """``tail``'s table mode: one line per event, and the model output of steps
+    being generated (``step_delta``).
+
+    On a terminal, each session generating a step has one line below the
+    others, rewritten in place (rich's Live) and gone once its step or a
+    finished state arrives.  Anywhere else (a file, a pipe, a dumb terminal)
+    a delta is printed only when an attempt ended (``final``), one line each,
+    so a log stays readable at ten deltas a second."""
+
+    def __init__(self, console: Console = out):
+        self.console = console
+        self.generating: dict[str, dict] = {}  # session -> its newest delta
+        interactive = console.is_terminal and not console.is_dumb_terminal
+        self.live = Live(console=console, auto_refresh=False, transient=True) if interactive else None
+
+    def __enter__(self) -> "TailView":
+        if self.live:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.live.stop()
+
+    def show(self, name: str, data: dict) -> None:
+        row = data.get("data") or {}
+        session = row.get("session_id") or data.get("id")
+        if name == "step_delta":
+            if self.live:
+                self.generating[session] = row
+            elif row.get("final"):
+                self.console.print(delta_line(row), markup=False)
+        else:
+            self.console.print(event_line(name, data), markup=False)
+            if self._ends_generation(name, row, self.generating.get(session)):
+                self.generating.pop(session, None)
+        if self.live:
+            width = self.console.width - 1
+            self.live.update(Group(*(Text(delta_line(row, width), no_wrap=True, overflow="ellipsis")
+                                     for row in self.generating.values())), refresh=True)
+
+    @staticmethod
+    def _ends_generation(name: str, row: dict, delta: dict | None) -> bool:
+        """A session's line goes when the step it previewed (or a later one)
+        arrives, or the session is no longer running or waiting."""
+        if delta is None:
+            return False
+        if name == "agent_step":
+            return row.get("iteration", -1) >= delta.get("iteration", 0)
+        return name == "agent_state" and row.get("status") not in ("running", "waiting")
