@@ -25,5 +25,6 @@ fi
 (cd tests/js && npm ci --no-audit --no-fund --silent)
 # Real servers the tests run against, each in its own virtualenv (see each script).
 bash scripts/test_deps/llm_server.sh
+bash scripts/test_deps/seaweedfs.sh
 bash scripts/test_deps/mcp_reference.sh
 exec .venv/bin/python -m pytest "$@"
