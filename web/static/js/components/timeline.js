@@ -12,7 +12,7 @@
 // steps in until that step is shown, then marks it and scrolls to it.
 import { get } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
-import { errorBlock, money, reasonWords, stepNumber, tokens, when } from "../core/format.js";
+import { attemptCounts, errorBlock, money, reasonWords, stepNumber, tokens, when } from "../core/format.js";
 import { stepParts, timelineHooks } from "../core/registry.js";
 import { jsonView } from "./json_view.js";
 
@@ -124,7 +124,7 @@ export function timeline() {
       ? `guidance (message from ${g.source.sender || "user"}): ` : "guidance: ", g.text)),
     step.notes ? h("div.notes", step.notes) : null,
     usage ? h("div.usage", `${tokens(usage.input_tokens)} in · ${tokens(usage.output_tokens)} out tokens` +
-      (usage.cost != null ? ` · ${money(usage.cost)}` : "") +
+      (usage.cost != null ? ` · ${money(usage.cost)}` : "") + failedWords(usage) +
       (usage.rate_wait_ms ? ` · waited ${(usage.rate_wait_ms / 1000).toFixed(1)} s for the model's rate limit` : ""))
       : null,
     stepParts.map((part) => part(step, { session })),
@@ -132,6 +132,12 @@ export function timeline() {
       jsonView("usage", usage), jsonView("inputs", { step: step.step_token, guidance: step.guidance },
         "step-inputs"), h("span.hint", `${step.step_token ?? ""} → ${step.next_step_token ?? ""}`)));
     return li;
+  }
+
+  // " · 2 failed attempts (1,200 tokens)", when the step's model calls had any.
+  function failedWords(usage) {
+    const { failed, failedTokens } = attemptCounts(usage);
+    return failed ? ` · ${failed} failed attempt${failed > 1 ? "s" : ""} (${tokens(failedTokens)} tokens)` : "";
   }
 
   // An action is drawn once the steps around its time are shown.

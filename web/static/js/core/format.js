@@ -106,3 +106,11 @@ export function errorBlock(text, cls = "error-text") {
 export const tokens = (n) => (n == null ? "—" : Number(n).toLocaleString());
 // dollars: cents from $1 up, three significant digits below ($0.0036)
 export const money = (x) => (x == null ? "—" : "$" + (x >= 1 ? Number(x).toFixed(2) : String(Number(Number(x).toPrecision(3)))));
+
+// The HTTP attempts a step's (or a session's) model calls took, and those that
+// failed with the tokens they spent (already counted in the usage's tokens).
+// Rows from before attempts were counted have none: 0.
+export function attemptCounts(usage) {
+  const u = usage || {};
+  return { attempts: u.attempts || 0, failed: u.failed_attempts || 0, failedTokens: u.failed_tokens || 0 };
+}

@@ -4,10 +4,12 @@
 // then (once the server acknowledged) reads from its cursors over HTTP and
 // merges live events by row id, so nothing is shown twice or missed.  Events
 // carry {stream, seq, epoch}: a gap in seq or a new epoch (app.py restarted)
-// triggers another catch-up.
+// triggers another catch-up.  "step_delta" (a step's model output while it is
+// generated) is live only: nothing to catch up on, so its seq is not watched.
 import { $ } from "./dom.js";
 import { liveHandlers } from "./registry.js";
 
+const EPHEMERAL = ["step_delta"];
 const streams = new Map();
 let rooms = [];
 let catchUpTimer = null;
@@ -23,10 +25,11 @@ export function connect() {
   });
   socket.on("disconnect", () => setLive(false));
   socket.on("connect_error", () => setLive(false));
-  const names = new Set(["agent_state", "agent_step", "action", "conversation_message", ...liveHandlers.keys()]);
+  const names = new Set(["agent_state", "agent_step", "action", "conversation_message", ...EPHEMERAL,
+    ...liveHandlers.keys()]);
   for (const name of names) {
     socket.on(name, (event) => {
-      sequenced(event);
+      if (!EPHEMERAL.includes(name)) sequenced(event);
       const handler = current && current.on && current.on[name];
       if (handler) handler(event.data, event);
       (liveHandlers.get(name) || []).forEach((h) => h(event.data, event));

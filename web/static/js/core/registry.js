@@ -17,7 +17,7 @@ export const navLinks = [];
 //   enter(params)                 each time shown (params may have changed)
 //   rooms(params) -> [room]       Socket.IO rooms while shown ("all", "session:ID", ...)
 //   catchUp()                     read over HTTP what live events may have missed
-//   on: {agent_state, agent_step, action, conversation_message}: live event handlers
+//   on: {agent_state, agent_step, action, conversation_message, step_delta}: live event handlers
 // }
 export function registerPage(page) {
   pages.push(page);
@@ -33,8 +33,8 @@ export function registerStepPart(part) {
   stepParts.push(part);
 }
 
-// Live events beyond the four every page knows (agent_state, agent_step, action,
-// conversation_message): handler(data, event) runs for each, on every page.
+// Live events beyond the ones every page knows (agent_state, agent_step, action,
+// conversation_message, step_delta): handler(data, event) runs for each, on every page.
 export const liveHandlers = new Map();
 export function registerLiveEvent(name, handler) {
   if (!liveHandlers.has(name)) liveHandlers.set(name, []);

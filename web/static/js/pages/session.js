@@ -1,14 +1,18 @@
 // One session: who and what it is, its usage and cost, its controls (with the
 // reason when one cannot apply), a budget pause explained with a way to raise
 // the budget and resume, its record (summary, where a fork came from), and its
-// timeline of steps and control actions.  A link may point into the page:
-// ?iteration=N (&tool_call=ID) scrolls to that step, ?summary=1 to the summary.
+// timeline of steps and control actions, headed by the step being generated
+// (the model's output so far, from step_delta live events).  A link may point
+// into the page: ?iteration=N (&tool_call=ID) scrolls to that step, ?summary=1
+// to the summary.
 import { get, post } from "../core/api.js";
 import { $, h, replace } from "../core/dom.js";
-import { agentLabel, badge, errorBlock, money, reasonWords, short, stepNumber, tokens, when } from "../core/format.js";
+import { agentLabel, attemptCounts, badge, errorBlock, money, reasonWords, short, stepNumber, tokens, when }
+  from "../core/format.js";
 import { scheduleCatchUp } from "../core/live.js";
 import { registerPage, sessionHooks } from "../core/registry.js";
 import { toast } from "../core/toast.js";
+import { generating } from "../components/generating.js";
 import { jsonView } from "../components/json_view.js";
 import { sessionRecord } from "../components/session_record.js";
 import { timeline } from "../components/timeline.js";
@@ -33,6 +37,7 @@ function mount(section) {
   ui = {
     steps,
     record,
+    generating: generating(),
     title: h("h2", { id: "s-title", tabindex: "-1" }),
     facts: h("dl.facts"),
     notice: h("div.notice", { hidden: true, dataset: { testid: "session-notice" } }),
@@ -54,7 +59,7 @@ function mount(section) {
         ui.guidance, ui.sendGuidance)),
     h("div.panel", h("h2", "Usage ", h("small", "model calls of this session")), ui.usage, ui.json),
     record.root,
-    h("div.panel", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), steps.root));
+    h("div.panel", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), ui.generating.root, steps.root));
   replace(section, h("a.back", { href: "#/" }, "← all agents"), ui.missing, ui.body, ui.dialog);
 }
 
@@ -103,6 +108,7 @@ function fact(label, ...value) {
 function render(s) {
   current.snapshot = s;
   ui.steps.setSession(s);
+  ui.generating.setSession(s);
   ui.record.update(s);
   ui.title.replaceChildren(agentLabel(s), " ", badge(s.status),
     s.status_reason ? h("small", { dataset: { testid: "session-reason" } }, " " + reasonWords(s.status_reason, s.status)) : "");
@@ -122,7 +128,8 @@ function render(s) {
   renderControls(s);
   replace(ui.json, jsonView("config", s.config, "session-config"), jsonView("state", s.state),
     jsonView("pending guidance", s.pending_guidance && s.pending_guidance.length ? s.pending_guidance : null));
-  $("#s-count").textContent = s.iteration >= 0 ? `${stepNumber(s.iteration)} steps, newest first` : "";
+  const count = stepNumber(s.iteration);
+  $("#s-count").textContent = s.iteration >= 0 ? `${count} step${count === 1 ? "" : "s"}, newest first` : "";
 }
 
 // A field of the raise-budget form.  The notice is drawn again on every update
@@ -187,8 +194,19 @@ function renderUsage(s) {
     fact("Cost", h("span", { dataset: { testid: "usage-cost" } }, money(u.cost))),
     fact("Calls", tokens(u.calls)),
     fact("Model time", u.duration_ms != null ? (u.duration_ms / 1000).toFixed(1) + " s" : "—"),
+    attemptsFact(u),
     s.config && s.config.budget_tokens ? fact("Token budget", tokens(s.config.budget_tokens)) : null,
     s.config && s.config.budget_cost ? fact("Cost budget", money(s.config.budget_cost)) : null);
+}
+
+// "HTTP attempts: 12, failed 9 (8,400 tokens)": the failed ones apart, as
+// their tokens were spent for nothing.  Shown once attempts are counted.
+function attemptsFact(u) {
+  const { attempts, failed, failedTokens } = attemptCounts(u);
+  if (!attempts && !failed) return null;
+  return fact("HTTP attempts", h("span", { dataset: { testid: "usage-attempts" } }, tokens(attempts)),
+    failed ? h("span", { dataset: { testid: "usage-failed" } },
+      `, failed ${tokens(failed)} (${tokens(failedTokens)} tokens)`) : null);
 }
 
 // Controls that cannot apply are disabled, and the page says why.
@@ -259,6 +277,7 @@ registerPage({
     }
     current = { id: params.id, snapshot: null, linked };
     ui.steps.reset(params.id);
+    ui.generating.reset(params.id);
     ui.record.reset(params.id);
     ui.body.hidden = true;  // nothing of the previous session stays on screen
     ui.missing.hidden = true;
@@ -274,6 +293,10 @@ registerPage({
     },
     agent_step(step) {
       ui.steps.onStep(step, scheduleCatchUp);
+      ui.generating.onStep(step);
+    },
+    step_delta(delta) {
+      ui.generating.onDelta(delta);
     },
     action(action) {
       if (action.session_id !== current.id) return;
