@@ -112,6 +112,13 @@ class StepContext:
     ``system_prompt`` is the agent's own instructions, rendered for this step
     from its profile's prompt segments (profiles/hooks.py); None without a
     profile.  A moniker that talks to a model sends it as the system message.
+
+    ``deadline`` is the ``time.monotonic()`` at which the runner cancels the
+    step (its ``step_timeout_s``): a moniker that calls a model bounds its
+    requests by it, so the step ends with its own clear error first.
+    ``on_output`` takes the model's output while it is generated (a dict:
+    ``text`` so far, ``tokens``, ``attempt``, ``final``…) for the live view;
+    :meth:`live_output` adds which call it belongs to.
     """
 
     task: str
@@ -122,6 +129,23 @@ class StepContext:
     usage_calls: list = field(default_factory=list)
     tools: list = field(default_factory=list)
     system_prompt: str | None = None
+    deadline: float | None = None
+    on_output: Callable[[dict], None] | None = None
+
+    def live_output(self, function: str, ask: int, info) -> Callable[[dict], None] | None:
+        """A callback for one model call's live output (None when nobody listens)."""
+        if self.on_output is None:
+            return None
+        on_output = self.on_output
+
+        def live(delta: dict) -> None:
+            on_output({**delta, "function": function, "ask": ask, "mode": info.mode})
+        return live
+
+    def record_call(self, entry: dict | None) -> None:
+        """Report one model call given as :func:`monikers.llm_call.usage_entry` made it."""
+        if entry:
+            self.record_usage(**entry)
 
     def record_usage(self, *, model: str | None = None, input_tokens: int = 0, output_tokens: int = 0,
                      duration_ms: float = 0.0, cost: float | None = None, **extra) -> None:

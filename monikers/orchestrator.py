@@ -27,7 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monikers.baml_moniker import CallInfo, LLMConfig, baml_api, baml_call, endpoint_error, resolve_settings
+from monikers import llm_call, output_schemas
+from monikers.llm_call import CallInfo, baml_api, endpoint_error
+from monikers.llm_settings import LLMConfig, resolve_settings
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
 from monikers.llm_gate import estimate_tokens
 
@@ -93,27 +95,25 @@ def _history_text(state: dict) -> str:
 
 
 async def _decide(ctx: StepContext, config: OrchestratorConfig, message: str, state: dict):
-    """One decision, through the model-call gate (``baml_call``) like every model
-    call, so the model's shared rate limits and Retry-After hold here too."""
+    """One decision, through :func:`monikers.llm_call.call` like every model call:
+    the decision's schema as a constraint, the model's shared rate limits and
+    Retry-After, the step's deadline, every attempt counted."""
     settings = resolve_settings(ctx.config)
     api = baml_api()
-    collector = api.Collector(name=f"{ctx.session_id}:{ctx.iteration}:decide")
     info = CallInfo()
     args = (message, _history_text(state), _agents_text(state))
     try:
-        decision = await baml_call(api, settings, "DecideNextMove", args, collector, info,
-                                   estimate_tokens(*args, reply_tokens=settings.max_tokens))
+        decision = await llm_call.call(api, settings, "DecideNextMove", args, info=info,
+                                       prompt_tokens=estimate_tokens(*args, reply_tokens=0),
+                                       schema=output_schemas.DECISION, deadline=ctx.deadline,
+                                       live=ctx.live_output("DecideNextMove", 0, info))
     except api.errors.BamlValidationError as exc:
         raise StepError(f"the orchestrator's model gave no usable decision: {_short(exc.message, 300)}",
                         raw_output=exc.raw_output) from None
     except api.errors.BamlError as exc:
-        raise endpoint_error(api, exc, settings) from None
+        raise endpoint_error(api, exc, settings, info) from None
     finally:
-        if collector.last is not None:
-            used_in, used_out = collector.last.usage.input_tokens or 0, collector.last.usage.output_tokens or 0
-            ctx.record_usage(model=settings.model, input_tokens=used_in, output_tokens=used_out,
-                             duration_ms=collector.last.timing.duration_ms or 0,
-                             cost=settings.cost(used_in, used_out), rate_wait_ms=round(info.waited_s * 1000, 1))
+        ctx.record_call(llm_call.usage_entry(settings, info))
     return decision
 
 

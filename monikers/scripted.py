@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monikers.baml_moniker import LLMConfig
+from monikers.llm_settings import LLMConfig
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 
 PLACE = "_scripted"

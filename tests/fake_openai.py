@@ -11,6 +11,12 @@ is recorded (path, model, headers, body) for assertions.
 (:func:`embed`): texts that share words get close vectors, so a paraphrase
 ranks its source first.  ``embeddings_status`` other than 200 makes the route
 fail (an endpoint that is down).
+
+A request with ``"stream": true`` is answered as Server-Sent Events, the
+content in ``chunk_chars`` pieces ``chunk_delay_s`` apart (a slow stream), with
+a final usage chunk when ``stream_options.include_usage`` asks for one.
+``reject_fields`` makes the server answer 400 naming the first request field
+it does not take (a server without structured output: ``{"response_format"}``).
 """
 import hashlib
 import json
@@ -33,6 +39,8 @@ class Reply:
     prompt_tokens: int | None = None      # default: derived from the prompt's length
     completion_tokens: int | None = None  # default: derived from the content's length
     headers: dict | None = None  # extra response headers (e.g. {"Retry-After": "2"} on a 429)
+    chunk_chars: int = 8  # streamed replies: characters per chunk
+    chunk_delay_s: float = 0.0  # streamed replies: the pause before each chunk
 
 
 @dataclass
@@ -127,13 +135,49 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") not in ("/chat/completions", "/v1/chat/completions"):
             return self._send(404, {"error": {"message": f"no route {self.path}"}})
         self.server.fake.record(request)
+        rejected = sorted(set(body) & self.server.fake.reject_fields)
+        if rejected:
+            return self._send(400, {"error": {"message": f"unrecognized request argument supplied: {rejected[0]}",
+                                              "type": "invalid_request_error", "param": rejected[0]}})
         reply = self.server.fake.responder(request)
         if reply.delay_s:
             time.sleep(reply.delay_s)
         if reply.status != 200:
             return self._send(reply.status, {"error": {"message": reply.content or "fake error", "type": "fake"}},
                               reply.headers)
+        if body.get("stream"):
+            return self._stream(reply, request)
         self._send(200, completion(reply, request), reply.headers)
+
+    def _stream(self, reply: Reply, request: Received) -> None:
+        """The reply as chat.completion.chunk events, then the usage chunk if asked, then [DONE]."""
+        whole = completion(reply, request)
+        base = {"id": whole["id"], "object": "chat.completion.chunk", "created": whole["created"],
+                "model": whole["model"]}
+        pieces = [reply.content[i:i + reply.chunk_chars] for i in range(0, len(reply.content), reply.chunk_chars)]
+        try:
+            self.send_response(200)
+            for name, value in (reply.headers or {}).items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            for i, piece in enumerate(pieces):
+                if reply.chunk_delay_s:
+                    time.sleep(reply.chunk_delay_s)
+                delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+                self._event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if (request.body.get("stream_options") or {}).get("include_usage"):
+                self._event({**base, "choices": [], "usage": whole["usage"]})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+            pass
+
+    def _event(self, payload: dict) -> None:
+        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        self.wfile.flush()
 
     def _embeddings(self, request: Received) -> None:
         fake = self.server.fake
@@ -176,6 +220,7 @@ class FakeOpenAI:
         self.embedding_requests: list[Received] = []
         self.embedding_dim = EMBEDDING_DIM
         self.embeddings_status = 200  # set to e.g. 503 to make /embeddings fail
+        self.reject_fields: set[str] = set()  # request fields answered with a 400 that names them
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self
