@@ -13,6 +13,11 @@ An observer is any object with some of these coroutine methods:
 
 They are awaited in order, after the write they describe is durable.  One that
 raises is logged and skipped: an observer can never break a session.
+
+Live-only hooks describe nothing durable and are plain functions, called at once
+with :meth:`Observers.notify_now` (they must not block):
+
+    def step_delta(self, data: dict) -> None   # a step's model output while generated (runtime/live_output.py)
 """
 import logging
 
@@ -25,6 +30,17 @@ class Observers:
 
     def add(self, observer) -> None:
         self._observers.append(observer)
+
+    def notify_now(self, hook: str, *args) -> None:
+        """Call a live-only hook of every observer that has it, now."""
+        for observer in self._observers:
+            method = getattr(observer, hook, None)
+            if method is None:
+                continue
+            try:
+                method(*args)
+            except Exception:
+                log.exception("observer %s.%s failed", type(observer).__name__, hook)
 
     async def notify(self, hook: str, *args) -> None:
         for observer in self._observers:

@@ -69,6 +69,10 @@ class EventRelay:
         row.update(status="done" if ok else "failed", error=error)
         self.publish("action", action["id"], row)
 
+    def step_delta(self, data: dict) -> None:
+        """Live-only: a step's model output so far (runtime/live_output.py); ``id`` is the session's."""
+        self.publish("step_delta", data["session_id"], data)
+
     async def conversation_message(self, message: dict) -> None:
         self.publish("conversation_message", message["message_id"], message)
 

@@ -21,7 +21,7 @@ from ulid import ULID
 
 from monikers.frame import FrameIn, Moniker, StepContext
 from runtime import inbox as inbox_order
-from runtime import limits
+from runtime import limits, live_output
 from runtime import subagent_tree, subagents
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
@@ -285,7 +285,10 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                            tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
                           iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config),
-                          system_prompt=self.hooks.system_prompt(self, iteration))
+                          system_prompt=self.hooks.system_prompt(self, iteration),
+                          on_output=live_output.emitter(self.observers, agent_id=self.agent_id,
+                                                        session_id=self.session_id,
+                                                        conversation_id=self.conversation_id, iteration=iteration))
         started = time.perf_counter()
         outcome = await call_moniker(self.moniker, frame_in, ctx, timeout_s=self.config.step_timeout_s,
                                      policy=self.config.retries, heartbeat_s=self.heartbeat_s,

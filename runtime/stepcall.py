@@ -16,6 +16,7 @@ a step is in flight, so a long LLM call is not mistaken for a dead worker and a
 crash in the middle of it can be reported afterwards.
 """
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -75,7 +76,9 @@ async def call_moniker(moniker: Moniker, frame_in: FrameIn, ctx: StepContext, *,
         attempt += 1
         raw = None
         try:
-            raw = await _with_heartbeats(moniker.step(frame_in, ctx), timeout_s, heartbeat_s, on_long_step)
+            # The moniker knows when it will be cancelled, so a model call can end first, with its own error.
+            attempt_ctx = dataclasses.replace(ctx, deadline=time.monotonic() + timeout_s)
+            raw = await _with_heartbeats(moniker.step(frame_in, attempt_ctx), timeout_s, heartbeat_s, on_long_step)
             out = raw if isinstance(raw, FrameOut) else FrameOut.model_validate(raw)
             return Outcome(out=out, raw=raw, attempts=attempt, retried=retried)
         except Exception as exc:
