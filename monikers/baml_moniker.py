@@ -196,7 +196,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         except ValidationError as exc:  # parsed, but not a valid StepFrame (e.g. a 300-character token)
             raw = info.raw
             reask = _short("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]))
-        except api.errors.BamlError as exc:
+        except (api.errors.BamlError, llm_call.CallFailed) as exc:
             raise endpoint_error(api, exc, settings, info) from None
         finally:
             ctx.record_call(llm_call.usage_entry(settings, info, attempt=ask))

@@ -17,7 +17,7 @@ async def summarize(config: dict, *, kind: str, task: str, transcript: str) -> d
         out = await llm_call.call(api, settings, "SummarizeRecord", (kind, task, transcript), info=info,
                                   prompt_tokens=estimate_tokens(task, transcript, reply_tokens=0),
                                   schema=output_schemas.SUMMARY)
-    except api.errors.BamlError as exc:
+    except (api.errors.BamlError, llm_call.CallFailed) as exc:
         raise endpoint_error(api, exc, settings, info) from None
     return {"text": out.summary.strip(), "key_points": [p.strip() for p in out.key_points if p.strip()][:5],
             "usage": llm_call.usage_entry(settings, info)}

@@ -12,25 +12,33 @@ of a call:
    mode ``json_schema``; ``json_object`` asks only for JSON; ``off`` relies on
    the prompt).  ``auto`` starts with ``json_schema`` and steps down, once per
    base URL for the life of the process, when the server answers a 4xx that
-   names the field.  BAML passes client options it does not know (here
-   ``response_format``, ``seed``, ``stream_options``) into the request body, so
-   this needs no HTTP client of our own.
-3. **Streaming.**  With ``stream`` on, BAML streams the reply (``on_tick``);
-   :class:`StreamTap` reads the text so far and hands it to ``live`` at most
+   names the field.
+3. **Request and reply.**  BAML renders the request (prompt, model, options:
+   ``b.stream_request``/``b.request``) and parses the reply (``b.parse``), and
+   :func:`_send` sends it.  Why not let BAML send it: BAML keeps client
+   options, ``response_format`` among them, in unordered maps, so each request
+   listed the schema's properties in a new random order, and llama.cpp builds
+   its grammar in that order; a small model then often wrote the bulky state
+   first and ran out of tokens before the step's own fields (7 of 12 frames
+   valid, against 12 of 12 in a fixed order).  Sending it ourselves keeps the
+   schema as written, streams on the event loop (no thread per call) and
+   cancels the request for real.
+4. **Streaming.**  With ``stream`` on, the reply streams as Server-Sent
+   Events; :class:`StreamTap` gathers the text and hands it to ``live`` at most
    ten times a second, for the dashboard's "generating…" view.  Nothing of it
    is stored: the step row that follows is the record.
-4. **Time.**  Every attempt's request timeout is cut to what is left of the
+5. **Time.**  Every attempt's request timeout is cut to what is left of the
    step's deadline (``deadline``, a ``time.monotonic()`` value), so the step ends
    with a clear error of ours rather than being cancelled from outside.  A
    request that timed out is tried at most once more, and not as it was: when
    it was generating, the retry's ``max_tokens`` is cut to what the measured
-   rate can write in time.  A cancelled call aborts its HTTP request
-   (BAML's ``AbortController``), so a stopped step stops costing tokens.
-5. **Retries.**  5xx and connection errors: up to :data:`RETRIES` more, with
+   rate can write in time.  A cancelled call closes its HTTP request, so a
+   stopped step stops costing tokens.
+6. **Retries.**  5xx and connection errors: up to :data:`RETRIES` more, with
    backoff; a 429 after its ``Retry-After`` (the gate holds the model back for
    every session), up to :data:`RATE_LIMITED_RETRIES`.  Unparseable output is not
    retried here: the moniker re-asks, telling the model what was wrong.
-6. **Counting.**  Every attempt, failed ones included, is an :class:`Attempt`
+7. **Counting.**  Every attempt, failed ones included, is an :class:`Attempt`
    in ``info.attempts``: its tokens (the server's usage, else an estimate marked
    ``estimated``), duration and outcome (ok, timeout, 5xx, 429, unparseable,
    cancelled, unreachable, error).  :func:`usage_entry` turns them into one
@@ -50,6 +58,8 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Callable
 
+import aiohttp
+
 from monikers import output_schemas
 from monikers.frame import StepError
 from monikers.llm_gate import gate, retry_after_s
@@ -66,10 +76,9 @@ MIN_ATTEMPT_S = 1.0  # an attempt with less time than this left before the deadl
 DEADLINE_MARGIN_S = 0.5  # ends our attempts this long before the step is cancelled from outside
 LIVE_INTERVAL_S = 0.1  # at most ten live deltas a second
 LIVE_CHARS = 4000  # the newest characters of the reply a delta carries
+ERROR_BODY_CHARS = 2000  # of an error reply, kept for the message
 MODES = ("json_schema", "json_object", "off")
 FIELD_REFUSED = re.compile(r"response_format|json_schema|json_object|structured", re.IGNORECASE)
-UNREACHABLE = re.compile(r"connection refused|error sending request|tcp connect|failed to connect|dns error|"
-                         r"connecterror|no route to host|name or service not known", re.IGNORECASE)
 
 _learned_modes: dict[str, str] = {}  # base URL -> the structured mode its server takes (``auto``)
 _learned_lock = threading.Lock()
@@ -81,15 +90,6 @@ def quiet_baml_logs(environ=os.environ) -> None:
     """Keep prompts (which may hold user data) out of stderr unless asked for."""
     if environ.get("AGENTSVC_LOG_PROMPTS") != "1":
         environ.setdefault("BAML_LOG", "error")
-
-
-class _BamlStreamNoise(logging.Filter):
-    """BAML drives each streamed call on its own thread with ``asyncio.run(...,
-    debug=True)``, whose slow-callback warnings ("Executing <Task … took 0.2
-    seconds") say nothing about our loop; they are dropped."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "BamlStream" not in record.getMessage()
 
 
 @functools.cache
@@ -104,9 +104,33 @@ def baml_api() -> SimpleNamespace:
 
     if "BAML_LOG" in os.environ:  # also applies when baml_py was imported before us
         baml_py.logging.set_log_level(os.environ["BAML_LOG"])
-    logging.getLogger("asyncio").addFilter(_BamlStreamNoise())
-    return SimpleNamespace(b=b, StepFrameIn=StepFrameIn, errors=baml_py.errors, ClientRegistry=baml_py.ClientRegistry,
-                           Collector=baml_py.Collector, AbortController=baml_py.AbortController)
+    return SimpleNamespace(b=b, StepFrameIn=StepFrameIn, errors=baml_py.errors, ClientRegistry=baml_py.ClientRegistry)
+
+
+# ---- how an HTTP attempt fails ------------------------------------------------------
+
+class CallFailed(Exception):
+    """An HTTP attempt that brought no reply to parse."""
+
+    outcome = "error"
+    status: int | None = None
+
+
+class TimedOut(CallFailed):
+    outcome = "timeout"
+
+
+class Unreachable(CallFailed):
+    outcome = "unreachable"
+
+
+class HttpStatus(CallFailed):
+    """The server answered with an error status; ``message`` is what it said."""
+
+    def __init__(self, status: int, message: str, headers: dict):
+        super().__init__(f"HTTP {status}: {message}")
+        self.status, self.message, self.headers = status, message, headers
+        self.outcome = "429" if status == 429 else "5xx" if status >= 500 else "timeout" if status == 408 else "error"
 
 
 # ---- what a call records ----------------------------------------------------------
@@ -168,73 +192,49 @@ def usage_entry(settings: LLMSettings, info: CallInfo, **extra) -> dict | None:
 # ---- live output ------------------------------------------------------------------
 
 class StreamTap:
-    """Reads a streamed reply as BAML receives it and reports it to ``live``.
+    """Gathers a reply as it arrives and reports it to ``live``.
 
-    BAML calls :meth:`on_tick` on its own thread for every chunk.  Each chunk is
-    counted as a token (OpenAI-compatible servers send about one token a
-    chunk); the text is read from the chunks at most every
-    :data:`LIVE_INTERVAL_S`, and ``live`` is called on the event loop with
-    ``{attempt, text, tokens, final}``."""
+    Each content chunk is counted as a token (OpenAI-compatible servers send
+    about one token a chunk) until the server's own usage arrives;
+    ``live`` gets ``{attempt, text, tokens, final, at}`` at most every
+    :data:`LIVE_INTERVAL_S`, and once more when the attempt ends."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, live: Callable[[dict], None] | None, attempt: int):
-        self.loop, self.live, self.attempt = loop, live, attempt
+    def __init__(self, live: Callable[[dict], None] | None, attempt: int):
+        self.live, self.attempt = live, attempt
         self.tokens = 0
+        self.usage: dict | None = None
         self._parts: list[str] = []
-        self._read = 0  # chunks whose text is in _parts
-        self._last_log = None
         self._last_emit = 0.0
-        self._lock = threading.Lock()
-
-    def on_tick(self, _reason, function_log) -> None:
-        with self._lock:
-            self.tokens += 1
-            self._last_log = function_log
-            now = time.monotonic()
-            if self.live is None or now - self._last_emit < LIVE_INTERVAL_S:
-                return
-            self._last_emit = now
-            self._read_chunks()
-            self._emit(final=False)
-
-    def finish(self) -> None:
-        """The attempt ended: read what is left and send the last delta."""
-        with self._lock:
-            self._read_chunks()
-            if self.live is not None and (self.tokens or self._parts):
-                self._emit(final=True)
 
     @property
     def text(self) -> str:
         return "".join(self._parts)
 
-    def _read_chunks(self) -> None:
-        try:
-            calls = self._last_log.calls if self._last_log is not None else None
-            chunks = calls[-1].sse_responses() if calls else None
-        except Exception:  # a log BAML is still writing; the next tick reads it
-            return
-        for chunk in (chunks or [])[self._read:]:
-            self._parts.append(_chunk_text(chunk.text))
-        self._read = max(self._read, len(chunks or []))
+    def feed(self, event: dict) -> None:
+        """One streamed ``chat.completion.chunk``."""
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                self._parts.append(piece)
+                self.tokens += 1
+        now = time.monotonic()
+        if self.live is not None and self._parts and now - self._last_emit >= LIVE_INTERVAL_S:
+            self._last_emit = now
+            self._emit(final=False)
+
+    def finish(self) -> None:
+        """The attempt ended: send the last delta."""
+        if self.live is not None and self._parts:
+            self._emit(final=True)
 
     def _emit(self, *, final: bool) -> None:
-        delta = {"attempt": self.attempt, "text": self.text[-LIVE_CHARS:], "tokens": self.tokens, "final": final,
-                 "at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")}
-        try:
-            self.loop.call_soon_threadsafe(self.live, delta)
-        except RuntimeError:  # the loop is closed: nobody is watching any more
-            pass
+        self.live({"attempt": self.attempt, "text": self.text[-LIVE_CHARS:], "tokens": self.tokens, "final": final,
+                   "at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")})
 
 
-def _chunk_text(data: str) -> str:
-    try:
-        choices = json.loads(data).get("choices") or []
-        return "".join((c.get("delta") or {}).get("content") or "" for c in choices)
-    except (ValueError, AttributeError):
-        return ""  # "[DONE]" and keep-alives
-
-
-# ---- the call -----------------------------------------------------------------------
+# ---- the request ---------------------------------------------------------------------
 
 def structured_mode(settings: LLMSettings, schema: dict | None) -> str:
     if schema is None and settings.structured in ("auto", "json_schema"):
@@ -256,111 +256,115 @@ def _step_down(settings: LLMSettings, mode: str) -> str | None:
     return weaker
 
 
-def request_options(settings: LLMSettings, function: str, schema: dict | None, mode: str, timeout_s: float,
-                    max_tokens: int) -> dict:
-    options = settings.client_options(timeout_s)
-    options["max_tokens"] = max_tokens
+def response_format(function: str, schema: dict | None, mode: str) -> dict | None:
     if mode == "json_schema":
-        options["response_format"] = {"type": "json_schema", "json_schema": {
+        return {"type": "json_schema", "json_schema": {
             "name": function, "schema": schema, "strict": output_schemas.STRICT.get(function, False)}}
-    elif mode == "json_object":
-        options["response_format"] = {"type": "json_object"}
-    if settings.stream:
-        options["stream_options"] = {"include_usage": True}  # usage in the stream's last chunk
-    return options
+    if mode == "json_object":
+        return {"type": "json_object"}
+    return None
 
 
 def _registry(api, options: dict):
-    """A per-call client, so two sessions can use two endpoints or models.  It has
-    no retry policy: :func:`call` retries, one gated request at a time."""
+    """A per-call client, so two sessions can use two endpoints or models."""
     registry = api.ClientRegistry()
     registry.add_llm_client(CLIENT_NAME, "openai-generic", options)
     registry.set_primary(CLIENT_NAME)
     return registry
 
 
-def outcome_of(api, exc: BaseException | None) -> tuple[str, int | None]:
-    if exc is None:
-        return "ok", 200
-    if isinstance(exc, asyncio.CancelledError) or isinstance(exc, api.errors.BamlAbortError):
-        return "cancelled", None
-    if isinstance(exc, api.errors.BamlTimeoutError):
-        return "timeout", None
-    if isinstance(exc, api.errors.BamlValidationError):
-        return "unparseable", 200
-    if UNREACHABLE.search(str(exc)):
-        return "unreachable", None
-    if isinstance(exc, api.errors.BamlClientHttpError):
-        status = exc.status_code
-        return ("429" if status == 429 else "5xx" if status >= 500 else "timeout" if status == 408 else "error"), status
-    return "error", None
+async def _render(api, settings: LLMSettings, function: str, args: tuple, max_tokens: int):
+    """BAML's rendering of the request: URL, headers and body (prompt, model, options)."""
+    options = {**settings.client_options(), "max_tokens": max_tokens}
+    if settings.stream:
+        options["stream_options"] = {"include_usage": True}  # usage in the stream's last chunk
+    kind = api.b.stream_request if settings.stream else api.b.request
+    request = await getattr(kind, function)(*args, baml_options={"client_registry": _registry(api, options)})
+    headers = {k: v for k, v in request.headers.items() if not k.lower().startswith("baml-")}
+    return request.url, headers, request.body.json()
 
 
-def _measured(collector, tap: StreamTap | None, prompt_tokens: int, outcome: str) -> tuple[int, int, bool, str | None]:
-    """An attempt's tokens and its reply text.  The server's usage when it gave
-    one; else an estimate (marked): a request refused before the model ran (429,
-    4xx, 5xx, unreachable) with nothing streamed costs nothing, and one cut off
-    while the model ran (timeout, cancelled) costs its prompt and what it wrote."""
-    entry = collector.last
-    raw = entry.raw_llm_response if entry is not None else None
-    used_in = entry.usage.input_tokens if entry is not None else None
-    used_out = entry.usage.output_tokens if entry is not None else None
-    if used_in is not None or used_out is not None:
-        return used_in or 0, used_out or 0, False, raw
-    text = raw or (tap.text if tap else "")
-    written = max(tap.tokens if tap else 0, len(text) // 4)
-    if not written and outcome not in ("timeout", "cancelled", "ok", "unparseable"):
-        return 0, 0, False, raw
-    return prompt_tokens, written, True, raw or (text or None)
+async def _send(url: str, headers: dict, body: dict, timeout_s: float, tap: StreamTap | None) -> tuple[str, dict | None]:
+    """One HTTP attempt: the reply's text and the server's usage (None if it gave none)."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            async with http.post(url, headers=headers, data=json.dumps(body)) as response:
+                if response.status != 200:
+                    text = (await response.text())[:ERROR_BODY_CHARS]
+                    raise HttpStatus(response.status, _error_message(text), dict(response.headers))
+                if tap is None:
+                    reply = await response.json(content_type=None)
+                    message = ((reply.get("choices") or [{}])[0].get("message") or {})
+                    return message.get("content") or "", reply.get("usage")
+                async for line in response.content:
+                    data = line.decode("utf-8", "replace").strip()
+                    if data.startswith("data:") and data[5:].strip() != "[DONE]":
+                        tap.feed(_json_or_empty(data[5:]))
+                return tap.text, tap.usage
+    except asyncio.TimeoutError:
+        raise TimedOut(f"no complete reply within {timeout_s:.1f}s") from None
+    except aiohttp.ClientConnectorError as exc:
+        raise Unreachable(f"connection refused or failed: {exc}") from None
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        raise Unreachable(f"the connection broke: {type(exc).__name__}: {exc}") from None
 
 
-def _headers(collector) -> dict | None:
-    entry = collector.last
-    calls = entry.calls if entry is not None else None
-    response = calls[-1].http_response if calls else None
-    return dict(response.headers) if response is not None else None
+def _error_message(text: str) -> str:
+    try:
+        error = json.loads(text).get("error")
+        return (error.get("message") if isinstance(error, dict) else str(error)) or text
+    except (ValueError, AttributeError):
+        return text
 
+
+def _json_or_empty(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# ---- the call -----------------------------------------------------------------------
 
 async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: CallInfo, prompt_tokens: int,
                schema: dict | None = None, deadline: float | None = None,
                live: Callable[[dict], None] | None = None):
     """Call the BAML ``function`` until an attempt succeeds or the rules above give
-    up; BAML's last error is raised (a :class:`StepError` when the deadline left
-    no time for another attempt).  ``prompt_tokens`` is the request's estimated
-    prompt size, for the gate and for attempts the server gives no usage for."""
-    loop = asyncio.get_running_loop()
-    fn = getattr(api.b, function)
+    up.  Raises BAML's ``BamlValidationError`` for a reply that does not parse,
+    :class:`CallFailed` for an attempt that brought none, or a :class:`StepError`
+    when the deadline left no time for another attempt.  ``prompt_tokens`` is the
+    request's estimated prompt size, for the gate and for attempts the server
+    gives no usage for."""
     info.mode = structured_mode(settings, schema)
     max_tokens = settings.max_tokens
     failures = rate_limited = timeouts = 0
     while True:
         timeout_s = _time_for_attempt(settings, deadline, info)
+        url, headers, body = await _render(api, settings, function, args, max_tokens)
+        if (fmt := response_format(function, schema, info.mode)) is not None:
+            body["response_format"] = fmt
         permit = await gate().acquire(settings.model, prompt_tokens + max_tokens)
         info.waited_s += permit.waited_s
-        collector = api.Collector(name=f"{function}:{len(info.attempts) + 1}")
-        tap = StreamTap(loop, live, len(info.attempts) + 1) if settings.stream else None
-        abort = api.AbortController()
-        options = {"client_registry": _registry(api, request_options(settings, function, schema, info.mode,
-                                                                     timeout_s, max_tokens)),
-                   "collector": collector, "abort_controller": abort}
-        if tap is not None:
-            options["on_tick"] = tap.on_tick
-        started, error = time.monotonic(), None
+        tap = StreamTap(live, len(info.attempts) + 1) if settings.stream else None
+        started, error, text, usage = time.monotonic(), None, None, None
         try:
-            out = await fn(*args, baml_options=options)
+            text, usage = await _send(url, headers, body, timeout_s, tap)
+            return _parse(api, function, text)
         except asyncio.CancelledError as exc:
-            abort.abort()  # the request goes on in BAML's thread otherwise, and is billed
             error = exc
             raise
-        except api.errors.BamlError as exc:
+        except (CallFailed, api.errors.BamlValidationError) as exc:
             error = exc
         finally:
-            attempt = _finish_attempt(api, info, collector, tap, error, started, prompt_tokens)
-            retry_after = retry_after_s(_headers(collector)) if attempt.outcome == "429" else None
+            attempt = _finish_attempt(info, tap, error, text, usage, started, prompt_tokens)
+            retry_after = retry_after_s(error.headers) if isinstance(error, HttpStatus) and error.status == 429 \
+                else None
             gate().release(permit, tokens=attempt.input_tokens + attempt.output_tokens, status=attempt.status,
                            retry_after=retry_after)
-        if error is None:
-            return out
+        if isinstance(error, api.errors.BamlValidationError):
+            raise error  # the moniker re-asks, telling the model what was wrong
         if attempt.outcome == "error" and attempt.status in (400, 422) and FIELD_REFUSED.search(str(error)):
             weaker = _step_down(settings, info.mode)
             if weaker is not None:
@@ -383,20 +387,49 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
         raise error
 
 
-def _finish_attempt(api, info: CallInfo, collector, tap, error, started: float, prompt_tokens: int) -> Attempt:
+def _parse(api, function: str, text: str):
+    """BAML's parse of the reply; a reply it cannot read is a ``BamlValidationError``
+    with the raw text, as BAML's own calls raise it."""
+    try:
+        return getattr(api.b.parse, function)(text)
+    except api.errors.BamlValidationError:
+        raise
+    except api.errors.BamlError as exc:
+        raise api.errors.BamlValidationError("", f"Failed to parse LLM response: {exc}", text, str(exc)) from None
+
+
+def _finish_attempt(info: CallInfo, tap: StreamTap | None, error, text: str | None, usage: dict | None,
+                    started: float, prompt_tokens: int) -> Attempt:
     if tap is not None:
         tap.finish()
-    outcome, status = outcome_of(api, error)
-    tokens_in, tokens_out, estimated, raw = _measured(collector, tap, prompt_tokens, outcome)
+    outcome = "ok" if error is None else "cancelled" if isinstance(error, asyncio.CancelledError) \
+        else "unparseable" if not isinstance(error, CallFailed) else error.outcome
+    status = getattr(error, "status", None) if isinstance(error, CallFailed) else (200 if text is not None else None)
+    text = text if text is not None else (tap.text if tap is not None else None)
+    tokens_in, tokens_out, estimated = _tokens(usage, tap, text, prompt_tokens, outcome)
     message = None if error is None or outcome == "cancelled" else " ".join(str(error).split())[:300]
     attempt = Attempt(n=len(info.attempts) + 1, outcome=outcome, input_tokens=tokens_in, output_tokens=tokens_out,
                       estimated=estimated, duration_ms=round((time.monotonic() - started) * 1000, 1),
                       status=status, error=message)
     info.attempts.append(attempt)
-    info.raw = raw
+    info.raw = text or None
     if attempt.failed:
         log.info("model call attempt failed: %s", attempt.describe())
     return attempt
+
+
+def _tokens(usage: dict | None, tap: StreamTap | None, text: str | None, prompt_tokens: int,
+            outcome: str) -> tuple[int, int, bool]:
+    """An attempt's tokens: the server's usage when it gave one; else an estimate
+    (marked).  A request refused before the model ran (429, 4xx, 5xx,
+    unreachable) with nothing streamed costs nothing; one cut off while the
+    model ran (timeout, cancelled) costs its prompt and what it wrote."""
+    if usage:
+        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), False
+    written = max(tap.tokens if tap else 0, len(text or "") // 4)
+    if not written and outcome not in ("timeout", "cancelled", "ok", "unparseable"):
+        return 0, 0, False
+    return prompt_tokens, written, True
 
 
 def _time_for_attempt(settings: LLMSettings, deadline: float | None, info: CallInfo) -> float:
@@ -427,16 +460,16 @@ def endpoint_error(api, exc: Exception, settings: LLMSettings, info: CallInfo | 
     which attempt failed how."""
     where = f"{settings.model} at {settings.base_url}"
     tried = f"\n{info.summary()}" if info is not None and info.attempts else ""
-    if UNREACHABLE.search(str(exc)):
+    if isinstance(exc, Unreachable):
         return StepError(f"cannot reach the LLM at {settings.base_url} — start Ollama, or set "
                          f"AGENTSVC_LLM_BASE_URL (or config.llm.base_url) to a running OpenAI-compatible server\n"
-                         f"{type(exc).__name__}: {_short(str(exc))}{tried}")
-    if isinstance(exc, api.errors.BamlTimeoutError):
+                         f"{_short(str(exc))}{tried}")
+    if isinstance(exc, TimedOut) or getattr(exc, "outcome", None) == "timeout":
         count = len(info.attempts) if info is not None else 1
         return StepError(f"LLM call timed out after {settings.timeout_s:g}s ({where}), {count} attempt(s); "
                          f"raise llm.timeout_s or lower llm.max_tokens ({settings.max_tokens}){tried}")
-    if isinstance(exc, api.errors.BamlClientHttpError):
-        return StepError(f"LLM endpoint answered HTTP {exc.status_code} ({where})\n{_short(exc.message)}{tried}")
+    if isinstance(exc, HttpStatus):
+        return StepError(f"LLM endpoint answered HTTP {exc.status} ({where})\n{_short(exc.message)}{tried}")
     return StepError(f"LLM call failed ({where})\n{type(exc).__name__}: {_short(str(exc))}{tried}")
 
 

@@ -110,7 +110,7 @@ async def _decide(ctx: StepContext, config: OrchestratorConfig, message: str, st
     except api.errors.BamlValidationError as exc:
         raise StepError(f"the orchestrator's model gave no usable decision: {_short(exc.message, 300)}",
                         raw_output=exc.raw_output) from None
-    except api.errors.BamlError as exc:
+    except (api.errors.BamlError, llm_call.CallFailed) as exc:
         raise endpoint_error(api, exc, settings, info) from None
     finally:
         ctx.record_call(llm_call.usage_entry(settings, info))

@@ -20,16 +20,19 @@ from monikers.frame import MAX_TOOL_CALLS
 
 TOKEN = {"type": "string", "pattern": "^[A-Za-z0-9_./:-]{1,32}$"}  # "3", "review/1": never a sentence
 NULLABLE_TEXT = {"type": ["string", "null"]}
-SAY = {"type": ["string", "null"], "maxLength": 1000}  # what a step says; longer belongs in data
+SAY = {"type": ["string", "null"], "maxLength": 600}  # what a step says; a short paragraph
 
 # JSON of bounded depth for a frame's ``state`` and ``data``.  A free-form
 # object lets a small model nest without end ({"data": {"data": {…}}} until the
 # token cap: SmolLM2-135M did exactly that); three levels hold what a step
 # remembers.  A server that enforces the schema cannot write deeper; an agent
-# that needs deeper state runs with ``llm.structured`` json_object.
-SCALAR = {"type": ["string", "number", "boolean", "null"]}
-LEAF = {"anyOf": [SCALAR, {"type": "array", "items": SCALAR}]}
-NESTED = {"anyOf": [SCALAR, {"type": "array", "items": LEAF}, {"type": "object", "additionalProperties": LEAF}]}
+# that needs deeper state runs with ``llm.structured`` json_object.  Strings and
+# lists have caps for the same reason (llama.cpp enforces maxLength and
+# maxItems; it does not enforce maxProperties).
+SCALAR = {"anyOf": [{"type": "string", "maxLength": 200}, {"type": ["number", "boolean", "null"]}]}
+LEAF = {"anyOf": [SCALAR, {"type": "array", "items": SCALAR, "maxItems": 10}]}
+NESTED = {"anyOf": [SCALAR, {"type": "array", "items": LEAF, "maxItems": 10},
+                    {"type": "object", "additionalProperties": LEAF}]}
 STATE = {"type": "object", "additionalProperties": NESTED}
 DATA = {"anyOf": [NESTED, STATE]}
 
@@ -58,7 +61,7 @@ def frame_schema(tools: list[dict] | None) -> dict:
             "text": SAY,
             "state": STATE,
             "data": DATA,
-            "notes": SAY,
+            "notes": {"type": ["string", "null"], "maxLength": 200},
         },
         "required": ["step", "next_step", "done", "tool_calls", "text", "state"],
         "additionalProperties": False,

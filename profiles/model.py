@@ -41,6 +41,9 @@ class LLM(Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000)
     timeout_s: float | None = Field(None, gt=0, le=3600)
+    structured: Literal["auto", "json_schema", "json_object", "off"] | None = None  # monikers/llm_settings.py
+    stream: bool | None = None
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     prices: Prices | None = None
 
