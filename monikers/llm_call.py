@@ -341,12 +341,16 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
     max_tokens = settings.max_tokens
     failures = rate_limited = timeouts = 0
     while True:
-        timeout_s = _time_for_attempt(settings, deadline, info)
         url, headers, body = await _render(api, settings, function, args, max_tokens)
         if (fmt := response_format(function, schema, info.mode)) is not None:
             body["response_format"] = fmt
         permit = await gate().acquire(settings.model, prompt_tokens + max_tokens)
         info.waited_s += permit.waited_s
+        try:  # after the wait for a permit (a Retry-After may have used up the step's time)
+            timeout_s = _time_for_attempt(settings, deadline, info)
+        except StepError:
+            gate().release(permit, tokens=0, status=None, retry_after=None)
+            raise
         tap = StreamTap(live, len(info.attempts) + 1) if settings.stream else None
         started, error, text, usage = time.monotonic(), None, None, None
         try:

@@ -76,9 +76,10 @@ def gate():
 
 def estimate_tokens(*texts, reply_tokens: int | None = None) -> int:
     """A request's tokens before it is sent: ~4 characters a token for the prompt's
-    parts, a few hundred for the template, and the reply's cap (or a guess)."""
+    parts, a few hundred for the template, and the reply's cap (a guess of 500
+    when None; 0 for the prompt alone)."""
     prompt = sum(len(t) for t in texts if isinstance(t, str)) // 4 + 300
-    return prompt + (reply_tokens or 500)
+    return prompt + (500 if reply_tokens is None else reply_tokens)
 
 
 def retry_after_s(headers: dict | None, default: float | None = None) -> float | None:
