@@ -37,9 +37,27 @@ STATE = {"type": "object", "additionalProperties": NESTED}
 DATA = {"anyOf": [NESTED, STATE]}
 
 
+LONG_BOUND = 500  # bounds above this are left to the runner's check of the args
+
+
+def loosened(schema):
+    """A tool's args schema as a grammar can afford it: without string and list
+    bounds above :data:`LONG_BOUND`.  llama.cpp spells ``maxLength: 20000`` out as
+    20,000 nested optional characters, and sampling under it slowed to a few
+    tokens a second (``spawn_agent``'s task: 26 tokens in 100 s).  Nothing is
+    lost: the runner checks every call against the tool's full schema and tells
+    the model what was wrong."""
+    if isinstance(schema, list):
+        return [loosened(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {key: loosened(value) for key, value in schema.items()
+            if not (key in ("maxLength", "maxItems") and isinstance(value, int) and value > LONG_BOUND)}
+
+
 def tool_call_schema(tool: dict) -> dict:
     """One allowed call: the tool's name as a constant and its own args schema."""
-    args = tool.get("args_schema") or {"type": "object"}
+    args = loosened(tool.get("args_schema") or {"type": "object"})
     return {"type": "object", "properties": {"name": {"const": tool["name"]}, "args": args},
             "required": ["name", "args"], "additionalProperties": False}
 

@@ -646,3 +646,20 @@ def test_streamed_steps_reach_the_stream_as_step_deltas_before_their_step(tmp_pa
         assert streamed_step[key] == plain_step[key], key
     assert streamed_step["status"] == "done" and streamed_step["text"] == "streamed slowly"
     assert [len(s["usage"]["calls"][0]["attempts"]) for s in (streamed_step, plain_step)] == [1, 1]
+
+
+def test_a_tool_schema_reaches_the_grammar_without_its_long_bounds():
+    """llama.cpp spells a maxLength out character by character: spawn_agent's
+    20,000-character task slowed sampling to a few tokens a second."""
+    from monikers import output_schemas
+    from tools.subagents import SpawnArgs
+
+    args = SpawnArgs.model_json_schema()
+    assert args["properties"]["task"]["maxLength"] == 20_000
+    sent = output_schemas.frame_schema([{"name": "spawn_agent", "args_schema": args}])
+    [call] = sent["properties"]["tool_calls"]["items"]["anyOf"]
+    assert "maxLength" not in call["properties"]["args"]["properties"]["task"]
+    assert call["properties"]["args"]["properties"]["task"]["minLength"] == 1
+    assert call["properties"]["args"]["required"] == ["task"]
+    small = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 100}}}
+    assert output_schemas.loosened(small) == small
