@@ -28,7 +28,6 @@ import pytest
 import requests
 from ulid import ULID
 
-from cli.sse import parse
 from monikers import baml_moniker, default_registry, llm_call, output_schemas
 from monikers.frame import MAX_TOOL_CALLS, FrameIn, InboxItem, StepContext, StepError
 from monikers.orchestrator import orchestrator_step
@@ -38,6 +37,7 @@ from store import Store
 from tests import fake_openai
 from tests.fake_openai import FakeOpenAI, Reply, scripted
 from tests.harness import Service, wait_for
+from tests.test_step_delta_live import Reader
 
 ADD = {"name": "demo.add", "description": "Add two integers.",
        "args_schema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
@@ -569,34 +569,6 @@ def test_no_live_output_without_streaming(fake):
     assert deltas == []
 
 
-class Reader:
-    """An SSE client of ``GET /api/stream`` in a thread, recording every event."""
-
-    def __init__(self, url: str, rooms: str):
-        self.response = requests.get(url + "/api/stream", params={"rooms": rooms}, stream=True, timeout=(5, 60))
-        assert self.response.status_code == 200, self.response.text
-        self.events = []
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        try:
-            for event in parse(line.decode() for line in self.response.iter_lines()):
-                with self.lock:
-                    self.events.append(event)
-        except (requests.RequestException, AttributeError, ValueError):
-            pass  # closed by the test
-
-    def all(self) -> list:
-        with self.lock:
-            return list(self.events)
-
-    def close(self):
-        self.response.close()
-        self.thread.join(timeout=10)
-
-
 def test_streamed_steps_reach_the_stream_as_step_deltas_before_their_step(tmp_path_factory, fake):
     content = frame(state={"k": "v" * 40}, text="streamed slowly", done=True)
     go = threading.Event()  # the streamed reply starts once the client follows the session
@@ -614,7 +586,7 @@ def test_streamed_steps_reach_the_stream_as_step_deltas_before_their_step(tmp_pa
     try:
         llm = {"base_url": server.base_url, "model": "fake-model"}
         streamed = svc.create("baml", task="stream it", config={"interval_s": 0, "llm": llm})
-        reader = Reader(svc.url, f"session:{streamed['session_id']}")
+        reader = Reader(svc, f"session:{streamed['session_id']}")
         wait_for(lambda: any(e.event == "ready" for e in reader.all()), timeout=30, what="the stream to be ready")
         go.set()
         wait_for(lambda: any(e.event == "agent_step" for e in reader.all()), timeout=60, what="the step")

@@ -89,6 +89,10 @@ class Reader:
         with self.lock:
             return [e for e in self.events if e.event == name]
 
+    def all(self) -> list:
+        with self.lock:
+            return list(self.events)
+
     def cursor(self) -> str | None:
         with self.lock:
             ids = [e.id for e in self.events if e.id]
