@@ -147,6 +147,7 @@ class Attempt:
     duration_ms: float = 0.0
     status: int | None = None
     error: str | None = None
+    truncated: bool = False  # the reply stopped at max_tokens (finish_reason "length")
 
     @property
     def failed(self) -> bool:
@@ -203,6 +204,7 @@ class StreamTap:
         self.live, self.attempt = live, attempt
         self.tokens = 0
         self.usage: dict | None = None
+        self.finish_reason: str | None = None
         self._parts: list[str] = []
         self._last_emit = 0.0
 
@@ -215,6 +217,7 @@ class StreamTap:
         if isinstance(event.get("usage"), dict):
             self.usage = event["usage"]
         for choice in event.get("choices") or []:
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
             piece = (choice.get("delta") or {}).get("content")
             if piece:
                 self._parts.append(piece)
@@ -284,8 +287,10 @@ async def _render(api, settings: LLMSettings, function: str, args: tuple, max_to
     return request.url, headers, request.body.json()
 
 
-async def _send(url: str, headers: dict, body: dict, timeout_s: float, tap: StreamTap | None) -> tuple[str, dict | None]:
-    """One HTTP attempt: the reply's text and the server's usage (None if it gave none)."""
+async def _send(url: str, headers: dict, body: dict, timeout_s: float,
+                tap: StreamTap | None) -> tuple[str, dict | None, str | None]:
+    """One HTTP attempt: the reply's text, the server's usage (None if it gave none)
+    and its finish_reason."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:
@@ -295,13 +300,14 @@ async def _send(url: str, headers: dict, body: dict, timeout_s: float, tap: Stre
                     raise HttpStatus(response.status, _error_message(text), dict(response.headers))
                 if tap is None:
                     reply = await response.json(content_type=None)
-                    message = ((reply.get("choices") or [{}])[0].get("message") or {})
-                    return message.get("content") or "", reply.get("usage")
+                    choice = (reply.get("choices") or [{}])[0]
+                    return (choice.get("message") or {}).get("content") or "", reply.get("usage"), \
+                        choice.get("finish_reason")
                 async for line in response.content:
                     data = line.decode("utf-8", "replace").strip()
                     if data.startswith("data:") and data[5:].strip() != "[DONE]":
                         tap.feed(_json_or_empty(data[5:]))
-                return tap.text, tap.usage
+                return tap.text, tap.usage, tap.finish_reason
     except asyncio.TimeoutError:
         raise TimedOut(f"no complete reply within {timeout_s:.1f}s") from None
     except aiohttp.ClientConnectorError as exc:
@@ -352,9 +358,9 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
             gate().release(permit, tokens=0, status=None, retry_after=None)
             raise
         tap = StreamTap(live, len(info.attempts) + 1) if settings.stream else None
-        started, error, text, usage = time.monotonic(), None, None, None
+        started, error, text, usage, finish = time.monotonic(), None, None, None, None
         try:
-            text, usage = await _send(url, headers, body, timeout_s, tap)
+            text, usage, finish = await _send(url, headers, body, timeout_s, tap)
             return _parse(api, function, text)
         except asyncio.CancelledError as exc:
             error = exc
@@ -363,6 +369,7 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
             error = exc
         finally:
             attempt = _finish_attempt(info, tap, error, text, usage, started, prompt_tokens)
+            attempt.truncated = finish == "length"
             retry_after = retry_after_s(error.headers) if isinstance(error, HttpStatus) and error.status == 429 \
                 else None
             gate().release(permit, tokens=attempt.input_tokens + attempt.output_tokens, status=attempt.status,

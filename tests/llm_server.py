@@ -10,6 +10,10 @@ lays out the shared-library links the binary needs.
 
 Determinism: the server samples with a fixed ``--seed`` and the tests ask for
 temperature 0; two slots so that a parent and its child can both be served.
+One thread: llama.cpp's threads spin while they wait for each other, and on an
+oversubscribed machine that slows generation to a crawl (two servers of two
+threads on two cores wrote 23 tokens in 77 s); one leaves a core to the
+service and to whatever runs beside the suite.
 Without the binary or the model a test is skipped with its reason on a
 developer's machine and fails under CI=true, as in tests/servers.py.
 """
@@ -46,7 +50,7 @@ def start(log_dir: str, *, slots: int = 2, ctx_size: int = 8192) -> tuple[Proc, 
     binary, model = paths()
     port = free_port()
     argv = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(ctx_size),
-            "--parallel", str(slots), "--seed", str(SEED), "--threads", "2", "--no-webui"]
+            "--parallel", str(slots), "--seed", str(SEED), "--threads", "1", "--no-webui"]
     proc = Proc("llama-server", argv, log_dir)
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _healthy(url) or proc.proc.poll() is not None, timeout=120, what="llama-server to load its model")
