@@ -12,7 +12,8 @@ if [ ! -x /usr/bin/chromium ]; then
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
 # The scale-out tests run a real Redis (Flask-SocketIO's message queue between
-# app.py instances); the S3-compatible server (moto) comes with the test extras.
+# app.py instances). The object-storage tests run SeaweedFS (scripts/test_deps/seaweedfs.sh); moto, from
+# the test extras, serves bench_scaleout.
 if ! command -v redis-server >/dev/null; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server
