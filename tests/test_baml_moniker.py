@@ -57,7 +57,7 @@ def llm(server, **extra) -> dict:
     return {"base_url": server.base_url, "model": "fake-model", **extra}
 
 
-async def _drive(store, sessions, timeout_s):
+async def _drive(store, sessions, statuses, timeout_s):
     service = AgentService(store, default_registry(), watch_s=0.02)
     stopping = asyncio.Event()
     runner = asyncio.create_task(service.run(stopping))
@@ -71,21 +71,21 @@ async def _drive(store, sessions, timeout_s):
     try:
         while True:
             snaps = [await asyncio.to_thread(store.states.get, s) for s in ids]
-            if all(s and s["status"] in TERMINAL for s in snaps):
+            if all(s and s["status"] in statuses for s in snaps):
                 return snaps
             if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"sessions not finished: {[s and s['status'] for s in snaps]}")
+                raise AssertionError(f"sessions not in {statuses}: {[s and s['status'] for s in snaps]}")
             await asyncio.sleep(0.05)
     finally:
         stopping.set()
         await runner
 
 
-def run_sessions(tmp_path, *sessions, timeout_s=30.0):
-    """Run ``(task, config)`` sessions of the baml moniker to a terminal status;
-    returns the store and their snapshots."""
+def run_sessions(tmp_path, *sessions, statuses=TERMINAL, timeout_s=30.0):
+    """Run ``(task, config)`` sessions of the baml moniker until each has one of
+    ``statuses`` (a terminal one by default); returns the store and their snapshots."""
     store = Store(str(tmp_path / "db"))
-    return store, asyncio.run(_drive(store, sessions, timeout_s))
+    return store, asyncio.run(_drive(store, sessions, tuple(statuses), timeout_s))
 
 
 def steps_of(store, snapshot):

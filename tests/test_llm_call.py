@@ -26,17 +26,15 @@ from typing import NamedTuple
 
 import pytest
 import requests
-from ulid import ULID
 
-from monikers import baml_moniker, default_registry, llm_call, output_schemas
+from monikers import baml_moniker, llm_call, output_schemas
 from monikers.frame import MAX_TOOL_CALLS, FrameIn, InboxItem, StepContext, StepError
 from monikers.orchestrator import orchestrator_step
 from runtime import usage as usage_math
-from runtime.service import AgentService
-from store import Store
 from tests import fake_openai
 from tests.fake_openai import FakeOpenAI, Reply, scripted
 from tests.harness import Service, wait_for
+from tests.test_baml_moniker import run_sessions as baml_run_sessions
 from tests.test_step_delta_live import Reader
 
 ADD = {"name": "demo.add", "description": "Add two integers.",
@@ -161,35 +159,9 @@ def received(server) -> list[dict]:
 
 # ---- sessions in this process ---------------------------------------------------------
 
-async def _drive(store, sessions, statuses, timeout_s):
-    service = AgentService(store, default_registry(), watch_s=0.02)
-    stopping = asyncio.Event()
-    runner = asyncio.create_task(service.run(stopping))
-    ids = []
-    for task, config in sessions:
-        session_id = str(ULID())
-        store.actions.enqueue("create", agent_id=str(ULID()), session_id=session_id,
-                              payload={"moniker": "baml", "task": task, "config": {"interval_s": 0, **config}})
-        ids.append(session_id)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            snaps = [await asyncio.to_thread(store.states.get, s) for s in ids]
-            if all(s and s["status"] in statuses for s in snaps):
-                return snaps
-            if time.monotonic() > deadline:
-                raise AssertionError(f"sessions not in {statuses}: {[s and s['status'] for s in snaps]}")
-            await asyncio.sleep(0.05)
-    finally:
-        stopping.set()
-        await runner
-
-
 def run_sessions(tmp_path, *sessions, statuses=("done", "error", "stopped"), timeout_s=60.0):
-    """Run ``(task, config)`` baml sessions until each has one of ``statuses``;
-    returns the store and their snapshots."""
-    store = Store(str(tmp_path / "db"))
-    return store, asyncio.run(_drive(store, sessions, statuses, timeout_s))
+    """test_baml_moniker's in-process driver, with more time by default."""
+    return baml_run_sessions(tmp_path, *sessions, statuses=statuses, timeout_s=timeout_s)
 
 
 def steps_of(store, snapshot) -> list[dict]:
