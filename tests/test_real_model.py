@@ -23,6 +23,7 @@ import pytest
 from tests import llm_server
 from tests import mcp_reference
 from tests.harness import Service, wait_for
+from tests.test_step_delta_live import Reader
 
 pytestmark = pytest.mark.timeout(900)  # a flow of several model steps on a shared 2-core machine
 
@@ -114,7 +115,12 @@ def tool_calls(svc: Service, session_id: str) -> list[dict]:
 def test_a_plain_agent_runs_to_done_with_llm_turn_and_archive_summaries(svc, model):
     made = svc.create("baml", task="Tell one short joke about cats, then finish.", config=config(model, max_steps=3))
     sid = made["session_id"]
-    snap = finish(svc, sid)
+    reader = Reader(svc, f"session:{sid}")  # the model's output while it writes, as GET /api/stream sends it
+    try:
+        snap = finish(svc, sid)
+        wait_for(lambda: reader.of("step_delta"), timeout=30, what="step_delta events of the real model")
+    finally:
+        reader.close()
     steps = check_record(svc, sid)
     assert snap["status"] == "done", (snap["status_reason"], snap["last_error"])
     assert all(s["status"] in ("ok", "done") for s in steps)
