@@ -18,14 +18,14 @@ from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
 from runtime.memory import MemoryTrimmer, tune_allocator
 from runtime.metrics import RuntimeMetrics
-from runtime import live_observers, questions
-from runtime.events import events_token
-from runtime.embeddings import EmbeddingSettings
+from runtime import fanout_targets, questions
+from domain.events import events_token
+from semantic.embeddings import EmbeddingSettings
 from runtime.record_keeping import RecordKeeping, semantic_search
 from runtime.health import HealthServer
 from runtime.rate_limits import RateLimiter, load_config as load_rate_limits
 from runtime.service import AgentService
-from runtime.turns import TurnKeeper
+from runtime.turn_tracker import TurnKeeper
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog
@@ -90,7 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--log-prompts", action="store_true",
                         default=os.environ.get("AGENTSVC_LOG_PROMPTS") == "1",
                         help="log every LLM prompt and reply (BAML_LOG=info) [AGENTSVC_LOG_PROMPTS=1]")
-    parser.add_argument("--events-url", default=live_observers.default_events_url(),
+    parser.add_argument("--events-url", default=fanout_targets.default_events_url(),
                         help="app.py to relay live events to, 'off' for none "
                              "[AGENTSVC_EVENTS_URL, http://127.0.0.1:$AGENTSVC_PORT]")
     parser.add_argument("--rate-limits", default=os.environ.get("AGENTSVC_RATE_LIMITS"), metavar="FILE",
@@ -179,7 +179,7 @@ async def serve(args: argparse.Namespace) -> None:
                                             "keep_summaries": args.retention_keep_summaries})
     record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
                            every_s=args.archive_every, embedder=embedder)
-    turns = TurnKeeper(store)  # runtime/turns.py: a row per turn, with its summary
+    turns = TurnKeeper(store)  # runtime/turn_tracker.py: a row per turn, with its summary
     service.observers.add(turns)
     metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
     if metrics is not None:
@@ -192,7 +192,7 @@ async def serve(args: argparse.Namespace) -> None:
     if args.health_port:
         health = HealthServer(service, store, asyncio.get_running_loop(), port=args.health_port,
                               registry=metrics.registry).start()
-    relay = live_observers.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
+    relay = fanout_targets.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
     questions.attach(service, store, relay)  # ask_user: post questions, apply answers, time out
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -26,9 +26,9 @@ from api.metrics import Metrics
 from api.routes import ApiContext, bp
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
-from runtime.embeddings import EmbeddingSettings
+from semantic.embeddings import EmbeddingSettings
 from runtime.memory import MemoryTrimmer, tune_allocator
-from runtime.events import events_token
+from domain.events import events_token
 from runtime.record_keeping import semantic_search
 from store import Store, lance_log
 from tools.catalog import service_registry

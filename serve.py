@@ -16,7 +16,7 @@ import sys
 import time
 
 import settings
-from runtime.events import TOKEN_ENV
+from domain.events import TOKEN_ENV
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -21,7 +21,7 @@ from ulid import ULID
 from api.errors import ApiError
 from api.routes import body, enqueue, path_id, session_view
 from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, NOT_BLANK, Id, Strict, not_blank
-from runtime.config import SessionConfig
+from domain.session_config import SessionConfig
 
 bp = Blueprint("fork", __name__, url_prefix="/api")
 

@@ -9,11 +9,11 @@ Two namespaces:
   events as ``{id, stream, seq, epoch, data}``.  ``seq`` counts 1, 2, 3… per
   stream within one ``epoch`` (this process's boot id): a client that sees a gap
   or a new epoch catches up over HTTP and de-duplicates by ``id``.  It also
-  receives ``step_delta`` (runtime/events.py ``EPHEMERAL``): a step's model
+  receives ``step_delta`` (domain/events.py ``EPHEMERAL``): a step's model
   output while it is generated, live only, never stored, so there is nothing to
   catch up on and a gap in its ``seq`` means nothing.
 - ``/ingest`` for agents.py, accepting only a client whose ``auth.token`` is the
-  shared events token (runtime/events.py); it takes batches of events and
+  shared events token (domain/events.py); it takes batches of events and
   acknowledges each batch after emitting it.
 
 Events app.py produces itself (user messages) go through the same
@@ -27,7 +27,7 @@ from flask import request
 from flask_socketio import SocketIO, join_room, leave_room
 from ulid import ULID
 
-from runtime.events import EVENTS, INGEST_NAMESPACE, make_event, rooms_for
+from domain.events import EVENTS, INGEST_NAMESPACE, make_event, rooms_for
 from store.filters import InvalidId, check_id
 
 log = logging.getLogger("api.live")

@@ -20,7 +20,7 @@ from api.routes import ctx
 from profiles.loader import Entry, ProfileLibrary, valid_name
 from profiles.model import OVERRIDABLE_KEYS
 from profiles.resolve import ResolveError, base_config, resolve
-from runtime.config import SessionConfig
+from domain.session_config import SessionConfig
 from tools import catalog
 
 bp = Blueprint("profiles", __name__, url_prefix="/api")

@@ -4,6 +4,7 @@ Requests are validated with these models before anything touches the store;
 responses are described by them in the OpenAPI document.  Every string has a
 length cap and every id a strict pattern (the same one ``store/`` enforces).
 """
+from domain.statuses import ActionStatus, SessionStatus, StepStatus
 import json
 import re
 from datetime import datetime, timezone
@@ -11,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, field_validator, model_validator
 
-from runtime.config import SessionConfig
+from domain.session_config import SessionConfig
 from store.filters import ID_PATTERN
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN.pattern)]
@@ -104,7 +105,7 @@ class Page(Strict):
     offset: int = Field(0, ge=0, le=1_000_000)
 
 
-AGENT_STATUSES = ("running", "waiting", "paused", "stopping", "stopped", "done", "error")
+AGENT_STATUSES = tuple(SessionStatus)
 AGENT_SORTS = ("newest", "oldest", "updated", "name")
 
 
@@ -122,7 +123,7 @@ class ActionQuery(Page):
     session_id: Id | None = None
     agent_id: Id | None = None
     type: Literal["create", "pause", "resume", "interrupt", "destroy", "answer"] | None = None
-    status: Literal["pending", "processing", "done", "failed"] | None = None
+    status: Literal[tuple(ActionStatus)] | None = None
     order: Literal["newest", "oldest"] = Field("newest", description="by acceptance time")
 
 
@@ -132,7 +133,7 @@ class StepQuery(Page):
     min_iteration: int | None = Field(None, ge=0, le=2**62)
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
-    status: Literal["ok", "done", "error", "interrupted"] | None = None
+    status: Literal[tuple(StepStatus)] | None = None
     # desc without session_id sorts what matches, newest iteration first (a 400 there
     # would be a constraint the OpenAPI document cannot state, which schemathesis flags)
     order: Literal["asc", "desc"] = Field("asc", description="by iteration; desc = newest first (with "
@@ -238,7 +239,7 @@ class Accepted(Open):
 class Action(Open):
     id: str
     type: str
-    status: Literal["pending", "processing", "done", "failed"]
+    status: Literal[tuple(ActionStatus)]
     agent_id: str | None = None
     session_id: str | None = None
     created_at: str

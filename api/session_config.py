@@ -3,7 +3,7 @@ type is a 400 naming it instead of a session that fails later.
 
 A config holds two kinds of keys:
 
-- the runner's keys, declared by ``runtime.config.SessionConfig``
+- the runner's keys, declared by ``domain.session_config.SessionConfig``
   (``interval_s``, ``max_steps``, budgets, retries; other parts of the service
   add theirs there, e.g. ``tools``);
 - the moniker's own keys, declared by its ``Moniker.config_model`` (a pydantic
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from api.errors import ApiError
 from monikers.frame import Moniker
-from runtime.config import SessionConfig
+from domain.session_config import SessionConfig
 
 RUNNER_KEYS = frozenset(SessionConfig.model_fields)
 

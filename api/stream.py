@@ -4,6 +4,7 @@
 
 The events are Socket.IO's (``agent_step``, ``agent_state``, ``action``,
 ``conversation_message``, shaped ``{id, stream, data}``), but every one is read
+from domain.statuses import ACTION_FINISHED
 from LanceDB, not from the live relay.  That is what makes the stream
 resumable: each event's SSE ``id`` is a *cursor*, the position of the client
 in every series it follows, and a client that reconnects with
@@ -11,7 +12,7 @@ in every series it follows, and a client that reconnects with
 it from the record (across restarts of app.py and agents.py alike), then the
 live ones, with no gap and no duplicate.
 
-The one exception is ``step_delta`` (runtime/events.py ``EPHEMERAL``): a
+The one exception is ``step_delta`` (domain/events.py ``EPHEMERAL``): a
 step's model output while it is generated, which is never stored.  The hub
 hands it to the streams as it passes, and it goes out with no SSE ``id``, so it
 never moves the client's cursor and is never replayed after a reconnect: a
@@ -63,7 +64,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api.errors import ApiError
 from api.live import check_room
-from runtime.events import EPHEMERAL
+from domain.events import EPHEMERAL
 from store.filters import InvalidId, check_id
 
 log = logging.getLogger("api.stream")
@@ -74,7 +75,6 @@ KINDS = ("step", "action", "state", "msg")
 MAX_ROOMS = 20
 MAX_CURSOR_ITEMS = 500
 PAGE = 200
-FINISHED = ("done", "failed")
 LIVE_GAP_S = 0.1  # a stream sends one session's step_delta at most this often (~10 a second)
 LIVE_MAX_PENDING = 64  # step_deltas waiting for a slow client; beyond this the oldest are dropped
 
@@ -309,7 +309,7 @@ class Follower:
         while True:
             rows = self.store.actions.of_session(session_id, after=self.cursor.get(key), limit=PAGE)
             for action in rows:
-                if action["status"] not in FINISHED:
+                if action["status"] not in ACTION_FINISHED:
                     return  # later ones wait until this one has finished: the cursor has no holes
                 self.cursor[key] = action["id"]
                 row = {k: action.get(k) for k in ("id", "type", "agent_id", "session_id", "conversation_id",

@@ -1,7 +1,7 @@
 """``GET /api/sessions/<id>/children``: a session's sub-agents (issue 11).
 
 Children are sessions whose snapshot names the session as its parent
-(``spawn_agent``, tools/subagents.py).  ``descendants=true`` lists the whole
+(``spawn_agent``, tools/spawn_agent.py).  ``descendants=true`` lists the whole
 subtree below the session instead (each row with its ``parent_session_id`` and
 ``depth``), which is what the dashboard's tree view draws.  Each row is a
 compact snapshot: ids, name, moniker, status, iteration, the latest result

@@ -14,6 +14,7 @@ first applies and the second ends ``failed`` with a message starting with
 ``conflict:`` (``GET /api/actions/<id>``), so a racing second decision can
 never apply twice.
 """
+from domain.statuses import ToolCallStatus
 from datetime import datetime
 from typing import Any, Literal
 
@@ -27,7 +28,7 @@ from tools import catalog
 
 bp = Blueprint("tools", __name__, url_prefix="/api")
 
-STATUSES = ("pending", "waiting_approval", "waiting_result", "running", "success", "failed", "denied", "unknown")
+STATUSES = tuple(ToolCallStatus)
 
 
 EXTENSION = "agentsvc_tools"  # app.extensions key of this app's own ToolRegistry

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import emit, machine, progress, summary  # noqa: E402
 from tools.mcp import McpBridge, McpConfig, ServerConfig  # noqa: E402
-from tools.registry import ToolContext, ToolRegistry  # noqa: E402
+from tools.tool_registry import ToolContext, ToolRegistry  # noqa: E402
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "mcp_demo_server.py")
 CTX = ToolContext(tool_call_id="b", agent_id="b", session_id="b", iteration=0)

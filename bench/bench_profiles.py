@@ -29,7 +29,7 @@ from monikers.frame import FrameOut  # noqa: E402
 from profiles.hooks import SessionHooks  # noqa: E402
 from profiles.loader import ProfileLibrary  # noqa: E402
 from profiles.resolve import base_config  # noqa: E402
-from runtime.config import SessionConfig  # noqa: E402
+from domain.session_config import SessionConfig  # noqa: E402
 from tools.catalog import installed_registry  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

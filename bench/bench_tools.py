@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from bench.common import NOOP, emit, enqueue_creates, machine, progress, run_in_process, summary, wait_until
 from monikers import default_registry
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
-from tools.registry import Tool, default_tool_registry
+from tools.tool_registry import Tool, default_tool_registry
 
 TARGET_RATIO = 1.5
 

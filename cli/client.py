@@ -3,6 +3,7 @@
 Errors come back as :class:`ApiFailure` carrying the service's
 ``{"error": {"code", "message"}}`` and the exit code the CLI ends with.
 """
+from domain.statuses import ACTION_FINISHED
 import os
 import time
 
@@ -127,7 +128,7 @@ class Client:
         deadline, pause = time.monotonic() + timeout_s, 0.02
         while True:
             action = self.action(action_id)
-            if action["status"] in ("done", "failed"):
+            if action["status"] in ACTION_FINISHED:
                 return action
             if time.monotonic() > deadline:
                 raise ApiFailure(TIMEOUT, "timeout", f"action {action_id} still {action['status']} after {timeout_s}s")

@@ -17,6 +17,7 @@ Exit codes: 0 ok, 1 the action failed, 2 bad usage, 3 not found, 4 rejected by
 the service (invalid input, unauthorized, conflict), 5 service unreachable or
 erring, 6 timed out waiting.
 """
+from domain.statuses import SESSION_FINISHED, StepStatus
 import contextlib
 import functools
 import json
@@ -30,7 +31,6 @@ from cli.client import FAILED, NOT_FOUND, UNREACHABLE, ApiFailure, Client
 from cli.sse import follow as follow_stream
 
 SERVE_HELP = ("-h", "--help", "--version")
-FINISHED = ("done", "stopped", "error")
 
 
 def remote(command):
@@ -194,7 +194,7 @@ def show(api, as_json, ident):
 @click.option("-n", "--limit", default=20, show_default=True, type=click.IntRange(1, 1000),
               help="how many steps (the newest, unless --from)")
 @click.option("--from", "start", type=click.IntRange(0), help="the first iteration to show")
-@click.option("--status", type=click.Choice(["ok", "done", "error", "interrupted"]))
+@click.option("--status", type=click.Choice([s.value for s in StepStatus]))
 @remote
 def steps(api, as_json, ident, limit, start, status):
     """A session's steps (session id, or an agent id: its latest session)."""
@@ -254,7 +254,7 @@ def tail(api, as_json, idents, follow, lines, from_start, after, until_finished)
                 view.show(event.event, event.data)
             if event.event == "agent_state":
                 states[event.data["id"]] = event.data["data"].get("status")
-                if until_finished and states and all(s in FINISHED for s in states.values()):
+                if until_finished and states and all(s in SESSION_FINISHED for s in states.values()):
                     return
 
 

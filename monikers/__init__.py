@@ -3,6 +3,6 @@
 This package knows nothing of storage, HTTP or how agents are scheduled.
 """
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
-from monikers.registry import MonikerRegistry, default_registry
+from monikers.moniker_registry import MonikerRegistry, default_registry
 
 __all__ = ["FrameIn", "FrameOut", "Moniker", "StepContext", "StepError", "MonikerRegistry", "default_registry"]

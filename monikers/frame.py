@@ -31,10 +31,12 @@ from typing import Any, Awaitable, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from domain.statuses import TOOL_CALL_ENDED, ToolCallStatus
+
 Json = dict[str, Any]
 
 MAX_TOOL_CALLS = 32  # per step
-TOOL_RESULT_STATUSES = ("success", "failed", "denied", "unknown")
+TOOL_RESULT_STATUSES = tuple(s.value for s in ToolCallStatus if s in TOOL_CALL_ENDED)  # a call ends in one
 
 
 class ToolCall(BaseModel):
@@ -175,7 +177,7 @@ class Moniker:
 
     ``config_model`` is the pydantic model of the moniker's own session-config
     keys (``countdown``'s ``n``...), beside the runner's keys in
-    ``runtime.config.SessionConfig``; None for a moniker that declares none.
+    ``domain.session_config.SessionConfig``; None for a moniker that declares none.
     """
 
     name: str

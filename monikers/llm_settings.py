@@ -36,7 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from monikers.config_types import JsonInt, json_int
+from domain.json_types import JsonInt, json_int
 from monikers.frame import StepError
 
 DEFAULTS = {"base_url": "http://127.0.0.1:11434/v1", "model": "llama3.2", "temperature": 0.2, "timeout_s": 120.0,

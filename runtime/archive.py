@@ -18,6 +18,7 @@ Summaries are upserted by id, so doing one twice (two workers, a retry)
 leaves one row.  Retention (runtime/monitor.py) calls :meth:`ensure_sessions`
 before it removes old sessions, when it keeps their summaries.
 """
+from domain.statuses import SESSION_FINISHED
 import asyncio
 import logging
 from collections import OrderedDict
@@ -27,7 +28,6 @@ from runtime.aio import BackgroundWork, every
 
 log = logging.getLogger("runtime.archive")
 
-FINISHED = ("done", "stopped", "error")
 TRANSCRIPT_STEPS = 40
 TRANSCRIPT_MESSAGES = 60
 TRANSCRIPT_CHARS = 8000
@@ -65,7 +65,7 @@ class Archiver:
     # ---- observer -----------------------------------------------------------
 
     async def snapshot_saved(self, snapshot: dict) -> None:
-        if snapshot.get("status") not in FINISHED:
+        if snapshot.get("status") not in SESSION_FINISHED:
             return
         key = (snapshot.get("iteration"), snapshot.get("status"))
         if self._scheduled.get(snapshot["session_id"]) == key:

@@ -25,6 +25,7 @@ may have been taken for dead and its claims handed to another worker: before
 applying or finishing such an action it checks that the claim is still its own,
 and leaves the action alone otherwise.
 """
+from domain.statuses import SESSION_FINISHED
 import asyncio
 import logging
 import time
@@ -32,7 +33,7 @@ from typing import Awaitable, Callable
 
 from runtime.fence import SessionLost
 from runtime.handlers import ActionError
-from runtime.observers import Observers
+from runtime.fanout import Observers
 
 log = logging.getLogger("runtime.dispatcher")
 
@@ -158,7 +159,7 @@ class Dispatcher:
                     held_back.add(action["session_id"])
                     continue
                 mine.append(action)
-            elif snapshot["status"] in ("stopped", "done", "error"):
+            elif snapshot["status"] in SESSION_FINISHED:
                 mine.append(action)
         order = {a["id"]: i for i, a in enumerate(actions)}
         return sorted(mine, key=lambda a: order[a["id"]])

@@ -55,7 +55,7 @@ class Fence:
     def __init__(self, worker_id: str, persist, sessions, dead_after_s: float):
         self.worker_id = worker_id
         self.persist = persist
-        self.sessions = sessions  # runtime.registry.SessionRegistry
+        self.sessions = sessions  # runtime.live_sessions.SessionRegistry
         self.lease_s = dead_after_s / 2
         self.valid_until = float("-inf")  # monotonic
         self.lost: set[str] = set()
@@ -91,7 +91,7 @@ class Fence:
         """Raise :class:`SessionLost` unless this worker may write for ``session_id`` now.
         A snapshot save (``step=False``) is left to the conditional upsert once the
         lease holds: it is how a lost session is legitimately taken again (a
-        finished one woken here, runtime/subagents.py), and a save by the old,
+        finished one woken here, runtime/child_sessions.py), and a save by the old,
         dropped session object is refused by that object itself (``agent.lost``)."""
         if not (step and session_id in self.lost) and not self.valid():
             await self.revalidate()

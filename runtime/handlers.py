@@ -12,12 +12,13 @@ import re
 
 from pydantic import ValidationError
 
-from monikers.registry import MonikerRegistry, UnknownMoniker
-from runtime.config import CreatePayload
+from domain.errors import ActionError
+from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
+from domain.session_config import CreatePayload
 from runtime.fork import ForkError, fork_snapshot
-from runtime.observers import Observers
-from runtime.registry import SessionRegistry
-from runtime import subagent_tree, subagents
+from runtime.fanout import Observers
+from runtime.live_sessions import SessionRegistry
+from runtime import child_sessions, session_tree
 from runtime.session import SessionAgent
 from runtime.tool_runner import ToolControls
 
@@ -25,10 +26,6 @@ log = logging.getLogger("runtime.handlers")
 
 MAX_GUIDANCE = 20_000
 INBOX_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
-
-
-class ActionError(Exception):
-    """The action is well formed but cannot be applied; the message says why."""
 
 
 class Handlers:
@@ -46,8 +43,8 @@ class Handlers:
         runner = self.session_options.get("tools")
         if runner is not None:  # approve / deny / result of tool calls (runtime/tool_runner.py)
             self.by_type.update(ToolControls(sessions, runner, ActionError).handlers())
-        # child_result / child_message (runtime/subagents.py)
-        self.by_type.update(subagents.ChildControls(sessions, persist, monikers, self.session_options,
+        # child_result / child_message (runtime/child_sessions.py)
+        self.by_type.update(child_sessions.ChildControls(sessions, persist, monikers, self.session_options,
                                                     self.observers, ActionError).handlers())
 
     async def handle(self, action: dict) -> None:
@@ -71,7 +68,7 @@ class Handlers:
             return
         fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/fork.py)
         payload = {k: v for k, v in payload.items() if k != "fork"}
-        link = subagents.create_fields(payload)  # a sub-agent's parent, tree and first inbox (spawn_agent)
+        link = child_sessions.create_fields(payload)  # a sub-agent's parent, tree and first inbox (spawn_agent)
         try:
             spec = CreatePayload.model_validate(payload)
             moniker = self.monikers.get(spec.moniker)
@@ -86,14 +83,14 @@ class Handlers:
             "conversation_id": spec.conversation_id or action.get("conversation_id"),
             "created_at": action.get("created_at"),
             "parent_agent_id": spec.parent_agent_id, "parent_session_id": spec.parent_session_id,
-            **link,  # a sub-agent's tree, generation and first inbox (runtime/subagents.py)
+            **link,  # a sub-agent's tree, generation and first inbox (runtime/child_sessions.py)
         }
         if fork is not None:
             try:
                 snapshot = await fork_snapshot(self.persist, action, fork, snapshot)
             except ForkError as exc:
                 raise ActionError(f"cannot fork: {exc}") from None
-        if await subagents.parent_destroyed(self.persist, self.sessions, link):
+        if await child_sessions.parent_destroyed(self.persist, self.sessions, link):
             snapshot.update(status="stopped", status_reason="parent_destroyed")
         agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
                              **self.session_options, snapshot=snapshot)
@@ -129,13 +126,13 @@ class Handlers:
             agent.request_pause()
             await agent.set_status("paused", reason)
         if payload.get("tree"):
-            await subagent_tree.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
+            await session_tree.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
 
     async def _cascade_from_finished(self, action: dict, verb: str, payload: dict) -> None:
         snapshot = await self.persist.load_snapshot(action["session_id"])
         if snapshot is None:
             raise ActionError(f"unknown session {action['session_id']}")
-        await subagent_tree.cascade(self.persist, snapshot["session_id"], verb, payload)
+        await session_tree.cascade(self.persist, snapshot["session_id"], verb, payload)
 
     async def resume(self, action: dict, payload: dict) -> None:
         """Resume a paused session (optionally raising its budget), or retry a failed one."""
@@ -162,15 +159,15 @@ class Handlers:
         elif payload.get("budget_tokens") or payload.get("budget_cost"):
             await agent.save()  # a raised budget is read by the tree's other sessions
         if payload.get("tree"):
-            await subagent_tree.cascade(self.persist, agent.session_id, "resume",
+            await session_tree.cascade(self.persist, agent.session_id, "resume",
                                     {"tree": True, **({"reason": payload["reason"]} if payload.get("reason") else {})})
         elif for_budget:  # its budget paused its tree: resuming it resumes them
-            await subagent_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
+            await session_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
 
     async def _restart_after_error(self, failed, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
         old = failed.snapshot() if isinstance(failed, SessionAgent) else failed
-        old = subagents.bump_snapshot_generation(old)  # its error was reported; its next outcome will be too
+        old = child_sessions.bump_snapshot_generation(old)  # its error was reported; its next outcome will be too
         snapshot = dict(old, status="running", status_reason="resumed_after_error")
         try:
             moniker = self.monikers.get(snapshot["moniker"])
@@ -220,7 +217,7 @@ class Handlers:
         Its sub-agents are destroyed after it (unless they chose ``abandon``),
         also when it was already over: applied again after a crash, it cascades again."""
         await self._destroy_one(action)
-        await subagent_tree.cascade(self.persist, action["session_id"], "destroy", {})
+        await session_tree.cascade(self.persist, action["session_id"], "destroy", {})
 
     async def _destroy_one(self, action: dict) -> None:
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))

@@ -3,7 +3,7 @@ repeated output, and token or cost budgets."""
 from collections import deque
 from datetime import datetime, timezone
 
-from runtime.config import SessionConfig
+from domain.session_config import SessionConfig
 
 
 def limit_reached(config: SessionConfig, iteration: int, created_at: datetime) -> str | None:

@@ -143,7 +143,7 @@ class Persistence:
     async def get_action(self, action_id: str) -> dict | None:
         return await self._queue(self.store.actions.get, action_id)
 
-    # sub-agents (runtime/subagents.py)
+    # sub-agents (runtime/child_sessions.py)
     async def enqueue(self, type_: str, *, agent_id: str, session_id: str, payload: dict) -> dict:
         """Append an action (durable when this returns)."""
         return await asyncio.to_thread(self.store.actions.enqueue, type_, agent_id=agent_id,

@@ -8,9 +8,9 @@ import asyncio
 import logging
 
 from runtime.archive import Archiver
-from runtime.embedder import Embedder
-from runtime.embeddings import EmbeddingClient
-from runtime.semantic import Semantic
+from semantic.embedder import Embedder
+from semantic.embeddings import EmbeddingClient
+from semantic.hybrid import Semantic
 from tools import search_history
 
 log = logging.getLogger("runtime.record")

@@ -1,7 +1,7 @@
 """Relaying runtime events from agents.py to app.py, which fans them out to browsers.
 
 A runtime observer turns each durable change into an event (see
-runtime/events.py) and puts it in a bounded buffer; one task sends the buffer
+domain/events.py) and puts it in a bounded buffer; one task sends the buffer
 in batches over a python-socketio ``AsyncClient`` to app.py's token-protected
 ingest namespace, waiting for each batch's acknowledgement so order is kept.
 
@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 import socketio
 
-from runtime.events import INGEST_NAMESPACE, make_event
+from domain.events import INGEST_NAMESPACE, make_event
 
 log = logging.getLogger("runtime.relay")
 

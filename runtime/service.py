@@ -25,19 +25,19 @@ import logging
 
 from ulid import ULID
 
-from monikers.registry import MonikerRegistry, UnknownMoniker
+from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
 from runtime.aio import every
 from runtime.dispatcher import Dispatcher
 from runtime.fence import Fence
 from runtime.handlers import Handlers
 from runtime.monitor import HealthMonitor
-from runtime.observers import Observers
+from runtime.fanout import Observers
 from runtime.persistence import Persistence
-from runtime.registry import SessionRegistry
-from runtime import subagents
+from runtime.live_sessions import SessionRegistry
+from runtime import child_sessions
 from runtime.session import SessionAgent
 from runtime.tool_runner import ToolRunner
-from tools.registry import ToolRegistry, default_tool_registry
+from tools.tool_registry import ToolRegistry, default_tool_registry
 
 log = logging.getLogger("runtime.service")
 
@@ -76,7 +76,7 @@ class AgentService:
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
-        self._scanned = False  # the start's scan for unreported sub-agent outcomes (runtime/subagents.py)
+        self._scanned = False  # the start's scan for unreported sub-agent outcomes (runtime/child_sessions.py)
 
     async def run(self, stopping: asyncio.Event) -> None:
         # Whatever this worker id still holds was claimed by its previous life
@@ -136,7 +136,7 @@ class AgentService:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
         if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
             try:  # finished sub-agents whose outcome a crash left unreported
-                await subagents.report_unreported(self.persist, self.sessions.get)
+                await child_sessions.report_unreported(self.persist, self.sessions.get)
                 self._scanned = True
             except Exception:
                 log.exception("the scan for unreported sub-agent outcomes failed; retried next round")

@@ -12,6 +12,7 @@ iteration is never run twice nor skipped.  A step that ran long enough to be
 marked in flight (``step_started_at``) and whose worker then died is recorded
 as ``interrupted`` by :meth:`SessionAgent.reconcile`, and the next step is told.
 """
+from domain.statuses import SESSION_FINISHED
 import asyncio
 import logging
 import time
@@ -22,20 +23,19 @@ from ulid import ULID
 from monikers.frame import FrameIn, Moniker, StepContext
 from runtime import inbox as inbox_order
 from runtime import limits, live_output
-from runtime import subagent_tree, subagents
+from runtime import child_sessions, session_tree
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
-from runtime.config import SessionConfig
+from domain.session_config import SessionConfig
 from runtime.fence import SessionLost
-from runtime.observers import Observers
+from runtime.fanout import Observers
 from runtime.stepcall import call_moniker
 from runtime.tool_runner import ToolPhase, ToolRunner
-from tools.registry import ToolRegistry
+from tools.tool_registry import ToolRegistry
 from profiles import hooks as profile_hooks
 
 log = logging.getLogger("runtime.session")
 
-TERMINAL = ("stopped", "done", "error")
 RAW_KEEP = 4000  # characters of a bad moniker output kept for debugging
 INTERRUPTED_NOTE = ("The previous attempt at step {step!r} was interrupted when its worker stopped; "
                     "its outcome is unknown. Check before repeating anything it may already have done.")
@@ -77,7 +77,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.hooks = profile_hooks.SessionHooks.for_config(self.config)
         self.inbox_priorities: dict[str, int] | None = self.hooks.inbox_priorities  # per kind, over the defaults
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name",
-                                                   *subagents.LINK_KEYS)}
+                                                   *child_sessions.LINK_KEYS)}
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
@@ -105,7 +105,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         snapshot = dict(snapshot)
         if latest_step and latest_step["iteration"] > snapshot["iteration"]:
             snapshot = _caught_up(snapshot, latest_step)
-        if not snapshot.get("step_started_at") or snapshot["status"] in TERMINAL:
+        if not snapshot.get("step_started_at") or snapshot["status"] in SESSION_FINISHED:
             return snapshot, None
         iteration = snapshot["iteration"] + 1
         step = snapshot.get("next_step_token")
@@ -143,7 +143,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         async with self._save_lock:
             if self.lost:
                 raise SessionLost(self.session_id)
-            await subagents.report_if_finished(self)  # a child's outcome is queued before its final snapshot
+            await child_sessions.report_if_finished(self)  # a child's outcome is queued before its final snapshot
             snapshot = self.snapshot()
             await self.persist.save_snapshot(snapshot)
             await self.observers.notify("snapshot_saved", snapshot)
@@ -185,7 +185,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
 
     @property
     def finished(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in SESSION_FINISHED
 
     async def run(self) -> None:
         log.info("session %s runner started at iteration %d agent=%s moniker=%s",
@@ -194,7 +194,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             if self.tool_step is not None and self.open_step is None and self.tool_results is None:
                 self.open_step = await self.persist.step_at(self.session_id, self.tool_step)
             await self._steps()
-            while await subagents.wake_for_children(self):  # results came in as it finished
+            while await child_sessions.wake_for_children(self):  # results came in as it finished
                 await self._steps()
             await self.flush_saves()
         except asyncio.CancelledError:
@@ -271,7 +271,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             self.last_error = f"budget: {budget}"
             await self.set_status("paused", "budget")
             return True
-        return await subagent_tree.pause_for_tree_budget(self)  # a budget covers the session's whole tree
+        return await session_tree.pause_for_tree_budget(self)  # a budget covers the session's whole tree
 
     # ---- one step -------------------------------------------------------
 
@@ -324,7 +324,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.hooks.apply(self, observed, iteration)
         if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
                 and not (observed or {}).get("flow"):
-            self._set_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turns.py)
+            self._set_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turn_tracker.py)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)

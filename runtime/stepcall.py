@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable
 from pydantic import ValidationError
 
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
-from runtime.config import RetryPolicy
+from domain.session_config import RetryPolicy
 
 log = logging.getLogger("runtime.stepcall")
 

@@ -29,6 +29,7 @@ repeating it.  Destroy stops waiting at once and cancels running tools after
 its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
 too but leaves their rows ``running``, so a restart treats them as interrupted.
 """
+from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_WAITING
 import asyncio
 import json
 import logging
@@ -38,12 +39,10 @@ from datetime import datetime, timezone
 from pydantic import ValidationError
 from ulid import ULID
 
-from runtime.observers import Observers
+from runtime.fanout import Observers
 
 log = logging.getLogger("runtime.tools")
 
-WAITING = ("waiting_approval", "waiting_result")
-ENDED = ("success", "failed", "denied", "unknown")
 MAX_ARGS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 64 * 1024
 CANCEL_GRACE_S = 2.0
@@ -84,7 +83,7 @@ def result_of(row: dict) -> dict:
 
 
 def _deferred(result) -> bool:
-    from tools.registry import Deferred  # tools/ knows nothing of runtime/
+    from tools.tool_registry import Deferred  # tools/ knows nothing of runtime/
 
     return isinstance(result, Deferred)
 
@@ -125,7 +124,7 @@ class ToolRunner:
                    "finished_at": None, "duration_ms": None, "usage": None, "decided_by": None}
             status, error = self.initial_status(agent.config, call["name"], row["args"])
             row.update(status=status, error=error)
-            if status in ENDED:
+            if status in TOOL_CALL_ENDED:
                 row["finished_at"] = row["created_at"]
             rows.append(row)
         return rows
@@ -194,7 +193,7 @@ class ToolRunner:
             if tool is None:
                 raise LookupError(f"tool {row['name']!r} is no longer installed")
             result = await self._call(tool, agent, row)
-            if _deferred(result):  # started; its result is delivered later (tools.registry.Deferred)
+            if _deferred(result):  # started; its result is delivered later (tools.tool_registry.Deferred)
                 row.update(status="waiting_result", result=capped_result(result.partial))
                 await self.write([row])
                 log.info("tool call %s %s waiting_result session=%s", row["id"], row["name"], row["session_id"])
@@ -213,7 +212,7 @@ class ToolRunner:
         return row
 
     async def _call(self, tool, agent, row: dict):
-        from tools.registry import ToolContext  # tools/ knows nothing of runtime/
+        from tools.tool_registry import ToolContext  # tools/ knows nothing of runtime/
 
         args = tool.args_model.model_validate(row["args"]) if tool.args_model is not None else dict(row["args"])
         created = row.get("created_at")
@@ -329,7 +328,7 @@ class ToolPhase:
                     if not self.tasks:  # shutdown: waits stay open, the restart picks them up
                         return None
                 await self.agent.reflect_waiting(self.waiting_reason())
-                if all(r["status"] in ENDED for r in self.rows.values()):
+                if all(r["status"] in TOOL_CALL_ENDED for r in self.rows.values()):
                     return [result_of(self.rows[c["id"]]) for c in self.calls]
                 await self._wait_for_change()
         except asyncio.CancelledError:
@@ -371,7 +370,7 @@ class ToolPhase:
         """Destroy: calls that wait (for approval, a result, a slot) will not get one."""
         cancelled = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
                      for r in self.rows.values()
-                     if r["status"] in WAITING or (r["status"] == "pending" and r["id"] not in self.tasks)]
+                     if r["status"] in TOOL_CALL_WAITING or (r["status"] == "pending" and r["id"] not in self.tasks)]
         for row in cancelled:
             self.rows[row["id"]] = row
         await self.runner.write(cancelled)
@@ -386,7 +385,7 @@ class ToolPhase:
         if not self._destroyed():
             return  # shutdown: rows stay running; the restart treats them as interrupted
         ended = [dict(r, status="failed", error=CANCELLED.format(status=r["status"]), finished_at=now())
-                 for r in self.rows.values() if r["status"] not in ENDED]
+                 for r in self.rows.values() if r["status"] not in TOOL_CALL_ENDED]
         if ended:
             await asyncio.shield(self.runner.write(ended))
 

@@ -4,6 +4,7 @@ Life of an action: ``pending`` when appended, ``processing`` once a worker
 claims it (with a lease), then ``done`` or ``failed``.  Rows are only ever
 updated, never deleted, so the queue doubles as an audit log.
 """
+from domain.statuses import ACTION_STATUSES
 import os
 from datetime import datetime, timedelta
 
@@ -13,9 +14,9 @@ from store import codec, filters, query
 from store.watch import watch_commits
 
 TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "tool_deny", "tool_result",
-         "child_result", "child_message",  # sub-agents (runtime/subagents.py)
+         "child_result", "child_message",  # sub-agents (runtime/child_sessions.py)
          "answer", "inbox_item"}  # inbox_item: internal (runtime/handlers.py), not offered over HTTP
-STATUSES = {"pending", "processing", "done", "failed"}
+STATUSES = ACTION_STATUSES
 PENDING = filters.eq_word("status", "pending", STATUSES)
 PROCESSING = filters.eq_word("status", "processing", STATUSES)
 

@@ -56,7 +56,7 @@ AGENT_STATE = _schema(
     ("heartbeat_at", TS, True),  # refreshed while that step runs
     ("forked_from", pa.string(), True),  # {"session_id", "iteration"} when this session is a fork
     ("tool_step", pa.int64(), True),  # iteration whose tool results no step has consumed yet
-    # sub-agents (runtime/subagents.py): the tree a child belongs to, and which of
+    # sub-agents (runtime/child_sessions.py): the tree a child belongs to, and which of
     # its outcomes (one per activation, its "generation") reached its parent
     ("root_session_id", pa.string(), True),  # the tree's root; null for a root
     ("generation", pa.int64(), True),  # activations of a child: 1 at create, +1 per reactivation
@@ -191,7 +191,7 @@ TOOL_CATALOG = _schema(
     ("tools", pa.string(), True),  # JSON list of tool descriptions
 )
 
-# One row per turn of a session (runtime/turns.py): the steps from a trigger (the
+# One row per turn of a session (runtime/turn_tracker.py): the steps from a trigger (the
 # create, a user message, a child's result, an answer) until the agent waits or
 # finishes.  Written twice per turn, when it starts and when it ends (with its
 # summary); id "<session_id>:<turn>", upserted.

@@ -19,6 +19,7 @@ The user's query never reaches LanceDB as syntax: it is reduced to plain word
 terms (:func:`terms_of`) and run as a ``MatchQuery`` (OR of terms, BM25 ranked).
 Filters are built by :mod:`store.filters` from checked ids and closed word sets.
 """
+from domain.statuses import STEP_STATUSES, TOOL_CALL_STATUSES
 import logging
 import re
 import time
@@ -59,10 +60,6 @@ class Source:
         """The columns a hit reads (shown and text columns, each once)."""
         return list(dict.fromkeys([*self.columns, *self.text_columns]))
 
-
-STEP_STATUSES = frozenset({"ok", "done", "error", "interrupted"})
-TOOL_CALL_STATUSES = frozenset({"pending", "waiting_approval", "waiting_result", "running", "success", "failed",
-                                "denied", "unknown"})
 
 SOURCES: tuple[Source, ...] = (
     Source("step", "agent_steps", "id", ("text",),

@@ -1,10 +1,12 @@
 """agent_state: the latest snapshot of each agent session, one row per session_id."""
+from domain.statuses import SESSION_FINISHED, SESSION_STATUSES
 from concurrent.futures import Future
 from datetime import datetime
 
 from store import codec, filters, query
 
-STATUSES = {"running", "waiting", "paused", "stopping", "stopped", "done", "error"}
+STATUSES = SESSION_STATUSES
+FINISHED = tuple(sorted(SESSION_FINISHED))
 LIST_COLUMNS = ["session_id", "agent_id", "created_at", "updated_at", "status", "moniker", "name", "task"]
 # sort name -> (key, descending); every key ends in agent_id so equal values keep one order
 AGENT_SORTS = {
@@ -151,17 +153,17 @@ class StateTable:
 
     def finished_before(self, when, limit: int = 500) -> list[dict]:
         """Finished sessions whose status last changed before ``when`` (for retention)."""
-        where = filters.all_of(filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+        where = filters.all_of(filters.in_words("status", FINISHED, STATUSES),
                                filters.ts_cmp("status_changed_at", "<", when))
         return query.rows(self.table, self.name, where, columns=["session_id", "agent_id"], limit=limit)
 
     def finished_since(self, when, limit: int = 500) -> list[dict]:
         """Finished sessions whose status changed at or after ``when`` (the archive's catch-up)."""
-        where = filters.all_of(filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+        where = filters.all_of(filters.in_words("status", FINISHED, STATUSES),
                                filters.ts_cmp("status_changed_at", ">=", when))
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
-    # ---- sub-agent trees (runtime/subagents.py) ----------------------------
+    # ---- sub-agent trees (runtime/child_sessions.py) ----------------------------
 
     def children(self, parent_session_id: str, limit: int = 1000) -> list[dict]:
         """The direct children of a session, oldest first."""
@@ -179,7 +181,7 @@ class StateTable:
         """Finished children whose latest outcome was never queued for their parent
         (a crash between finishing and reporting, or a path that bypassed the report)."""
         where = filters.all_of("parent_session_id IS NOT NULL",
-                               filters.in_words("status", ("stopped", "done", "error"), STATUSES),
+                               filters.in_words("status", FINISHED, STATUSES),
                                "COALESCE(reported_generation, 0) < COALESCE(generation, 1)")
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 

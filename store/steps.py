@@ -1,4 +1,5 @@
 """agent_steps: append-only history, one row per iteration of a session."""
+from domain.statuses import STEP_STATUSES
 from concurrent.futures import Future
 from datetime import datetime
 
@@ -7,7 +8,7 @@ from ulid import ULID
 from store import codec, filters, query
 from store.schemas import ITERATION_DIGITS, session_iteration
 
-STATUSES = {"ok", "done", "error", "interrupted"}
+STATUSES = STEP_STATUSES
 LAST_ITERATION = 10 ** ITERATION_DIGITS - 1
 WINDOW_SLACK = 8  # rows read past a page's iterations, should a session ever hold a repeated one
 

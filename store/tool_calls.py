@@ -10,11 +10,12 @@ columns (``args``, ``result``, ``usage``).
 from concurrent.futures import Future
 from datetime import datetime
 
+from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_STATUSES, TOOL_CALL_WAITING
 from store import codec, filters, query
 
-STATUSES = {"pending", "waiting_approval", "waiting_result", "running", "success", "failed", "denied", "unknown"}
-WAITING = ("waiting_approval", "waiting_result")
-ENDED = ("success", "failed", "denied", "unknown")
+STATUSES = TOOL_CALL_STATUSES
+WAITING = tuple(sorted(TOOL_CALL_WAITING))
+ENDED = tuple(sorted(TOOL_CALL_ENDED))
 
 
 TIMES = ("created_at", "updated_at", "started_at", "finished_at")

@@ -58,7 +58,7 @@ UNPACED_TABLES = ("actions",)
 # reported to its writers: their futures resolve to True ("some row was refused").
 UPSERT_CONDITIONS = {
     # A finished session runs nowhere: any worker may take it over by saving it
-    # (a sub-agent's result or a resume wakes it, runtime/subagents.py).
+    # (a sub-agent's result or a resume wakes it, runtime/child_sessions.py).
     "agent_state": ("target.owner IS NULL OR source.owner IS NULL OR target.owner = source.owner"
                     " OR target.status IN ('stopped', 'done', 'error')"),
 }

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import pytest
 import socketio
 
-from runtime.events import INGEST_NAMESPACE
+from domain.events import INGEST_NAMESPACE
 from tests.chaos_client import snapshot_row_counts, table_contents
 
 HOSTILE = ["x' OR '1'='1", "' OR '1'='1' --", "a\"b", "a'; DROP TABLE actions; --", "id) OR (1=1",

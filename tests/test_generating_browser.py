@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from runtime.events import make_event
+from domain.events import make_event
 from tests.harness import ROOT
 from tests.test_dashboard_browser import SHOTS, browser, page, scan  # noqa: F401 (fixtures)
 from tests.test_step_delta_live import Ingest, delta

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tools.http_fetch import FetchArgs, FetchPolicy, FetchRefused, fetch, make_tool
-from tools.registry import ToolContext
+from tools.tool_registry import ToolContext
 
 CTX = ToolContext(tool_call_id="t1", agent_id="a1", session_id="s1", iteration=0)
 

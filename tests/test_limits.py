@@ -130,7 +130,7 @@ def test_monitor_fails_a_session_stuck_in_a_step_past_its_timeout():
     on storage that never answers) is cancelled and its session failed."""
     from datetime import timedelta
 
-    from runtime.config import SessionConfig
+    from domain.session_config import SessionConfig
     from runtime.monitor import HealthMonitor
 
     saved = []

@@ -11,7 +11,7 @@ import pytest
 import socketio
 
 from app import create_app
-from runtime.events import INGEST_NAMESPACE, TOKEN_FILE, make_event
+from domain.events import INGEST_NAMESPACE, TOKEN_FILE, make_event
 from store import Store
 from tests.harness import wait_for
 

@@ -596,7 +596,7 @@ def test_a_tool_schema_reaches_the_grammar_without_its_long_bounds():
     """llama.cpp spells a maxLength out character by character: spawn_agent's
     20,000-character task slowed sampling to a few tokens a second."""
     from monikers import output_schemas
-    from tools.subagents import SpawnArgs
+    from tools.spawn_agent import SpawnArgs
 
     args = SpawnArgs.model_json_schema()
     assert args["properties"]["task"]["maxLength"] == 20_000

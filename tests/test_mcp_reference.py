@@ -19,7 +19,7 @@ import pytest
 from tests import mcp_reference
 from tests.harness import Service, wait_for
 from tools.mcp import McpBridge, McpConfig, ToolFailed
-from tools.registry import ToolContext, ToolRegistry
+from tools.tool_registry import ToolContext, ToolRegistry
 
 CTX = ToolContext(tool_call_id="t1", agent_id="a1", session_id="s1", iteration=0)
 GIT_TOOLS = {"git_status", "git_diff_unstaged", "git_diff_staged", "git_diff", "git_commit", "git_add", "git_reset",

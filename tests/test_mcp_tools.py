@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness import free_port, wait_for
 from tools.mcp import McpBridge, McpConfig, ServerConfig, ToolFailed, load_config
-from tools.registry import ToolContext, ToolRegistry
+from tools.tool_registry import ToolContext, ToolRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = str(ROOT / "tests" / "mcp_demo_server.py")

@@ -12,7 +12,7 @@ from profiles.loader import ProfileLibrary, parse
 from profiles.model import Condition
 from profiles.resolve import ResolveError, base_config, resolve
 from runtime import inbox
-from runtime.config import SessionConfig
+from domain.session_config import SessionConfig
 from tools.catalog import installed_registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

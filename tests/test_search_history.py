@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from store import Store
-from tools.registry import ToolContext
+from tools.tool_registry import ToolContext
 from tools.search_history import NAME, ScopeNotAllowed, SearchHistoryArgs, build
 
 

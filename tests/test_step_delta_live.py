@@ -32,13 +32,13 @@ from rich.console import Console
 from api.stream import OpenStream, StreamHub
 from cli import render
 from cli.sse import parse
-from runtime.events import INGEST_NAMESPACE, TOKEN_FILE, make_event
+from domain.events import INGEST_NAMESPACE, TOKEN_FILE, make_event
 from tests.harness import ROOT, Service, wait_for
 
 
 def delta(agent_id: str, session_id: str, iteration: int, text: str, *, final: bool = False, attempt: int = 1,
           tokens: int | None = None) -> dict:
-    """A step_delta event as agents.py relays it (the contract in runtime/events.py)."""
+    """A step_delta event as agents.py relays it (the contract in domain/events.py)."""
     return make_event("step_delta", session_id, {
         "agent_id": agent_id, "session_id": session_id, "conversation_id": None, "iteration": iteration,
         "ask": 0, "attempt": attempt, "function": "RunMonikerStep", "text": text[-4000:],

@@ -5,7 +5,7 @@ import pytest
 from store import Store
 from tools import catalog
 from tools.http_fetch import FetchPolicy
-from tools.registry import Tool, ToolRegistry
+from tools.tool_registry import Tool, ToolRegistry
 
 
 async def _noop(args, ctx):

@@ -18,7 +18,7 @@ worker last saw it.  ``workers`` names the agents.py processes that offer it
 import logging
 
 from tools import http_fetch
-from tools.registry import ToolRegistry, default_tool_registry
+from tools.tool_registry import ToolRegistry, default_tool_registry
 
 log = logging.getLogger("tools.catalog")
 
@@ -35,14 +35,14 @@ def service_registry(store, monikers, fetch_policy: http_fetch.FetchPolicy | Non
                      profiles=None) -> ToolRegistry:
     """:func:`installed_registry` plus the built-ins bound to the service's store:
     ``search_history``, ``spawn_agent`` and ``message_agent`` (``profiles``: see
-    tools/subagents.py).  agents.py runs these; app.py lists them and checks
+    tools/spawn_agent.py).  agents.py runs these; app.py lists them and checks
     profiles against them, so a profile naming them is usable before any
     worker has published its catalog."""
-    from tools import search_history, subagents  # they import the store and runtime; this module does not
+    from tools import search_history, spawn_agent  # they import the store and runtime; this module does not
 
     registry = installed_registry(fetch_policy)
     registry.register(search_history.build(store))
-    for tool in subagents.build(store, monikers, profiles):
+    for tool in spawn_agent.build(store, monikers, profiles):
         registry.register(tool)
     return registry
 

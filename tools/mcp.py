@@ -35,7 +35,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tools import schema
-from tools.registry import Tool, ToolContext, ToolRegistry
+from tools.tool_registry import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger("tools.mcp")
 

@@ -21,7 +21,7 @@ with :meth:`Observers.notify_now` (they must not block):
 """
 import logging
 
-log = logging.getLogger("runtime.observers")
+log = logging.getLogger("runtime.fanout")
 
 
 class Observers:

@@ -1,6 +1,6 @@
 """The built-in tools ``spawn_agent`` and ``message_agent``: an agent starts
 sub-agents and sends them follow-ups (issue 11; the runtime side, delivering
-each child's outcome to its parent exactly once, is runtime/subagents.py).
+each child's outcome to its parent exactly once, is runtime/child_sessions.py).
 
 ``spawn_agent {task, moniker | profile, config?, name?, wait?}`` appends a
 ``create`` action for a child session that names its parent; nothing is run
@@ -28,8 +28,8 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from ulid import ULID
 
-from runtime.config import SessionConfig
-from tools.registry import Deferred, Tool, ToolContext
+from domain.session_config import SessionConfig
+from tools.tool_registry import Deferred, Tool, ToolContext
 
 SPAWN = "spawn_agent"
 MESSAGE = "message_agent"

@@ -16,10 +16,10 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from runtime.embeddings import EmbeddingClient, EmbeddingError
+from semantic.embeddings import EmbeddingClient, EmbeddingError
 from store import search as store_search
 
-log = logging.getLogger("runtime.embedder")
+log = logging.getLogger("semantic.embedder")
 
 
 class Embedder:

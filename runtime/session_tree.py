@@ -1,5 +1,5 @@
 """Trees of sub-agents: controls that cascade down a tree, and budgets that
-cover a whole tree (issue 11; the parent/child link itself is runtime/subagents.py).
+cover a whole tree (issue 11; the parent/child link itself is runtime/child_sessions.py).
 
 - ``cascade``: destroy (unless a child chose ``on_parent_destroy: abandon``),
   ``pause {tree}`` and ``resume {tree}`` are queued for each direct child, each
@@ -13,9 +13,9 @@ cover a whole tree (issue 11; the parent/child link itself is runtime/subagents.
 """
 import logging
 
-from runtime.subagents import FINAL
+from domain.statuses import SESSION_FINISHED
 
-log = logging.getLogger("runtime.subagents")
+log = logging.getLogger("runtime.child_sessions")
 
 
 async def cascade(persist, session_id: str, verb: str, payload: dict) -> int:
@@ -23,7 +23,7 @@ async def cascade(persist, session_id: str, verb: str, payload: dict) -> int:
     (each child cascades on to its own children when it is applied)."""
     count = 0
     for child in await persist.children(session_id):
-        if child["status"] in FINAL:
+        if child["status"] in SESSION_FINISHED:
             continue
         config = child.get("config") if isinstance(child.get("config"), dict) else {}
         if verb == "destroy" and config.get("on_parent_destroy") == "abandon":

@@ -1,7 +1,7 @@
 """Sub-agents: a child session's outcome reaches its parent exactly once.
 
 A child is an ordinary session created through the queue (``spawn_agent``,
-tools/subagents.py) whose snapshot names its parent (``parent_agent_id``,
+tools/spawn_agent.py) whose snapshot names its parent (``parent_agent_id``,
 ``parent_session_id``), its tree (``root_session_id``) and a small link
 (``subagent``: depth, the spawning tool call when the parent waits on it).
 
@@ -30,8 +30,9 @@ that failed keeps it for its resume.  When the parent waits on the child
 call instead, with the child's result.
 
 Trees (destroy / pause / resume cascades, budgets over a whole tree) are in
-runtime/subagent_tree.py.
+runtime/session_tree.py.
 """
+from domain.statuses import SESSION_FINISHED, TOOL_CALL_ENDED
 import asyncio
 import json
 import logging
@@ -39,11 +40,10 @@ from datetime import datetime, timezone
 
 from runtime import inbox as inbox_kinds
 
-log = logging.getLogger("runtime.subagents")
+log = logging.getLogger("runtime.child_sessions")
 
 LINK_KEYS = ("parent_agent_id", "parent_session_id", "root_session_id", "generation", "reported_generation",
              "subagent")
-FINAL = ("done", "error", "stopped")
 MAX_RESULT_TEXT = 20_000
 MAX_RESULT_DATA = 64 * 1024
 
@@ -115,7 +115,7 @@ def outcome(snapshot: dict) -> dict:
 
 
 def report_due(snapshot: dict) -> bool:
-    return (bool(snapshot.get("parent_session_id")) and snapshot.get("status") in FINAL
+    return (bool(snapshot.get("parent_session_id")) and snapshot.get("status") in SESSION_FINISHED
             and int(snapshot.get("reported_generation") or 0) < generation_of(snapshot))
 
 
@@ -162,7 +162,7 @@ def next_generation(agent) -> None:
 
 def bump_snapshot_generation(snapshot: dict) -> dict:
     """The same, for a snapshot about to become a session again (resume after error)."""
-    if snapshot.get("parent_session_id") and snapshot.get("status") in FINAL:
+    if snapshot.get("parent_session_id") and snapshot.get("status") in SESSION_FINISHED:
         snapshot = dict(snapshot, generation=max(generation_of(snapshot),
                                                  int(snapshot.get("reported_generation") or 0)) + 1)
     return snapshot
@@ -292,7 +292,7 @@ class ChildControls:
     async def _end_wait_call(self, action: dict, payload: dict) -> bool:
         """``spawn_agent {wait: true}``: the child's (first) outcome is the call's
         result.  False when the call no longer waits (then the inbox gets it)."""
-        from runtime.tool_runner import ENDED, capped_result, now  # avoids a cycle at import
+        from runtime.tool_runner import capped_result, now  # avoids a cycle at import
 
         call_id, key = payload["wait_call"], payload["key"]
         agent = self.sessions.get(action["session_id"])
@@ -306,7 +306,7 @@ class ChildControls:
             return False
         if row.get("decided_by") == key:
             return True  # this outcome ended the call already
-        if row["status"] in ENDED or agent is None or agent.finished:
+        if row["status"] in TOOL_CALL_ENDED or agent is None or agent.finished:
             return False
         ids = {"agent_id": payload["child_agent_id"], "session_id": payload["child_session_id"],
                "name": payload.get("name"), "generation": payload.get("generation")}

@@ -9,10 +9,10 @@ reason says why: search never fails because of embeddings.
 import logging
 from dataclasses import replace
 
-from runtime.embeddings import EmbeddingClient, EmbeddingError
+from semantic.embeddings import EmbeddingClient, EmbeddingError
 from store import search as store_search
 
-log = logging.getLogger("runtime.semantic")
+log = logging.getLogger("semantic.hybrid")
 
 RRF_K = 60
 

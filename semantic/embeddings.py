@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-log = logging.getLogger("runtime.embeddings")
+log = logging.getLogger("semantic.embeddings")
 
 MAX_INPUT_CHARS = 8000
 

@@ -37,6 +37,7 @@ begins; steps past the last ended turn whose start row was lost get their turn
 (trigger read from the first such step).  What is lost is at most a write
 nobody had been told about, so the rows converge on what the steps say.
 """
+from domain.statuses import SESSION_FINISHED
 import asyncio
 import logging
 from collections import OrderedDict
@@ -45,11 +46,10 @@ from runtime import archive
 from runtime.aio import BackgroundWork
 from runtime import usage as usage_math
 
-log = logging.getLogger("runtime.turns")
+log = logging.getLogger("runtime.turn_tracker")
 
 TRIGGER_KINDS = ("child_result", "answer", "guidance", "message")
 ASK_USER = "ask_user"  # the tool whose result is a person's answer (tools/ask_user.py)
-FINISHED = ("done", "stopped", "error")
 WAITS_FOR_INPUT = ("user", "idle")  # waiting reasons that end a turn (not approval / tool_result)
 KEPT = 10_000  # sessions whose current turn is remembered
 MAX_TURN_STEPS = 5000  # steps read back to sum a turn's usage
@@ -59,7 +59,7 @@ _UNSEEN = object()
 def ends_turn(snapshot: dict) -> bool:
     """After a step, the session no longer steps on its own: it finished, or waits for a person."""
     status = snapshot.get("status")
-    return status in FINISHED or (status == "waiting" and snapshot.get("status_reason") in WAITS_FOR_INPUT)
+    return status in SESSION_FINISHED or (status == "waiting" and snapshot.get("status_reason") in WAITS_FOR_INPUT)
 
 
 def first_own_iteration(snapshot: dict) -> int:
