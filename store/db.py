@@ -1,24 +1,27 @@
 """Opening the database and its tables.
 
 A connection opened with LanceDB's default ``read_consistency_interval=None``
-never sees writes made by another process (FACTS.md).  agents.py and app.py are
-separate processes sharing one database, so every connection here re-checks the
-latest table version on each read (interval 0, a few ms a query).
+never sees writes made by another process: it keeps reading the version it
+opened.  agents.py and app.py are separate processes sharing one database, so
+every connection here re-checks the latest table version on each read
+(interval 0, a few ms a query).
 
 LanceDB's default caches (index and metadata) are sized for analytics, not for
 a long-running service: they keep every manifest they have read, so a process
-grew by about a gigabyte per few thousand versions (FACTS.md, issue 9).  Each
-Store opens its connection with its own :class:`lancedb.Session` whose caches
-are capped at ``cache_mb`` each.  4 MiB, not more: a process's RSS grows by
-2-3x what the caches account for while they fill (allocator overhead), and in
-a 20-minute soak agents.py was still growing at 16 MiB; at 2-4 MiB it was
-flat after ~4 minutes, and session pages were as fast (issue 9, BENCHMARKS.md).
+grew by about a gigabyte per few thousand versions (measured in the
+sustained-load soak, BENCHMARKS.md §4b).  Each Store opens its connection with
+its own :class:`lancedb.Session` whose caches are capped at ``cache_mb`` each.
+4 MiB, not more: a process's RSS grows by 2-3x what the caches account for
+while they fill (allocator overhead), and in a 20-minute soak agents.py was
+still growing at 16 MiB; at 2-4 MiB it was flat after ~4 minutes, and session
+pages were as fast (BENCHMARKS.md §4c).
 
 The index cache may be given a size of its own (``index_cache_mb``): a page of
 steps reads a few pages of the BTREE index, and which ones depends on the
 session and where in its history the page is.  Once agent_steps holds ~1.4 M
 rows, a reader of many sessions' pages (app.py) needs ~16 MiB to keep them:
-with 4 MiB a page took 5.8 ms against 5.0 ms, in a quiet process (issue 9).
+with 4 MiB a page took 5.8 ms against 5.0 ms, in a quiet process
+(BENCHMARKS.md §4f).
 """
 import logging
 import os
@@ -121,7 +124,7 @@ class Store:
         """Schema migration: columns added to a table's schema since it was
         created are added as nulls, or computed from the row when they are
         derived (schemas.DERIVED_COLUMNS).  (Processes still running the old schema
-        must be restarted: their appends would be refused, FACTS.md.)"""
+        must be restarted: LanceDB refuses their appends, which lack the new columns.)"""
         missing = [field for field in schema if field.name not in table.schema.names]
         if not missing:
             return

@@ -1,14 +1,15 @@
 """Keeping tables small and fast while they are written to all the time.
 
 Every commit writes a new table version; without upkeep, fragments and
-versions pile up and each query and commit gets slower (FACTS.md: 10,000
+versions pile up and each query and commit gets slower (measured: 10,000
 single-row commits left 4.4 GB of manifests and a 1.8 s poll).  ``Maintainer``
 compacts small fragments, folds new rows into the indexes and removes versions
 older than a window, table by table, as soon as enough versions have
 accumulated since it last did so.  agents.py drives it from a background thread.
 
 Maintenance must win against the commit stream at any rate the service
-produces (issue 9).  Three things make sure it does:
+produces, or versions and fragments pile up faster than it removes them (the
+sustained-load soaks, BENCHMARKS.md §4b–4j).  Three things make sure it does:
 
 - It runs *often* (every ``every_versions`` new versions, checked every couple
   of seconds), so each run compacts a few dozen fragments and removes a few
@@ -31,8 +32,8 @@ Each run's work is proportional to what was written since the last run, not
 to the table's size, because LanceDB's one-call ``optimize()`` rewrote every
 index of the table and the table's growing last fragment on every run: at
 300k steps a run took 2–6 s and each run's copies of the four indexes, kept
-for the cleanup window, made the disk 6–7x the rows (issue 9).  So a run goes
-through Lance's own dataset API (``pylance``, the same Lance as LanceDB's):
+for the cleanup window, made the disk 6–7x the rows (BENCHMARKS.md §4b).  So a
+run goes through Lance's own dataset API (``pylance``, the same Lance as LanceDB's):
 
 - compaction merges only fragments smaller than ``COMPACT_TARGET_ROWS``; a
   full fragment is never rewritten again;
@@ -93,7 +94,7 @@ APPEND_ONLY = frozenset({"agent_steps", "conversation_messages"})
 LANCE_CACHE_BYTES = 4 * 1024 * 1024  # a maintenance run's caches (each), apart from the Store's
 # Each group commit adds one small fragment (~20 rows at 400 steps/s), and a
 # read scans every fragment the indexes do not cover yet: each one cost a page
-# read ~0.4 ms (100 of them: 40 ms against 5 ms with none, issue 9).  Between
+# read ~0.4 ms (100 of them: 40 ms against 5 ms with none; BENCHMARKS.md §4e).  Between
 # two upkeeps of an append-only table (~9 s in the soak) 180 piled up, so every
 # round first merges the small ones into one: cheap, since only fragments under
 # TAIL_TARGET_ROWS are candidates and the full fragments are left alone.
@@ -103,7 +104,7 @@ TAIL_EVERY_VERSIONS = 10
 # ones, and the action queue.  Every dispatcher polls the queue all the time,
 # and each enqueue, claim and finish adds a fragment: ~40 piled up between its
 # upkeeps in the soak, and a poll took 10.4 ms with 44 of them against 2.2 ms
-# with one (issue 9).  The queue takes updates (claims), so its merge holds the
+# with one (BENCHMARKS.md §4f).  The queue takes updates (claims), so its merge holds the
 # table's commit lock, as its upkeep does.
 TAIL_MERGED = APPEND_ONLY | {"actions"}
 

@@ -64,7 +64,7 @@ def indexed_rows(table, name: str, where: str, limit: int) -> list[dict]:
     Every commit between two upkeeps adds a small fragment that no index covers
     yet, and a filtered read scans each of them whole, ~0.5 ms apiece: with the
     ~30 a busy table carries, that was most of a page read (13 ms against 4 ms,
-    issue 9).  A caller that can tell whether the answer is complete (a window of
+    BENCHMARKS.md §4h).  A caller that can tell whether the answer is complete (a window of
     a session's iterations, which have no gaps) reads here first and falls back
     to :func:`rows` when it is not.
 

@@ -5,7 +5,7 @@ created by an append; should two workers create one at once, both rows exist
 and everyone uses the one with the smallest id, so a creation never overwrites
 a row in use.  Every change is a compare-and-swap: a conditional update that
 applies only if ``version`` is still the one read, and bumps it; exactly one of
-two racing workers wins (FACTS.md: conditional updates racing across
+two racing workers wins (measured with conditional updates racing across
 processes), and the loser reads again.
 """
 import hashlib

@@ -241,7 +241,7 @@ TABLES.update(tool_catalog=TOOL_CATALOG, turns=TURNS, rate_ledger=RATE_LEDGER)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
-# rows (FACTS.md: without it they do, every time).
+# rows (measured: without the key, racing merge_inserts duplicated rows every time).
 PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id",
                 "tool_calls": "id", "tool_catalog": "worker_id", "summaries": "id", "turns": "id",
                 "rate_ledger": "id"}
@@ -271,7 +271,7 @@ INDEXES = {
 # not grow with the session's history: filtering on session_id and iteration
 # (two indexes) made the session_id index hand back every step of the session
 # for each page (a page of a 400k-step session took 18.7 ms against 4.1 ms for
-# a 100-step one; with this key 4.2 ms, issue 9).  "/" cannot occur in an id
+# a 100-step one; with this key 4.2 ms, BENCHMARKS.md §4e).  "/" cannot occur in an id
 # (store/filters.py), so one session's range holds no other session's keys.
 ITERATION_DIGITS = 12
 

@@ -9,7 +9,8 @@ by adding one entry here and one FTS index (created by
 
 LanceDB's native FTS index (BM25, works offline) is built on every text column.
 Rows appended after the index was built are *not* lost: LanceDB scans them
-(a flat search over the unindexed rows, checked in tests/test_search.py) until
+(a flat search over the unindexed rows; the test
+``test_new_rows_are_found_before_and_after_the_index_refresh`` checks it) until
 an ``optimize()`` folds them into the index, which is what
 :func:`refresh_search_indexes` asks the maintainer to do once enough have piled
 up.  So a row is searchable as soon as it is committed; refresh only keeps the
@@ -69,7 +70,7 @@ SOURCES: tuple[Source, ...] = (
             "user_id")),
     Source("summary", "summaries", "id", ("text",),
            ("id", "created_at", "kind", "agent_id", "session_id", "conversation_id", "method", "last_iteration")),
-    # issue 10's table: searchable as soon as it exists.
+    # A tool call is found by its name, arguments, result or error.
     Source("tool_call", "tool_calls", "id", ("name", "args", "result", "error"),
            ("id", "created_at", "agent_id", "session_id", "iteration", "status", "name"), TOOL_CALL_STATUSES),
 )

@@ -7,7 +7,7 @@ appends into one ``add`` and consecutive upserts into one ``merge_insert``
 futures.  An idle system therefore commits each write at once, and a busy one
 commits many writes per version, which is what keeps LanceDB's version count,
 manifest size and query latency from growing with the number of writers
-(FACTS.md: 10,000 single-row commits made 4.4 GB and 1.8 s queries).
+(measured: 10,000 single-row commits made 4.4 GB and 1.8 s queries).
 
 A caller is told its write succeeded only after the commit that holds it, so a
 crash can lose only writes nobody was told about.
@@ -17,13 +17,16 @@ until ``min_interval_s`` has passed, gathering whatever arrives meanwhile.  An
 idle table still commits a lone write at once; a busy one commits at most
 ``1 / min_interval_s`` times a second whatever the number of writers.  Every
 commit is a table version that maintenance must later compact and clean up,
-so this cap is what keeps maintenance ahead of the writers (issue 9: at ~50
-commits/s, versions piled up faster than cleanup removed them).
+so this cap is what keeps maintenance ahead of the writers (in the sustained-load
+soak at ~50 commits/s, versions piled up faster than cleanup removed them;
+BENCHMARKS.md §4b).
 
 Updates and deletes (conditional, by filter) run directly, under the same
 per-table lock as the committer, because their outcome depends on the rows
-committed before them.  Two rules from FACTS.md hold everywhere: empty changes
-are never committed, and nothing is written with ``mode="overwrite"``.
+committed before them.  Two rules hold everywhere: empty changes are never
+committed (an empty add, or an update or delete matching nothing, still writes
+a table version), and nothing is written with ``mode="overwrite"`` (it replaces
+the whole table, dropping what other processes committed meanwhile).
 """
 import logging
 import random

@@ -10,14 +10,7 @@
 //   - a page:      registerPage({name, match, nav?, mount, enter, rooms, catchUp, on})
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
-//                  every step of a session's timeline; e.g. import "./pages/search.js";
-import "./components/turns.js";
-import "./pages/needs_you.js";
-import "./components/needs_you_count.js";
-import "./components/tool_calls.js";
-import "./components/fork.js";
-import "./components/search_box.js";
-import "./components/observers.js";
+//                  every step of a session's timeline; e.g. import "./components/fork.js";
 //                  A step part lives in web/static/js/components/ and imports
 //                  registerStepPart from "../core/registry.js"; it may also use
 //                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
@@ -26,12 +19,15 @@ import "./components/observers.js";
 // A hash may end in a query ("#/session/ID?iteration=3", "#/search?q=words"): it
 // is not part of the path that match() sees, and reaches the page as params.query
 // (a URLSearchParams), so a link can point into a page.
+// Components register in import order: step parts are drawn, and session hooks
+// and live handlers run, in the order below.
 import "./pages/agents.js";
 import "./pages/session.js";
 import "./pages/conversations.js";
 import "./pages/conversation.js";
 import "./pages/search.js";
 import "./pages/needs_you.js";
+import "./components/turns.js";
 import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";

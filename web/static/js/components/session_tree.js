@@ -1,8 +1,8 @@
 // The session page's "Sub-agents" panel: the tree the session belongs to
-// (spawn_agent, issue 11), from its root down, with each session's status,
-// name, moniker and latest result, the open session marked, and links both
-// ways (up to the parent, down to each child).  Hidden for a session with no
-// parent and no children.
+// (sessions started with the spawn_agent tool), from its root down, with
+// each session's status, name, moniker and latest result, the open session
+// marked, and links both ways (up to the parent, down to each child).  Hidden
+// for a session with no parent and no children.
 //
 // Data: GET /api/sessions/<id>/children (the session's parent and tree root),
 // then GET /api/sessions/<root>/children?descendants=true (the whole tree).
