@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tools.tool_registry import Tool
+from tools.tool import Tool
 
 NAME = "ask_user"
 MAX_TIMEOUT_S = 30 * 86_400

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tools.ask_user import ASK_USER
-from tools.tool_registry import Tool, ToolContext
+from tools.tool import Tool, ToolContext
 
 COUNT_DIR_ENV = "AGENTSVC_TOOL_COUNT_DIR"
 MAX_WAIT_S = 30 * 86_400

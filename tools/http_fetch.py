@@ -24,7 +24,7 @@ from urllib.parse import urljoin, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.tool_registry import Tool, ToolContext
+from tools.tool import Tool, ToolContext
 
 NAME = "http_fetch"
 MAX_REDIRECTS = 5

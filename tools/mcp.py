@@ -35,7 +35,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tools import schema
-from tools.tool_registry import Tool, ToolContext, ToolRegistry
+from tools.tool import Tool, ToolContext
+from tools.tool_registry import ToolRegistry
 
 log = logging.getLogger("tools.mcp")
 

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from store import search as store_search
-from tools.tool_registry import Tool, ToolContext
+from tools.tool import Tool, ToolContext
 
 NAME = "search_history"
 

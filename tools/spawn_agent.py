@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ulid import ULID
 
 from domain.session_config import SessionConfig
-from tools.tool_registry import Deferred, Tool, ToolContext
+from tools.tool import Deferred, Tool, ToolContext
 
 SPAWN = "spawn_agent"
 MESSAGE = "message_agent"

@@ -1,140 +1,42 @@
-"""Finding tools by name: the built-ins, plugins installed as packages, and
-tools that MCP servers offer.
+"""Finding tools by name: the built-ins, plugins installed as packages,
+modules the operator names in ``AGENTSVC_PLUGINS`` (domain/plugin_registry.py
+says how plugins load and fail), and tools that MCP servers offer (added by
+tools/mcp.py).
 
-A tool is what a moniker may ask the runner to do for it (``frame_out.tool_calls``).
-The runner, not the moniker, runs it, so every call is a durable row that
-survives crashes (see ``runtime`` for execution).  A plugin package exposes a
-:class:`Tool` through the entry-point group ``agentsvc.tools``, e.g.::
+A plugin package exposes a :class:`~tools.tool.Tool` through the entry-point
+group ``agentsvc.tools``, e.g.::
 
     [project.entry-points."agentsvc.tools"]
     lookup = "my_pkg.tools:LOOKUP"
+
+A module named in ``AGENTSVC_PLUGINS`` exposes them as ``TOOLS``.
 """
-import logging
-from dataclasses import dataclass, field
-from datetime import datetime
-from importlib.metadata import entry_points
-from typing import Any, Awaitable, Callable
+from domain.plugin_registry import PluginRegistry, UnknownName
+from tools import builtin
+from tools.tool import Deferred, Tool, ToolContext, ToolFn
 
-from pydantic import BaseModel
-
-log = logging.getLogger("tools")
+__all__ = ["Deferred", "Tool", "ToolContext", "ToolFn", "ToolRegistry", "UnknownTool", "default_tool_registry"]
 
 ENTRY_POINT_GROUP = "agentsvc.tools"
 
 
-@dataclass(frozen=True)
-class ToolContext:
-    """What a running tool may know about the call that started it."""
-
-    tool_call_id: str
-    agent_id: str
-    session_id: str
-    iteration: int
-    config: dict = field(default_factory=dict)
-    attempt: int = 1
-    created_at: datetime | None = None  # when the call was made (stable across re-runs after a crash)
-
-
-ToolFn = Callable[[BaseModel, ToolContext], Awaitable[Any]]
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """What a tool returns when its work has started but its result comes later
-    (``spawn_agent {wait: true}``: the sub-agent's outcome).  The call is then
-    ``waiting_result``, with ``partial`` (e.g. the ids it started) on its row,
-    until the result is delivered to it; the session takes no step meanwhile."""
-
-    partial: Any = None
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A named action an agent may take.
-
-    ``args_model`` validates the call's args (and gives ``GET /api/tools`` its
-    JSON schema); a tool whose schema comes from elsewhere (an MCP server) sets
-    ``args_schema`` instead and validates in ``run``.  ``run`` is None for an
-    ``external`` tool, whose result is posted from outside (a human, another
-    system); ``waits_for`` is the session's ``status_reason`` while such a
-    call waits (``user`` for ``ask_user``).  ``idempotent`` tools may run again after a crash left their
-    outcome unknown; others never are.
-    """
-
-    name: str
-    description: str
-    run: ToolFn | None
-    args_model: type[BaseModel] | None = None
-    args_schema: dict | None = None
-    timeout_s: float = 60.0
-    idempotent: bool = False
-    needs_approval: bool = False
-    external: bool = False
-    waits_for: str = "tool_result"  # an external call's waiting reason: "user" for a human's answer
-
-    def schema(self) -> dict:
-        if self.args_model is not None:
-            return self.args_model.model_json_schema()
-        return self.args_schema or {"type": "object"}
-
-    def describe(self) -> dict:
-        return {"name": self.name, "description": self.description, "args_schema": self.schema(),
-                "timeout_s": self.timeout_s, "idempotent": self.idempotent,
-                "needs_approval": self.needs_approval, "external": self.external}
-
-
-class UnknownTool(KeyError):
+class UnknownTool(UnknownName):
     pass
 
 
-class ToolRegistry:
-    def __init__(self):
-        self._tools: dict[str, Tool] = {}
-
-    def register(self, tool: Tool) -> Tool:
-        if not isinstance(tool, Tool):
-            raise TypeError(f"expected a Tool, got {type(tool).__name__}")
-        self._tools[tool.name] = tool
-        return tool
-
-    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> list[str]:
-        """Register every tool installed under ``group``; a broken plugin is
-        logged and skipped so it cannot take the service down."""
-        loaded = []
-        for ep in entry_points(group=group):
-            try:
-                tool = ep.load()
-                if callable(tool) and not isinstance(tool, Tool):
-                    tool = tool()
-                self.register(tool)
-                loaded.append(tool.name)
-            except Exception as exc:
-                log.error("tool plugin %s (%s) failed to load: %s", ep.name, ep.value, exc)
-        return loaded
-
-    def get(self, name: str) -> Tool:
-        try:
-            return self._tools[name]
-        except KeyError:
-            raise UnknownTool(name) from None
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._tools
-
-    def names(self) -> list[str]:
-        return sorted(self._tools)
-
-    def describe(self) -> list[dict]:
-        return [self._tools[n].describe() for n in self.names()]
+class ToolRegistry(PluginRegistry[Tool]):
+    item_type = Tool
+    kind = "tool"
+    entry_point_group = ENTRY_POINT_GROUP
+    module_attribute = "TOOLS"
+    unknown = UnknownTool
 
 
 def default_tool_registry() -> ToolRegistry:
-    """The built-in tools and every installed plugin (agents.py and app.py
-    each build one; MCP tools are added to it by the MCP bridge)."""
-    from tools import builtin
-
+    """The built-in tools and every plugin (agents.py and app.py each build
+    one; MCP tools are added to it by the MCP bridge)."""
     registry = ToolRegistry()
     for tool in builtin.BUILTINS:
         registry.register(tool)
-    registry.load_entry_points()
+    registry.load_plugins()
     return registry
