@@ -1,7 +1,23 @@
+"""Fixtures shared by every tier, and the test-only plugins.
+
+The monikers and tools that exist only to test the service (tests/plugins.py)
+are registered through the operator's plugin setting, ``AGENTSVC_PLUGINS``:
+set here at import, before any test builds a registry, it reaches the
+registries of this process and of every agents.py and app.py a test starts
+(they inherit the environment).
+"""
+import os
+
 import pytest
 
-from tests.harness import Service
-from tools.builtin import COUNT_DIR_ENV
+from domain.plugin_registry import PLUGINS_ENV, plugin_modules
+
+TEST_PLUGINS = "tests.plugins"
+if TEST_PLUGINS not in plugin_modules():
+    os.environ[PLUGINS_ENV] = ",".join([*plugin_modules(), TEST_PLUGINS])
+
+from tests.harness import Service  # noqa: E402
+from tests.plugins import COUNT_DIR_ENV  # noqa: E402
 
 
 def _start(tmp_path_factory, name: str) -> Service:
