@@ -1,0 +1,50 @@
+"""The browser tier: tests that drive Debian's chromium through playwright against the real service.
+Every test collected under this folder carries the ``browser`` marker (``pytest -m browser``)."""
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.browsing import ARGS, CHROMIUM, refused_by_policy
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    # This hook sees every collected item, not only this folder's.
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, one per test module."""
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs it (apt-get install chromium)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, shared_service):
+    """A page on the dashboard of the module's service; fails the test if the
+    page fetched from another host, threw, broke its Content-Security-Policy,
+    got a 5xx or missed an asset."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    other_hosts = []
+    pg.on("request", lambda r: r.url.startswith(shared_service.url) or other_hosts.append(r.url))
+    errors = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda m: refused_by_policy(m) and errors.append(m.text))
+    pg.on("response", lambda r: r.status >= 500 or (r.status == 404 and "/api/" not in r.url)
+          and errors.append(f"{r.status} {r.url}"))
+    pg.goto(shared_service.url + "/")
+    yield pg
+    context.close()
+    assert not other_hosts, f"the dashboard fetched from other hosts: {other_hosts}"
+    assert not errors, f"JavaScript errors or missing assets: {errors}"

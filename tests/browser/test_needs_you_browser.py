@@ -1,0 +1,120 @@
+"""The "Needs you" page in a real browser (Debian's chromium driven by
+playwright) against the real service: open questions and approvals are listed
+oldest first, answered and approved in place, the list and the nav count follow
+live, and the page passes axe-core and fits at 400 px."""
+import pytest
+
+from tests.harness import wait_for
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
+from tests.browsing import scan, screenshot  # noqa: E402
+
+
+def asking(svc, args: dict, **fields) -> dict:
+    return svc.create("scripted", config={"interval_s": 0, "tools": ["ask_user"], "frames": [
+        {"tool_calls": [{"id": "ask", "name": "ask_user", "args": args}]}, {"text": "thanks", "done": True}]},
+        **fields)
+
+
+def only_call(svc, session_id: str, status: str) -> dict:
+    return wait_for(lambda: [c for c in svc.get("/api/tool-calls", session_id=session_id).json()["tool_calls"]
+                             if c["status"] == status], what=f"a {status} call of {session_id}")[0]
+
+
+def total(svc) -> int:
+    return svc.get("/api/waiting", limit=1).json()["total"]
+
+
+def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
+    svc = shared_service
+    expect = playwright_api.expect
+    city = asking(svc, {"question": "Which city?", "choices": ["Paris", "Rome"]}, name="Researcher")
+    colour = asking(svc, {"question": "Favourite colour?"}, name="Painter")
+    approval = svc.create("scripted", name="Adder", config={"interval_s": 0, "tools": ["add"], "approve": ["add"],
+                          "frames": [{"tool_calls": [{"name": "add", "args": {"numbers": [2, 3]}}]}, {"done": True}]})
+    city_call = only_call(svc, city["session_id"], "waiting_result")
+    colour_call = only_call(svc, colour["session_id"], "waiting_result")
+    add_call = only_call(svc, approval["session_id"], "waiting_approval")
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        pg.goto(svc.url + "/#/needs-you")
+        count = pg.get_by_test_id("needs-you-count")
+        expect(count).to_have_text(str(total(svc)), timeout=30_000)
+        item = lambda call: pg.locator(f"[data-testid=waiting-item][data-call='{call['id']}']")  # noqa: E731
+        for call in (city_call, colour_call, add_call):
+            expect(item(call)).to_be_visible(timeout=30_000)
+        expect(item(city_call).get_by_test_id("question")).to_have_text("Which city?")
+        ids = pg.locator("[data-testid=waiting-item]").evaluate_all("nodes => nodes.map(n => n.dataset.call)")
+        assert ids.index(city_call["id"]) < ids.index(colour_call["id"]) < ids.index(add_call["id"])  # oldest first
+        assert not scan(pg), scan(pg)
+        screenshot(pg, "needs-you.png")  # with AGENTSVC_SCREENSHOTS=docs
+
+        # A choice, a free-text answer and an approval, each in place; each item leaves the list live.
+        item(city_call).get_by_test_id("answer-choice").filter(has_text="Rome").click()
+        expect(item(city_call)).to_have_count(0, timeout=30_000)
+        item(colour_call).get_by_test_id("answer-text").fill("teal")
+        item(colour_call).get_by_test_id("answer-submit").click()
+        expect(item(colour_call)).to_have_count(0, timeout=30_000)
+        item(add_call).get_by_test_id("waiting-approve").click()
+        expect(item(add_call)).to_have_count(0, timeout=30_000)
+
+        for made in (city, colour, approval):
+            svc.wait_status(made["session_id"], "done", timeout=30)
+        city_row = svc.get(f"/api/tool-calls/{city_call['id']}").json()
+        assert city_row["result"] == {"answer": "Rome", "choice": "Rome", "answered_by": "user", "via": "api"}
+        assert svc.get(f"/api/tool-calls/{colour_call['id']}").json()["result"]["answer"] == "teal"
+        assert svc.get(f"/api/tool-calls/{add_call['id']}").json()["status"] == "success"
+        wait_for(lambda: count.text_content() == str(total(svc)) or (total(svc) == 0 and count.is_hidden()),
+                 what="the nav count to follow")
+
+        # A question asked while the page is open appears live (no reload).
+        late = asking(svc, {"question": "One more thing?"})
+        late_call = only_call(svc, late["session_id"], "waiting_result")
+        expect(item(late_call)).to_be_visible(timeout=30_000)
+        expect(count).to_have_text(str(total(svc)), timeout=30_000)
+        pg.set_viewport_size({"width": 400, "height": 800})
+        assert pg.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+
+        # The session's timeline offers the same answer box on its ask_user call.
+        pg.set_viewport_size({"width": 1280, "height": 900})
+        pg.goto(svc.url + f"/#/session/{late['session_id']}")
+        expect(pg.get_by_test_id("session-reason")).to_have_text("for your answer", timeout=30_000)
+        box = pg.locator(f"[data-testid=tool-call][data-call='{late_call['id']}']")
+        box.locator("input[name=answer]").fill("from the timeline")
+        box.get_by_role("button", name="Answer").click()
+        svc.wait_status(late["session_id"], "done", timeout=30)
+        assert svc.get(f"/api/tool-calls/{late_call['id']}").json()["result"]["answer"] == "from the timeline"
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_a_childs_question_is_answered_from_the_root_conversation(browser, shared_service):
+    svc = shared_service
+    expect = playwright_api.expect
+    conv = svc.post("/api/conversations", json={"title": "main chat"}).json()["conversation_id"]
+    root = svc.create("scripted", name="Orchestrator", conversation_id=conv,
+                      config={"interval_s": 0, "frames": [{"text": "delegating", "done": True}]})
+    svc.wait_status(root["session_id"], "done")
+    child = asking(svc, {"question": "Window or aisle?", "choices": ["window", "aisle"]}, name="Booker",
+                   parent_session_id=root["session_id"])
+    call = only_call(svc, child["session_id"], "waiting_result")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    try:
+        pg.goto(svc.url + f"/#/conversation/{conv}")
+        notice = pg.locator(f"[data-testid=message][data-message='{call['id']}']")
+        expect(notice).to_contain_text("Booker needs more information: Window or aisle?", timeout=30_000)
+        expect(notice.get_by_role("link", name="open Booker")).to_have_attribute(
+            "href", f"#/session/{child['session_id']}")
+        notice.get_by_test_id("message-choice").filter(has_text="aisle").click()
+        svc.wait_status(child["session_id"], "done", timeout=30)
+        result = svc.get(f"/api/tool-calls/{call['id']}").json()["result"]
+        assert result["answer"] == "aisle" and result["via"] == "conversation"
+        expect(pg.locator("[data-testid=message].user").filter(has_text="aisle")).to_have_count(1, timeout=30_000)
+    finally:
+        context.close()

@@ -1,0 +1,49 @@
+"""The sub-agent tree on the session page, in a real browser (Debian's chromium
+driven by playwright) against the real service: statuses update without a
+reload, links go down to a child and back up to its parent."""
+import pytest
+
+from tests.browsing import scan
+from tests.subagent_api import parent, spawned_ids, working
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+
+def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_service):
+    svc, expect = shared_service, playwright_api.expect
+    made = parent(svc, [{"text": "spawning", "tool_calls": [
+        {"name": "spawn_agent", "args": {"task": "quick", "moniker": "scripted", "name": "quick one",
+                                         "config": {"interval_s": 0, "frames": [{"text": "quick answer", "done": True}]}}},
+        {"name": "spawn_agent", "args": {"task": "slow", "moniker": "scripted", "name": "slow one",
+                                         "config": {"interval_s": 0.2, "frames": working(400)}}}]}]
+        + working(400), interval_s=0.2)
+    root = made["session_id"]
+    quick, slow = spawned_ids(svc, root, 2)
+    svc.wait_status(quick, "done", timeout=60)
+    svc.wait_steps(slow, 1, timeout=60)
+
+    page.goto(f"{svc.url}/#/session/{root}")
+    tree = page.get_by_test_id("session-tree")
+    expect(tree).to_be_visible(timeout=30_000)
+    expect(tree.locator(f"[data-session='{root}'] [aria-current=page]")).to_be_visible()
+    expect(tree.locator(f"[data-session='{quick}']")).to_have_attribute("data-status", "done")
+    expect(tree.locator(f"[data-session='{quick}']")).to_contain_text("quick answer")
+    slow_node = tree.locator(f"[data-session='{slow}']")
+    expect(slow_node).to_have_attribute("data-status", "running")
+
+    r = svc.post(f"/api/agents/{svc.session(slow)['agent_id']}/destroy", json={})
+    assert r.status_code == 202
+    expect(slow_node).to_have_attribute("data-status", "stopped", timeout=30_000)  # live, no reload
+
+    tree.locator(f"[data-session='{quick}'] >> a[data-testid=tree-link]").first.click()
+    expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
+    assert page.evaluate("location.hash") == f"#/session/{quick}"
+    up = page.get_by_test_id("tree-parent-link")
+    expect(up).to_be_visible(timeout=30_000)
+    expect(tree.locator(f"[data-session='{quick}'] [aria-current=page]")).to_be_visible()
+    found = scan(page)
+    assert not found, f"axe-core: {found}"
+    up.click()
+    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=30_000)
+    assert page.evaluate("location.hash") == f"#/session/{root}"
+    svc.control(made["agent_id"], "destroy")

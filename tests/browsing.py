@@ -1,0 +1,30 @@
+"""What the browser tests share: Debian's chromium and its flags, the check
+that a page broke no Content-Security-Policy, screenshots, and the axe scan."""
+import os
+
+from tests.harness import ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = os.environ.get("AGENTSVC_SCREENSHOTS")  # a directory (e.g. docs) to save the pages' pictures to
+
+
+def refused_by_policy(message) -> bool:
+    """Whether chromium refused something the page did because of its
+    Content-Security-Policy (api/dashboard.py): it says so on the console."""
+    return message.type == "error" and "Content Security Policy" in message.text
+
+
+def screenshot(pg, name: str) -> None:
+    if SHOTS:
+        pg.screenshot(path=os.path.join(ROOT, SHOTS, name), full_page=False)
+
+
+def scan(pg) -> list:
+    """axe-core (vendored, served by the app) on the page as it is now: the
+    serious and critical violations."""
+    pg.add_script_tag(url="/assets/vendor/axe.min.js")
+    result = pg.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    return [f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes'][:3]]}"
+            for v in result["violations"] if v["impact"] in ("serious", "critical")]
