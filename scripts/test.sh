@@ -6,6 +6,17 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+# The unit tier (scripts/test.sh tests/unit ...) needs nothing more: no browser,
+# Redis, node or real servers to set up.
+unit_only=0
+for arg in "$@"; do
+  case "$arg" in
+    tests/unit|tests/unit/*) unit_only=1 ;;
+    -*) ;;
+    *) unit_only=0; break ;;
+  esac
+done
+[ "$unit_only" = 1 ] && exec .venv/bin/python -m pytest "$@"
 # The browser test drives Debian's chromium (playwright cannot download browsers here).
 if [ ! -x /usr/bin/chromium ]; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
