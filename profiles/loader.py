@@ -18,58 +18,22 @@ a tool offered by an MCP server may appear after app.py started.
 import hashlib
 import logging
 import os
+import re
 import threading
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import yaml
 from pydantic import ValidationError
 
+from profiles.entry import Entry, Problem
 from profiles.model import NAME_PATTERN, Profile
+from profiles.resolve import base_config, reference_problems
 
 log = logging.getLogger("profiles")
 
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 500
 EXTENSIONS = (".yaml", ".yml")
-
-
-@dataclass
-class Problem:
-    """One reason a profile cannot be used."""
-
-    file: str
-    message: str
-    line: int | None = None
-    field: str | None = None
-
-    def describe(self) -> str:
-        where = self.file + (f":{self.line}" if self.line else "")
-        return f"{where}: " + (f"{self.field}: " if self.field else "") + self.message
-
-    def as_dict(self) -> dict:
-        return {"file": self.file, "line": self.line, "field": self.field, "message": self.message}
-
-
-@dataclass
-class Entry:
-    """A profile file as loaded: the profile, or why it could not be loaded."""
-
-    name: str
-    file: str
-    hash: str | None
-    profile: Profile | None
-    problems: list[Problem] = field(default_factory=list)
-    loaded_at: str = ""
-    _lines: dict = field(default_factory=dict, repr=False)  # field path -> line
-
-    def line_of(self, path: tuple) -> int | None:
-        """The line of the deepest known node on ``path`` (1-based)."""
-        for cut in range(len(path), -1, -1):
-            line = self._lines.get(tuple(path[:cut]))
-            if line is not None:
-                return line
-        return None
 
 
 def content_hash(data: bytes) -> str:
@@ -230,8 +194,6 @@ class ProfileLibrary:
         """``{moniker, config}`` of a usable profile, for code that starts sessions
         inside agents.py (a sub-agent spawned by profile); KeyError naming the
         problems when the profile is unknown or broken."""
-        from profiles.resolve import base_config
-
         entry = self.get(name)
         if entry is None:
             raise KeyError(f"no profile {name!r}")
@@ -250,12 +212,8 @@ class ProfileLibrary:
         ``tool_names``: :meth:`known_tools`, when checking many at once."""
         if entry.profile is None:
             return list(entry.problems)
-        from profiles.resolve import reference_problems  # resolve imports this module
-
         return reference_problems(entry, self.monikers, tool_names if tool_names is not None else self.known_tools())
 
 
 def valid_name(name: str) -> bool:
-    import re
-
     return re.fullmatch(NAME_PATTERN, name) is not None

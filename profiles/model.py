@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from monikers.llm_settings import LLMConfig
 from profiles.template import check_template
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
@@ -23,37 +24,6 @@ MAX_TEXT = 20_000
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-# ---- LLM ------------------------------------------------------------------
-
-class Prices(Strict):
-    input_per_1k: float = Field(0.0, ge=0)
-    output_per_1k: float = Field(0.0, ge=0)
-
-
-class LLM(Strict):
-    """Model settings.  Never a key: ``api_key_env`` names the environment
-    variable of the worker that holds it."""
-
-    model: str | None = Field(None, min_length=1, max_length=200)
-    base_url: str | None = Field(None, pattern=r"^https?://\S+$", max_length=2000)
-    temperature: float | None = Field(None, ge=0, le=2)
-    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
-    timeout_s: float | None = Field(None, gt=0, le=3600)
-    structured: Literal["auto", "json_schema", "json_object", "off"] | None = None  # monikers/llm_settings.py
-    stream: bool | None = None
-    seed: int | None = Field(None, ge=0, le=2**31 - 1)
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-    prices: Prices | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_keys(cls, data):
-        if isinstance(data, dict) and "api_key" in data:
-            raise ValueError("api_key is not accepted in a profile (files are shared and copied): put the key "
-                             "in an environment variable of the workers and name it in api_key_env")
-        return data
 
 
 # ---- prompt ---------------------------------------------------------------
@@ -214,7 +184,9 @@ class Profile(Strict):
     name: ProfileName
     description: str = Field("", max_length=2000)
     moniker: str = Field(min_length=1, max_length=128)
-    llm: LLM | None = None
+    llm: LLMConfig | None = Field(None, description="becomes the session's config.llm, so it is checked by the "
+                                                   "same model: never a key, api_key_env names the worker's "
+                                                   "environment variable that holds it")
     prompt: list[Segment] = Field(default_factory=list, max_length=64)
     tools: Tools = Field(default_factory=Tools)
     limits: Limits = Field(default_factory=Limits)

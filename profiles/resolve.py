@@ -23,10 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from profiles.loader import Entry, Problem
+from profiles.entry import Entry, Problem
 from profiles.model import OVERRIDABLE_KEYS, Profile
-
-LLM_TO_CONFIG = ("model", "base_url", "temperature", "max_tokens", "timeout_s", "api_key_env", "prices")
+from profiles import observers
 
 
 class ResolveError(ValueError):
@@ -57,8 +56,8 @@ def base_config(entry: Entry) -> dict:
     config.update(p.limits.model_dump(exclude_none=True))
     config["tools"] = list(p.tools.allowed)
     config["approve"] = list(p.tools.approve)
-    if p.llm is not None:
-        config["llm"] = p.llm.model_dump(exclude_none=True)
+    if p.llm is not None:  # the keys the file gives (a default the runner applies is not written down)
+        config["llm"] = {k: v for k, v in p.llm.model_dump(exclude_none=True).items() if k in p.llm.model_fields_set}
     config["profile"] = profile_record(entry)
     return config
 
@@ -115,9 +114,7 @@ def reference_problems(entry: Entry, monikers, tool_names: set[str] | None) -> l
         for i, name in enumerate(p.tools.allowed):
             if name not in tool_names:
                 problem(("tools", "allowed", i), f"no tool {name!r} is installed")
-    from profiles.observers import observer_plugins
-
-    plugins = observer_plugins()
+    plugins = observers.observer_plugins()
     for i, observer in enumerate(p.observers):
         if observer.python and observer.python not in plugins:
             problem(("observers", i, "python"), f"no observer {observer.python!r} is installed under the "
