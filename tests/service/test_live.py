@@ -5,7 +5,6 @@ reconnect, and the relay reconnecting by itself after app.py restarts."""
 import os
 import signal
 import threading
-import time
 
 import pytest
 import socketio
@@ -134,7 +133,10 @@ def test_live_steps_then_catch_up_after_a_reconnect(shared_service):
     states = watcher.of("agent_state")
     assert states and all(e["id"] == sid for e in states)
 
-    time.sleep(1.0)  # disconnected: steps happen that this client does not see
+    # Disconnected: steps happen that this client does not see (five, so that
+    # the catch-up below has at least five steps beyond the live ones).
+    last_live = max(e["data"]["iteration"] for e in live)
+    wait_for(lambda: len(svc.steps(sid, min_iteration=last_live + 1)) >= 5, what="five steps while disconnected")
     seen = {e["id"]: e["data"] for e in live}
     watcher = Watcher(svc.url, [f"session:{sid}"])
     try:

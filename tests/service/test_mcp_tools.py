@@ -8,11 +8,12 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.harness import free_port, wait_for
+from tests.harness import free_port, until, wait_for
 from tools.mcp import McpBridge, McpConfig, ServerConfig, ToolFailed, load_config
 from tools.tool_registry import ToolContext, ToolRegistry
 
@@ -98,7 +99,7 @@ def test_a_dying_server_fails_its_call_and_is_reconnected_on_the_next(tmp_path, 
             # calls in flight when it dies all fail, and the one connection is closed once
             outcomes = await asyncio.gather(call(registry, "demo.sleep", {"seconds": 30}),
                                             call(registry, "demo.sleep", {"seconds": 30}),
-                                            crash_soon(registry), return_exceptions=True)
+                                            crash_soon(registry, log_path), return_exceptions=True)
             assert all(isinstance(o, ToolFailed) for o in outcomes), outcomes
             assert await call(registry, "demo.add", {"a": 2, "b": 2}) == {"result": 4}
             # killed between two calls: the next call starts it again instead of failing
@@ -114,20 +115,23 @@ def test_a_dying_server_fails_its_call_and_is_reconnected_on_the_next(tmp_path, 
     assert "mcp server demo unavailable" in caplog.text
 
 
-async def crash_soon(registry):
-    await asyncio.sleep(0.2)  # let the two sleeps reach the server first (not needed for correctness)
+async def crash_soon(registry, log_path):
+    """Crash the server once both sleeps have reached it (it logs each call as it starts)."""
+    await until(lambda: executions(log_path, "sleep") >= 2, timeout=30, what="both sleeps to reach the server")
     return await call(registry, "demo.crash", {})
 
 
 async def wait_until_answers(registry):
     """The pid of the server once the killed one is gone: the first call after
     the kill either finds it dead (and restarts it) or races its exit."""
-    for _ in range(50):
+    deadline = time.monotonic() + 60
+    while True:
         try:
             return (await call(registry, "demo.pid", {}))["result"]
         except ToolFailed:
+            if time.monotonic() > deadline:
+                raise AssertionError("the server never came back") from None
             await asyncio.sleep(0.1)
-    raise AssertionError("the server never came back")
 
 
 def test_a_call_that_outlives_its_timeout_fails():
@@ -200,14 +204,15 @@ def test_a_streamable_http_server_is_called_and_reconnected(tmp_path):
             with pytest.raises(ToolFailed, match="'web'"):
                 await call(registry, "web.add", {"a": 1, "b": 1})
             proc = await asyncio.to_thread(start_http_server, port, log_path)
-            for _ in range(20):  # the next call connects again (a call racing the old session may fail first)
+            deadline = time.monotonic() + 60
+            while True:  # the next call connects again (a call racing the old session may fail first)
                 try:
                     assert await call(registry, "web.add", {"a": 1, "b": 1}) == {"result": 2}
                     break
                 except ToolFailed:
+                    if time.monotonic() > deadline:
+                        raise AssertionError("the HTTP server was never reconnected") from None
                     await asyncio.sleep(0.2)
-            else:
-                raise AssertionError("the HTTP server was never reconnected")
         finally:
             await bridge.close()
     try:

@@ -7,11 +7,11 @@ cannot shrink the heap by itself) and check that the trimmer gives it back.
 """
 import ctypes
 import os
-import time
 
 import pytest
 
 from runtime import memory
+from tests.harness import wait_for
 
 pytestmark = pytest.mark.skipif(not memory.can_release(), reason="glibc's malloc_trim is needed")
 
@@ -53,15 +53,12 @@ def test_the_trimmer_releases_on_its_own_and_stops_when_closed():
     _, retained = _peak_then_free()
     trimmer = memory.MemoryTrimmer(every_s=0.05).start()
     try:
-        deadline = time.monotonic() + 30
-        while not (retained - _rss() > 80 * 2**20 and trimmer.trims >= 1) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert retained - _rss() > 80 * 2**20 and trimmer.trims >= 1
+        wait_for(lambda: retained - _rss() > 80 * 2**20 and trimmer.trims >= 1, timeout=30,
+                 what="a trim that gives the freed memory back")
     finally:
         trimmer.close()
-    stopped_at = trimmer.trims
-    time.sleep(0.3)
-    assert trimmer.trims == stopped_at and not trimmer._thread.is_alive()
+    # Closed, its thread ends: no trim can come after.
+    wait_for(lambda: not trimmer._thread.is_alive(), timeout=30, what="the trimmer's thread to end")
 
 
 def test_zero_means_never():

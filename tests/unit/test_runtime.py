@@ -1,5 +1,6 @@
 """runtime/ in one process: ordering, bad actions, reconciliation, destroy."""
 import asyncio
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -126,18 +127,27 @@ def test_reconcile_records_a_step_in_flight_as_interrupted_and_tells_the_next_st
 
 
 def test_destroy_cancels_a_hung_step_after_the_grace_period(store):
+    from monikers import Moniker, default_registry
+    hanging = threading.Event()
+
+    async def hang_step(frame, ctx):
+        hanging.set()
+        await asyncio.sleep(3600)
+
+    monikers = default_registry()
+    monikers.register(Moniker("hang", hang_step))
     made = store.actions.enqueue("create", agent_id="a", session_id="hung", payload={
-        "moniker": "chaos", "config": {"interval_s": 0, "fail_at": 1, "mode": "hang", "step_timeout_s": 600}})
+        "moniker": "hang", "config": {"interval_s": 0, "step_timeout_s": 600}})
 
     async def scenario(service):
         await until(lambda: finished(store, made["id"]), what="create")
-        await asyncio.sleep(0.2)
+        await until(hanging.is_set, what="the step to hang")
         destroy = store.actions.enqueue("destroy", agent_id="a", session_id="hung")
         started = time.monotonic()
         await until(lambda: finished(store, destroy["id"]), what="destroy")
         return time.monotonic() - started
 
-    took = with_service(store, scenario, destroy_grace_s=0.3)
+    took = run_in_process(store, scenario, monikers=monikers, destroy_grace_s=0.3)
     snap = store.states.get("hung")
     assert snap["status"] == "stopped" and snap["status_reason"] == "destroyed"
     assert took < 10
@@ -278,7 +288,7 @@ def test_a_step_waits_for_one_commit_and_at_most_one_snapshot_is_in_flight():
         for released in range(4):
             # The step after a snapshot's commit runs while that snapshot is in
             # flight; the one after that waits for it.
-            await asyncio.sleep(0.2)
+            await until(lambda: len(persist.steps) >= released + 2, timeout=30, what=f"step {released + 1}")
             assert persist.steps == list(range(released + 2))
             assert persist.snapshots == list(range(released))
             persist.gate.release()
