@@ -7,7 +7,7 @@ The seed is fixed and printed (override it with AGENTSVC_CRASH_SEED); the
 kills land at different instants of the service's work on every run anyway,
 because the processes' timing is not under the seed's control.
 
-    AGENTSVC_LONG_TESTS=1 pytest tests/test_crash_harness.py -s   # 20+ kills
+    AGENTSVC_LONG_TESTS=1 pytest tests/service/test_crash_harness.py -s   # 20+ kills
 """
 import os
 import random

@@ -9,7 +9,7 @@
    document states exactly what the API accepts and answers.
 
 The Socket.IO ingest namespace refusing clients without the token (none, or a
-wrong one) is proved in tests/test_live.py (test_ingest_refuses_a_missing_or_wrong_token
+wrong one) is proved in tests/service/test_live.py (test_ingest_refuses_a_missing_or_wrong_token
 in-process, test_ingest_over_the_wire_needs_the_token over a real socket);
 test_ingest_over_the_wire_refuses_no_token below adds the missing-token case
 over the wire.

@@ -1,4 +1,4 @@
-"""The priority inbox against the real service (issue 12, test 3).
+"""The priority inbox against the real service.
 
 While a scripted agent's step waits on two external tool calls, a user
 message arrives, then one tool result, then a child's result, then the other

@@ -1,4 +1,4 @@
-"""runtime/memory: glibc's malloc keeps at most N heaps, and large blocks in mappings of their own (issue 9).
+"""runtime/memory: glibc's malloc keeps at most N heaps, and large blocks in mappings of their own.
 
 Each test runs in a fresh interpreter, because the limit must be set before
 threads allocate and is fixed for the life of a process.  Sixteen threads
@@ -83,7 +83,7 @@ def test_an_operators_malloc_arena_max_wins(tmp_path):
 # runtime/memory.fix_mmap_threshold: large blocks keep coming from mappings of
 # their own.  glibc, left alone, raises its threshold to the size of a mapped
 # block when that is freed: a second block of half that size then comes from
-# the heap, where it stays after free (issue 9).
+# the heap, where it stays after free.
 THRESHOLD_PROGRAM = textwrap.dedent("""
     import ctypes, sys
     from runtime import memory

@@ -2,14 +2,14 @@
 store (SeaweedFS on 127.0.0.1, tests/servers.py: seaweedfs_s3), and one of them
 killed.
 
-What this proves, with the assertions of tests/test_workers.py: on object
+What this proves, with the assertions of tests/worker_pool.py: on object
 storage too, sessions spread over both workers, every action is applied
 exactly once by the owner of its session, each guidance reaches one step; after
 kill -9 of one worker the other adopts its sessions (paused stay paused,
 running keep stepping, iterations 0..n without gap or duplicate) and applies
 the actions sent meanwhile.  And a single agents.py killed with SIGKILL twice
 under a stream of controls and restarted under its --worker-id loses nothing
-(the checks of tests/test_crash_harness.py).  There is no inotify on object
+(the checks of tests/service/test_crash_harness.py).  There is no inotify on object
 storage: the dispatcher looks at the queue table's version every
 --watch-interval.
 
@@ -76,7 +76,7 @@ def test_two_workers_on_object_storage_and_a_kill(service):
     svc = service
     # Commits to object storage take tens of ms (seconds on a loaded machine):
     # a worker is declared dead only after 10 s of silence, so a slow heartbeat
-    # is not mistaken for a death (tests/test_workers.py uses 3 s on local disk).
+    # is not mistaken for a death (tests/service/test_workers.py uses 3 s on local disk).
     # With 3 s here the test passes too (fencing keeps a worker wrongly taken for
     # dead from running or saving what it lost, runtime/fence.py), but on a loaded
     # machine live workers are then taken for dead now and then, their claims
@@ -134,7 +134,7 @@ def test_kill_9_and_restart_under_controls_on_object_storage(service, monkeypatc
     no slot to get the id back from), so it resumes its sessions at once: every
     accepted action ends as the model of its session says and in the order
     accepted, sessions end in the status their actions imply, iterations stay
-    0..n, and each guidance reaches one step (tests/test_crash_harness.py, without
+    0..n, and each guidance reaches one step (tests/service/test_crash_harness.py, without
     its tools and sub-agents, on the bucket)."""
     svc = service
     uri, options = svc.s3

@@ -1,4 +1,4 @@
-"""The ``orchestrator`` moniker end to end (seed 004): a real service, a
+"""The ``orchestrator`` moniker end to end: a real service, a
 conversation, the real BAML client talking to the fake OpenAI-compatible
 server, which takes each of the three branches: start a sub-agent, follow up
 with it (reactivating it), answer directly."""

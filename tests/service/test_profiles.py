@@ -1,4 +1,4 @@
-"""Agent profiles against the real service (issue 12, tests 1, 2, 4 and 5).
+"""Agent profiles against the real service.
 
 One service for the module, started on a profiles directory of its own,
 with the fake OpenAI server as the LLM and a test-only python observer

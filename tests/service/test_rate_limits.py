@@ -1,4 +1,4 @@
-"""Shared model rate limits against the real service (issue 12, test 7): three
+"""Shared model rate limits against the real service: three
 sessions on one model limited to 6 requests per window, run by two agents.py
 workers, never make the fake provider see more than 6 requests in any sliding
 window; a session on another model never waits; a 429 with ``Retry-After: 2``

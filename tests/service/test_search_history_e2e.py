@@ -1,5 +1,5 @@
 """``search_history`` through a real session: a ``scripted`` agent (StepFrame-v1
-tool calls, issue 10) searches and finds another finished session of the same
+tool calls) searches and finds another finished session of the same
 agent, its summary first.  Skipped until the tool runner and the ``scripted``
 moniker are in the tree."""
 import pytest
@@ -10,7 +10,7 @@ from tests.harness import wait_for
 def test_an_agent_finds_its_earlier_finished_session(shared_service):
     svc = shared_service
     if "scripted" not in {m["name"] for m in svc.get("/api/monikers").json()["monikers"]}:
-        pytest.skip("the scripted moniker (tool runner, issue 10) is not installed in this tree")
+        pytest.skip("the scripted moniker (tool runner) is not installed in this tree")
     agent_id = "history-agent"
     first = svc.create("countdown", "count the capybaras by the river", agent_id=agent_id,
                        config={"interval_s": 0, "n": 2})

@@ -1,4 +1,4 @@
-"""Storage under sustained load (issue 9): maintenance keeps up with the fastest
+"""Storage under sustained load: maintenance keeps up with the fastest
 commit stream this process can produce, and a session's latest page costs the
 same whatever the length of its history.
 
@@ -16,7 +16,7 @@ from store import codec
 from store.maintenance import Maintainer, table_shape
 
 WRITERS = 16          # concurrent callers, each waiting for its commit like a runner does
-SECONDS = 30          # the landed code before issue 9 passed 2,000 versions in ~20 s of this
+SECONDS = 30          # an earlier store passed 2,000 versions in ~20 s of this
 MAX_SECONDS = 120
 MAX_FRAGMENTS = 200   # the issue's bounds, at every sample
 MAX_VERSIONS = 2000

@@ -2,7 +2,7 @@
 app.py as subprocesses, one service for the module): app.py lists the tools
 agents.py discovered on an MCP server (GET /api/tools, across processes), an
 MCP server's tool is called by a session, and the ``baml`` moniker calls a
-slow tool against the fake LLM (issue 10, item 2: no LLM request while the
+slow tool against the fake LLM (no LLM request while the
 tool runs; afterwards exactly one, whose prompt holds the tool's result).
 
 The session tests need the runner's tool execution (``runtime/tool_runner.py``,

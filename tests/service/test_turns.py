@@ -1,4 +1,4 @@
-"""Turns against the real service (issue 12, test 6): three user messages make
+"""Turns against the real service: three user messages make
 three turns, each with its steps and a summary; the rows survive a kill -9 in
 the middle of a turn; and the keeper rebuilds rows whose writes a crash lost."""
 import asyncio

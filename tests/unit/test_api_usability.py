@@ -1,4 +1,4 @@
-"""The API as people use it (issue 14): config checked at create, names, agents
+"""The API as people use it: config checked at create, names, agents
 paged and filtered with a total, the action log filtered, and an OpenAPI
 document that says exactly what is accepted.  In process: app.py's Flask app on
 a real store, no agents.py (actions stay queued, which is what these read)."""

@@ -1,4 +1,4 @@
-"""runtime/memory.py: freed native memory goes back to the system (issue 9).
+"""runtime/memory.py: freed native memory goes back to the system.
 
 glibc keeps what native code frees inside its heaps; a process whose native
 buffers once peaked keeps that RSS.  These tests free memory the way LanceDB's

@@ -74,7 +74,7 @@ def test_plugins_load_from_entry_points_and_broken_ones_are_skipped(tmp_path, mo
 
 
 def test_jokes_are_grammatical_and_echo_says_nothing_without_guidance():
-    """Found by hand (issue 14): 'a programmers', 'A dogs walks', and an echo agent
+    """Found by hand: 'a programmers', 'A dogs walks', and an echo agent
     that flooded its conversation with '(nothing to echo)'."""
     registry = default_registry()
     joke = registry.get("joke")
