@@ -4,7 +4,7 @@
     python scripts/baml_generate.py --check    # exit 1 if baml_client/ is stale
 
 The generated client is committed so that ``pip install -e .`` works with no
-extra step; tests/test_baml_moniker.py regenerates into a temporary directory
+extra step; tests/unit/test_baml_moniker.py regenerates into a temporary directory
 and fails when the committed copy differs.  Never edit baml_client/ by hand:
 change baml_src/ and run this script.
 

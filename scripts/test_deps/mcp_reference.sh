@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The official reference MCP servers the MCP tests run as stdio servers
-# (tests/mcp_reference.py, tests/test_mcp_reference.py): mcp-server-time and
+# (tests/mcp_reference.py, tests/service/test_mcp_reference.py): mcp-server-time and
 # mcp-server-git from PyPI.
 #
 # Both go into their own virtualenv, .venv-mcp, so that their pins (the mcp
