@@ -3,16 +3,11 @@
 - ``joke``: tells jokes about the subject of its task; guidance changes the subject.
 - ``countdown``: counts down from ``config.n`` (default 3) and finishes at zero.
 - ``echo``: repeats whatever guidance it receives; handy for watching steering.
-- ``chaos``: behaves like a counter, then fails on purpose at step ``config.fail_at``
-  (``mode``: raise | hang | garbage | transient).  It exists to test that one bad
-  agent cannot hurt the others; ``transient`` fails ``config.failures`` times
-  (default 2) with an error marked transient, then succeeds.
-- ``sleepy``: a counter whose every step takes ``config.sleep_s`` (default 1) seconds,
-  like a slow LLM call; for testing heartbeats and crashes mid-step.
+
+Monikers that exist only to test crashes and limits are not here: they are the
+tests' plugins (tests/plugins.py), registered only where the tests ask.
 """
-import asyncio
 import re
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,15 +34,6 @@ class CountdownConfig(_Config):
 class EchoConfig(_Config):
     pass
 
-
-class ChaosConfig(_Config):
-    fail_at: JsonInt = Field(1, ge=1, le=1_000_000, description="the step (counting from 1) that fails")
-    mode: Literal["raise", "hang", "garbage", "transient"] = Field("raise", description="how it fails")
-    failures: JsonInt = Field(2, ge=0, le=100, description="mode transient: failures before it succeeds")
-
-
-class SleepyConfig(_Config):
-    sleep_s: float = Field(1.0, ge=0, le=3600, description="seconds each step takes")
 
 # Every joke names the subject in the plural, as it was given ("cats"), so that
 # the grammar holds ("Three cats walk", never "A cats walks").
@@ -116,48 +102,10 @@ async def echo_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
                     text=frame.guidance, data={"guidance": frame.guidance})
 
 
-class TransientError(RuntimeError):
-    """A failure worth retrying (the runner reads ``transient``)."""
-
-    transient = True
-
-
-_transient_failures: dict[tuple[str, str], int] = {}
-
-
-async def chaos_step(frame: FrameIn, ctx: StepContext):
-    n = int(frame.state.get("n", 0))
-    if n + 1 >= int(ctx.config.get("fail_at", 1)):
-        mode = ctx.config.get("mode", "raise")
-        if mode == "hang":
-            await asyncio.sleep(3600)
-        if mode == "garbage":
-            return {"this": "is not a frame", "next_step": 42}
-        if mode == "transient":
-            key = (ctx.session_id, frame.step)
-            _transient_failures[key] = _transient_failures.get(key, 0) + 1
-            if _transient_failures[key] <= int(ctx.config.get("failures", 2)):
-                raise TransientError(f"chaos: transient failure {_transient_failures[key]} at step {n + 1}")
-        else:
-            raise RuntimeError(f"chaos: failing on purpose at step {n + 1}")
-    return FrameOut(step=frame.step, next_step=str(n + 1), state={"n": n + 1}, text=f"step {n + 1} fine")
-
-
-async def sleepy_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
-    await asyncio.sleep(float(ctx.config.get("sleep_s", 1.0)))
-    n = int(frame.state.get("n", 0)) + 1
-    return FrameOut(step=frame.step, next_step=str(n), state={"n": n}, text=f"slept through step {n}")
-
-
 JOKE = Moniker("joke", joke_step, "Tells jokes about its task's subject; guidance changes the subject.",
                config_model=JokeConfig)
 COUNTDOWN = Moniker("countdown", countdown_step, "Counts down from config.n (default 3), then is done.",
                     config_model=CountdownConfig)
 ECHO = Moniker("echo", echo_step, "Repeats the guidance it receives at each step.", config_model=EchoConfig)
-CHAOS = Moniker("chaos", chaos_step,
-                "Test moniker: fails at step config.fail_at (mode raise | hang | garbage | transient).",
-                config_model=ChaosConfig)
-SLEEPY = Moniker("sleepy", sleepy_step, "Test moniker: each step takes config.sleep_s seconds (default 1).",
-                 config_model=SleepyConfig)
 
-BUILTINS = (JOKE, COUNTDOWN, ECHO, CHAOS, SLEEPY)
+BUILTINS = (JOKE, COUNTDOWN, ECHO)

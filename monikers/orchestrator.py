@@ -1,4 +1,4 @@
-"""The ``orchestrator`` moniker (seed 004): sits in a conversation and, for
+"""The ``orchestrator`` moniker: sits in a conversation and, for
 each user message, decides with the LLM (BAML ``DecideNextMove``,
 baml_src/orchestrator.baml) to start a new sub-agent, to send a follow-up to
 one it has, or to answer directly.

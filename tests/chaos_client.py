@@ -313,7 +313,7 @@ def assert_tool_calls_exactly_once(svc: Service, sent: list[ToolSent], actions: 
     names in ``decided_by``) and the others failed as conflicts; a counted tool
     started at most once (once if it succeeded, never if denied); and every ended
     call's result reached exactly one later step, none twice."""
-    from tools.builtin import read_count
+    from tests.plugins import read_count
 
     by_call: dict[str, list[ToolSent]] = {}
     for s in sent:

@@ -7,21 +7,12 @@ tools its config lists in ``tools``).
   idempotent, so a worker that dies mid-wait runs it again to the same deadline.
 - ``human``: an *external* tool: nothing runs; the call waits until someone
   posts its result (``POST /api/tool-calls/<id>/result``).
+- ``ask_user``: ask the user and wait for the answer (tools/ask_user.py).
 
-Deterministic tools for tests (in the spirit of the ``chaos``/``sleepy`` monikers):
-
-- ``add``: adds numbers.
-- ``sleep_count`` / ``sleep_count_idempotent``: sleep ``seconds``, after
-  appending one line to ``<AGENTSVC_TOOL_COUNT_DIR>/<key>.count`` (fsynced),
-  so a test can prove how many times a call's tool really started, across
-  kill -9.  The directory is the operator's (environment of agents.py); a call
-  only names a key matching ``[A-Za-z0-9_-]{1,64}``.  Without the variable set
-  the tools fail with a message saying so.
-- ``repeat``: ``text`` repeated ``times`` times (a result over the cap, on purpose).
-- ``fail``: fails on purpose with ``message``.
+Tools that exist only to test crashes and limits are not here: they are the
+tests' plugins (tests/plugins.py), registered only where the tests ask.
 """
 import asyncio
-import os
 from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tools.ask_user import ASK_USER
 from tools.tool import Tool, ToolContext
 
-COUNT_DIR_ENV = "AGENTSVC_TOOL_COUNT_DIR"
 MAX_WAIT_S = 30 * 86_400
 
 
@@ -81,78 +71,4 @@ HUMAN = Tool("human", "Ask a human (or another system); the answer is posted to 
              "POST /api/tool-calls/<id>/result and the session waits for it.", None, HumanArgs, external=True)
 
 
-# ---- deterministic test tools ----------------------------------------------
-
-class AddArgs(Strict):
-    numbers: list[float] = Field(min_length=1, max_length=1000)
-
-
-async def add_run(args: AddArgs, ctx: ToolContext) -> dict:
-    total = sum(args.numbers)
-    return {"sum": int(total) if total.is_integer() else total}
-
-
-class SleepCountArgs(Strict):
-    seconds: float = Field(0.0, ge=0, le=600)
-    key: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="name of the counter file")
-
-
-def count_file(key: str) -> str:
-    directory = os.environ.get(COUNT_DIR_ENV)
-    if not directory:
-        raise RuntimeError(f"sleep_count needs the operator to set {COUNT_DIR_ENV} for agents.py")
-    return os.path.join(directory, f"{key}.count")
-
-
-def read_count(directory: str, key: str) -> int:
-    """How many times the tool started for ``key`` (for tests)."""
-    try:
-        with open(os.path.join(directory, f"{key}.count")) as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        return 0
-
-
-def _append_line(path: str, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-async def sleep_count_run(args: SleepCountArgs, ctx: ToolContext) -> dict:
-    path = count_file(args.key)
-    await asyncio.to_thread(_append_line, path, f"{ctx.tool_call_id} attempt={ctx.attempt}\n")
-    await asyncio.sleep(args.seconds)
-    return {"slept": args.seconds, "executions": read_count(os.path.dirname(path), args.key)}
-
-
-class FailArgs(Strict):
-    message: str = Field("failing on purpose", max_length=1000)
-
-
-async def fail_run(args: FailArgs, ctx: ToolContext):
-    raise RuntimeError(args.message)
-
-
-class RepeatArgs(Strict):
-    text: str = Field(max_length=1000)
-    times: int = Field(1, ge=0, le=100_000)
-
-
-async def repeat_run(args: RepeatArgs, ctx: ToolContext) -> str:
-    return args.text * args.times
-
-
-ADD = Tool("add", "Add numbers: {numbers: [..]} -> {sum}.", add_run, AddArgs, timeout_s=5, idempotent=True)
-SLEEP_COUNT = Tool("sleep_count", "Test tool: count one execution durably, then sleep `seconds`. Not idempotent.",
-                   sleep_count_run, SleepCountArgs, timeout_s=660)
-SLEEP_COUNT_IDEMPOTENT = Tool("sleep_count_idempotent", "Like sleep_count, but idempotent: run again after a crash.",
-                              sleep_count_run, SleepCountArgs, timeout_s=660, idempotent=True)
-REPEAT = Tool("repeat", "Test tool: `text` repeated `times` times (a large result on purpose).", repeat_run,
-              RepeatArgs, timeout_s=5, idempotent=True)
-FAIL = Tool("fail", "Test tool: fails on purpose with `message`.", fail_run, FailArgs, timeout_s=5)
-
-BUILTINS = (WAIT, HUMAN, ASK_USER, ADD, SLEEP_COUNT, SLEEP_COUNT_IDEMPOTENT, REPEAT, FAIL)
+BUILTINS = (WAIT, HUMAN, ASK_USER)

@@ -17,7 +17,8 @@ worker last saw it.  ``workers`` names the agents.py processes that offer it
 """
 import logging
 
-from tools import http_fetch
+from store import search as store_search
+from tools import http_fetch, search_history, spawn_agent
 from tools.tool_registry import ToolRegistry, default_tool_registry
 
 log = logging.getLogger("tools.catalog")
@@ -38,13 +39,28 @@ def service_registry(store, monikers, fetch_policy: http_fetch.FetchPolicy | Non
     tools/spawn_agent.py).  agents.py runs these; app.py lists them and checks
     profiles against them, so a profile naming them is usable before any
     worker has published its catalog."""
-    from tools import search_history, spawn_agent  # they import the store and runtime; this module does not
-
     registry = installed_registry(fetch_policy)
-    registry.register(search_history.build(store))
+    registry.register(search_history.build(history_search(store)))
     for tool in spawn_agent.build(store, monikers, profiles):
         registry.register(tool)
     return registry
+
+
+def history_search(store) -> search_history.HistorySearch:
+    """``search_history``'s search over the service's store: hybrid (vector and
+    full-text) when the store has semantic search configured and the text has
+    terms, full-text otherwise."""
+
+    def search(text: str, *, limit: int, agent_id: str | None, session_id: str | None) -> list[dict]:
+        query = store_search.SearchQuery(terms=store_search.terms_of(text), limit=limit, agent_id=agent_id,
+                                         session_id=session_id)
+        semantic = getattr(store, "semantic", None)
+        if semantic is not None and query.terms:
+            hits, _reason = semantic.hybrid(store.tables, query, text)
+            return hits
+        return store_search.fts(store.tables, query)
+
+    return search
 
 
 def entries(registry: ToolRegistry, bridge=None) -> list[dict]:

@@ -1,5 +1,6 @@
 """The built-in ``search_history`` tool: an agent searches its own record
-(seed 003's "search tool").
+(summaries of past sessions, earlier steps, messages, tool calls), so that it
+can use what it did before without carrying it all in its prompt.
 
 ``{query, scope?, limit?}``: ``scope`` is ``session`` (this session),
 ``agent`` (every session of this agent, the default) or ``all`` (every
@@ -8,15 +9,16 @@ agent's record, only when the session's config allows it with
 steps, messages and tool calls by relevance; each hit is short (a snippet, or
 a summary's text) so that the result fits in a prompt.
 
-The tool reads the store directly (no action, no write), so it is
-idempotent and safe to run again after a crash.
+The tool only reads (no action, no write), so it is idempotent and safe to
+run again after a crash.  How the record is searched is not this module's:
+whoever builds the tool gives it a :class:`HistorySearch` (tools/catalog.py
+gives one over the service's store), so tools/ knows nothing of storage.
 """
 import asyncio
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from store import search as store_search
 from tools.tool import Tool, ToolContext
 
 NAME = "search_history"
@@ -36,36 +38,37 @@ class ScopeNotAllowed(PermissionError):
     pass
 
 
+class HistorySearch(Protocol):
+    """Searches the record for ``text``, at most ``limit`` hits, within one
+    agent's or one session's record when given (None: not narrowed).  Each
+    hit is a dict with ``kind`` (``summary``, ``step``, ``message``,
+    ``tool_call``), ``snippet``, and where known ``session_id``,
+    ``iteration``, ``created_at`` and (a tool call's) ``name``.  Called in a
+    worker thread: it may block."""
+
+    def __call__(self, text: str, *, limit: int, agent_id: str | None, session_id: str | None) -> list[dict]: ...
+
+
 def allows_all(config: dict) -> bool:
     options = (config or {}).get("search_history")
     return isinstance(options, dict) and options.get("allow_all") is True
 
 
-def build(store) -> Tool:
-    """The tool, bound to the service's store (and its semantic search when configured)."""
+def build(search: HistorySearch) -> Tool:
+    """The tool, searching with ``search``."""
 
     async def run(args: SearchHistoryArgs, ctx: ToolContext) -> dict:
         if args.scope == "all" and not allows_all(ctx.config):
             raise ScopeNotAllowed("scope 'all' is not allowed for this session "
                                   "(its config needs search_history.allow_all: true); use 'agent' or 'session'")
-        query = store_search.SearchQuery(
-            terms=store_search.terms_of(args.query), limit=args.limit,
-            agent_id=ctx.agent_id if args.scope == "agent" else None,
-            session_id=ctx.session_id if args.scope == "session" else None)
-        hits = await asyncio.to_thread(_search, store, query, args.query)
+        hits = await asyncio.to_thread(search, args.query, limit=args.limit,
+                                       agent_id=ctx.agent_id if args.scope == "agent" else None,
+                                       session_id=ctx.session_id if args.scope == "session" else None)
         return {"query": args.query, "scope": args.scope, "hits": [_compact(h) for h in summaries_first(hits)]}
 
     return Tool(name=NAME, description="Search your own history: summaries of past sessions, earlier steps, "
                                         "messages and tool calls. Summaries come first.",
                 run=run, args_model=SearchHistoryArgs, timeout_s=30.0, idempotent=True)
-
-
-def _search(store, query, text: str) -> list[dict]:
-    semantic = getattr(store, "semantic", None)
-    if semantic is not None and query.terms:
-        hits, _reason = semantic.hybrid(store.tables, query, text)
-        return hits
-    return store_search.fts(store.tables, query)
 
 
 def summaries_first(hits: list[dict]) -> list[dict]:

@@ -8,7 +8,7 @@ import pytest
 import socketio
 
 from tests.harness import wait_for
-from tools.builtin import read_count
+from tests.plugins import read_count
 
 # The fixtures ``shared_service`` and ``service`` (tests/conftest.py) give agents.py
 # a directory where the counting tools record each execution (``svc.count_dir``).

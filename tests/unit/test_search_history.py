@@ -1,5 +1,5 @@
-"""The ``search_history`` tool, called directly (the tool runner of issue 10
-is not on this branch yet): scopes, the permission for ``all``, summaries
+"""The ``search_history`` tool, called directly over a store (as
+tools/catalog.py builds it): scopes, the permission for ``all``, summaries
 first, hits from another finished session of the same agent."""
 import asyncio
 
@@ -7,6 +7,7 @@ import pytest
 
 from store import Store
 from tools.tool_registry import ToolContext
+from tools.catalog import history_search
 from tools.search_history import NAME, ScopeNotAllowed, SearchHistoryArgs, build
 
 
@@ -33,7 +34,7 @@ def call(tool, ctx, **args):
 
 
 def test_scopes_permission_and_summaries_first(store):
-    tool = build(store)
+    tool = build(history_search(store))
     assert tool.name == NAME and tool.idempotent and "query" in tool.schema()["properties"]
     ctx = ToolContext(tool_call_id="tc1", agent_id="ann", session_id="now-2", iteration=3, config={})
 
