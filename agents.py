@@ -13,6 +13,7 @@ import signal
 from prometheus_client import start_http_server
 
 import settings
+from domain.plugin_registry import plugin_modules
 from monikers import default_registry, llm_gate
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
@@ -200,8 +201,8 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, lambda: stop(service, stopping))
     loop.add_signal_handler(signal.SIGHUP, service_profiles.load)
     service.profiles = service_profiles
-    log.info("agents.py started: db=%s monikers=%s tools=%s", store.uri, ",".join(monikers.names()),
-             ",".join(tools.names()))
+    log.info("agents.py started: db=%s monikers=%s tools=%s plugins=%s", store.uri, ",".join(monikers.names()),
+             ",".join(tools.names()), ",".join(plugin_modules()) or "-")
     record_task = asyncio.create_task(record.run(stopping), name="record-keeping")
     try:
         await service.run(stopping)
