@@ -1,5 +1,6 @@
-"""The HTTP side of the service: the JSON API under /api, the dashboard at /, and
-live events over Socket.IO (api/live.py) and Server-Sent Events (api/stream.py).
+"""The HTTP side of the service: the JSON API under /api (api/routes/), the
+dashboard at /, and live events over Socket.IO (api/live.py) and Server-Sent
+Events (api/stream.py).
 
     python app.py --data-dir ./data --port 8765
 
@@ -15,15 +16,15 @@ import logging
 import signal
 import socket
 
-from flask import Flask, jsonify
+from flask import Flask
 
 import settings
-from api import auth, conversations, dashboard, errors, fork, live, openapi, questions, search, stream, turns
-from api import profiles as profile_routes
-from api import subagents as subagent_routes
-from api import tools as tool_routes
+from api import auth, errors, live, routes, stream
+from api.context import KEY, ApiContext
 from api.metrics import Metrics
-from api.routes import ApiContext, bp
+from api.profile_library import EXTENSION as PROFILES, make_library
+from api.routes.questions import WaitingCollector
+from api.routes.tools import EXTENSION as TOOLS
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from semantic.embeddings import EmbeddingSettings
@@ -51,34 +52,17 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     metrics = Metrics(store)
     storage_health = StorageHealth(store)
     metrics.registry.register(StorageCollector(storage_health))
-    metrics.registry.register(questions.WaitingCollector(store))
-    app.extensions["agentsvc"] = ApiContext(store, monikers or default_registry(), metrics, storage_health)
-    app.extensions[tool_routes.EXTENSION] = tools if tools is not None else service_registry(
-        store, app.extensions["agentsvc"].monikers)
-    app.extensions[profile_routes.EXTENSION] = profile_routes.make_library(
-        profiles_dir, app.extensions["agentsvc"].monikers, store, app.extensions[tool_routes.EXTENSION])
+    metrics.registry.register(WaitingCollector(store))
+    monikers = monikers or default_registry()
+    app.extensions[KEY] = ApiContext(store, monikers, metrics, storage_health)
+    app.extensions[TOOLS] = tools if tools is not None else service_registry(store, monikers)
+    app.extensions[PROFILES] = make_library(profiles_dir, monikers, store, app.extensions[TOOLS])
     auth.install(app, api_token)
-    app.register_blueprint(bp)
-    app.register_blueprint(conversations.bp)
-    app.register_blueprint(tool_routes.bp)
-    app.register_blueprint(search.bp)
-    app.register_blueprint(fork.bp)
-    app.register_blueprint(questions.bp)
-    app.register_blueprint(profile_routes.bp)
-    app.register_blueprint(turns.bp)
-    app.register_blueprint(subagent_routes.bp)
-    app.register_blueprint(dashboard.bp)
+    routes.register(app)
     _, hub = live.install(app, events_token, message_queue=message_queue)
     stream.install(app, hub)
     errors.install(app)
     metrics.install(app)
-    spec = openapi.build(app.extensions["agentsvc"].monikers)
-
-    @app.get("/api/openapi.json")
-    def openapi_document():  # a create variant per usable profile, as loaded now
-        return jsonify(profile_routes.create_variants(spec, app.extensions[profile_routes.EXTENSION],
-                                                      app.extensions["agentsvc"].monikers))
-
     return app
 
 
@@ -135,7 +119,7 @@ def main(argv=None) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # SIGHUP: re-read the profiles directory (as POST /api/profiles/reload does)
-    signal.signal(signal.SIGHUP, lambda *_: app.extensions[profile_routes.EXTENSION].load())
+    signal.signal(signal.SIGHUP, lambda *_: app.extensions[PROFILES].load())
     log.info("app.py listening on http://%s:%d/ db=%s", args.host, port, store.uri)
     try:
         app.extensions["socketio"].run(app, host=args.host, port=port, allow_unsafe_werkzeug=True,

@@ -1,121 +1,159 @@
-"""The OpenAPI 3.1 document of the API, built from the pydantic models that
-also validate the requests, so the two cannot drift apart."""
+"""The OpenAPI 3.1 document of the API, built from the routes themselves.
+
+Each route declares what it reads and answers once, with :func:`operation`
+under its Flask decorator: its query and body models (the very models
+api/requests.py validates the request with), its success status and model,
+and the error statuses it can answer; its docstring's first paragraph is the
+operation's summary.  spectree turns those declarations, found on the app's
+URL map, into the document.  spectree's own request and response validation
+is switched off: the service's parsing and error bodies (api/errors.py) are
+the contract, and spectree's would answer differently (an unparsable body as
+``{}``, errors as 422 in its own shape).
+
+What spectree has no words for is added from the same declarations or from a
+rule that holds for every route: a body is required only when its model has a
+required field (or the route says so); the links from a create's answer to
+what it created (schemathesis follows them in its stateful phase); every
+POST may need the API token (api/auth.py) and is refused over the size cap
+(413); a path id's pattern comes from its converter (``<id:agent_id>``); and
+the create body is one variant per installed moniker and per usable profile.
+"""
 import copy
 import re
+import threading
+from dataclasses import dataclass, field
 
+from flask import Flask
 from pydantic import BaseModel
+from spectree import Response, SpecTree
+from spectree.plugins.flask_plugin import FlaskPlugin
+from spectree.plugins.werkzeug_utils import werkzeug_parse_rule
 
-from api import profiles as profiles_api
-from api import questions, schemas, tools
-from api import fork as fork_api
-from api import search as search_api
-from api import turns as turns_api
-from api import subagents as subagents_api
+from api import schemas
+from profiles.loader import ProfileLibrary
+from profiles.model import OVERRIDABLE_KEYS
 
 REF = "#/components/schemas/{model}"
+INFO = {"title": "agentsvc", "version": "0.1.0",
+        "description": "Long-lived, steerable agents driven by a LanceDB action queue."}
+WRITE_ERRORS = (401, 413)  # any POST: the API token when one is set (api/auth.py), the body size cap (app.py)
 
 
-def _ref(model: type[BaseModel]) -> dict:
-    return {"$ref": REF.format(model=model.__name__)}
+@dataclass(frozen=True)
+class Declaration:
+    """What a route declared beyond what spectree records."""
+
+    query: type[BaseModel] | None = None
+    body: type[BaseModel] | None = None
+    body_required: bool = False
+    links: dict = field(default_factory=dict)
 
 
-def _json(model) -> dict:
-    return {"content": {"application/json": {"schema": _ref(model)}}}
+class _FlaskRoutes(FlaskPlugin):
+    """spectree's Flask reading of the URL map, with the service's path
+    parameter schemas and operation ids."""
+
+    def parse_path(self, route, path_parameter_descriptions):
+        path, parameters = super().parse_path(route, path_parameter_descriptions)
+        converters = self.get_current_app().url_map.converters
+        kinds = {variable: kind for kind, _, variable in werkzeug_parse_rule(str(route)) if kind}
+        for parameter in parameters:
+            schema = getattr(converters.get(kinds.get(parameter["name"])), "openapi_schema", None)
+            if schema:
+                parameter["schema"] = dict(schema)
+        return path, parameters
+
+    def get_func_operation_id(self, func, path, method):
+        """``get_agents_agent_id_sessions`` for ``GET /api/agents/{agent_id}/sessions``."""
+        words = [w.strip("{}").replace("-", "_") for w in path.removeprefix("/api/").split("/")]
+        return method.lower() + "_" + "_".join(words)
 
 
-def _errors(*codes) -> dict:
-    return {str(c): {"description": "error", **_json(schemas.Error)} for c in codes}
+SPEC = SpecTree("flask", backend=_FlaskRoutes, mode="strict", annotations=False,
+                naming_strategy=lambda model: model.__name__, nested_naming_strategy=lambda _parent, child: child,
+                **INFO)
+_BUILD_LOCK = threading.Lock()
 
 
-def _query(model: type[BaseModel]) -> list[dict]:
-    """Query parameters from a model; those the model requires are required here too."""
-    schema = model.model_json_schema(ref_template=REF)
-    required = set(schema.get("required", ()))
-    return [{"name": name, "in": "query", "required": name in required, "schema": prop}
-            for name, prop in schema["properties"].items()]
+def operation(ok_status: int, ok_model: type[BaseModel], *, query: type[BaseModel] | None = None,
+              body: type[BaseModel] | None = None, errors=(400,), also: dict | None = None,
+              body_required: bool | None = None, operation_id: str | None = None, links: dict | None = None):
+    """Declare the route under it.  ``also``: further answers, ``{status: (model,
+    description)}`` (a repeated create's 200, say); ``errors``: the statuses it
+    answers with the error body; ``links``: ``{name: (operationId, {parameter:
+    expression})}`` on its success answer."""
+    responses = {f"HTTP_{ok_status}": (ok_model, "ok"),
+                 **{f"HTTP_{status}": answer for status, answer in (also or {}).items()},
+                 **{f"HTTP_{status}": (schemas.Error, "error") for status in errors}}
+    # validation_error_status names a status already declared, so spectree adds no answer of its own
+    record = SPEC.validate(query=query, json=body, resp=Response(**responses), skip_validation=True,
+                           validation_error_status=ok_status, operation_id=operation_id)
+    if body_required is None:
+        body_required = body is not None and any(f.is_required() for f in body.model_fields.values())
+    declaration = Declaration(query, body, body_required, links or {})
+
+    def decorate(func):
+        view = record(func)
+        view.declaration = declaration
+        return view
+    return decorate
 
 
-def _path(name: str) -> dict:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "pattern": schemas.ID_PATTERN.pattern}}
+def document(app: Flask, monikers, profiles: ProfileLibrary) -> dict:
+    """The document as this app serves it now: built once per app from its
+    routes and monikers, plus a create variant per profile usable now."""
+    with _BUILD_LOCK:
+        built = app.extensions.get("agentsvc_openapi")
+        if built is None:
+            built = app.extensions["agentsvc_openapi"] = _build(app, monikers)
+    return profile_variants(built, profiles, monikers)
 
 
-def _op(summary, ok, *, ok_model, body=None, params=(), errors=(400,), body_required=None) -> dict:
-    """One operation.  A body is required when its model has a required field
-    (an empty body is then a 400), unless ``body_required`` says otherwise."""
-    op = {"summary": summary, "parameters": list(params),
-          "responses": {str(ok): {"description": "ok", **_json(ok_model)}, **_errors(*errors)}}
-    if body is not None:
-        required = body_required if body_required is not None else any(
-            f.is_required() for f in body.model_fields.values())
-        op["requestBody"] = {"required": required, **_json(body)}
-    return op
+def _build(app: Flask, monikers) -> dict:
+    doc = copy.deepcopy(SPEC.spec)
+    doc.pop("tags", None)
+    doc.pop("security", None)
+    doc["info"] = dict(INFO)
+    for path, operations in doc["paths"].items():
+        for method, op in operations.items():
+            _drop_empty(op)
+            declaration = _declaration(app, path, method)
+            if "requestBody" in op:
+                op["requestBody"]["required"] = declaration.body_required
+            if declaration.links:
+                ok = next(code for code in op["responses"] if code.startswith("2"))
+                op["responses"][ok]["links"] = {name: {"operationId": target, "parameters": parameters}
+                                                for name, (target, parameters) in declaration.links.items()}
+            if method == "post":
+                op["responses"].update({str(code): {"description": "error", "content": {
+                    "application/json": {"schema": {"$ref": REF.format(model="Error")}}}} for code in WRITE_ERRORS})
+                op["security"] = [{}, {"bearer": []}]
+    doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer",
+                                                       "description": "only when started with --api-token"}}
+    if monikers is not None and monikers.names():
+        moniker_variants(doc["components"]["schemas"], monikers)
+    return doc
 
 
-def _control(verb: str, model=schemas.ControlRequest) -> dict:
-    return {"post": _op(f"{verb} the agent's session (default: its latest; 409: the agent has no such session)",
-                        202, ok_model=schemas.Accepted, body=model, params=[_path("agent_id")],
-                        errors=(400, 404, 409))}
+def _drop_empty(op: dict) -> None:
+    """No empty ``tags`` or ``description`` (spectree writes them for every operation)."""
+    for key in ("tags", "description"):
+        if not op.get(key):
+            op.pop(key, None)
+    for parameter in op["parameters"]:
+        if not parameter.get("description"):
+            parameter.pop("description", None)
 
 
-def _links_from_create() -> dict:
-    """What a create answers leads to (schemathesis follows these in its stateful phase)."""
-    agent = {"agent_id": "$response.body#/agent_id"}
-    links = {"GetAgent": ("getAgent", agent), "GetSessions": ("listSessions", agent),
-             "GetSession": ("getSession", {"session_id": "$response.body#/session_id"}),
-             "GetAction": ("getAction", {"action_id": "$response.body#/action_id"}),
-             "Pause": ("pauseAgent", agent), "Resume": ("resumeAgent", agent), "Destroy": ("destroyAgent", agent),
-             "Interrupt": ("interruptAgent", agent)}
-    return {name: {"operationId": op, "parameters": params} for name, (op, params) in links.items()}
+def _declaration(app: Flask, path: str, method: str) -> Declaration:
+    """The declaration of the route serving ``method`` at the document's ``path``."""
+    for rule in app.url_map.iter_rules():
+        if method.upper() in rule.methods and SPEC.backend.parse_path(rule, None)[0] == path:
+            return getattr(app.view_functions[rule.endpoint], "declaration", Declaration())
+    raise LookupError(f"no route for {method} {path}")
 
 
-CONVERSATION_MODELS = [schemas.CreateConversationRequest, schemas.JoinRequest, schemas.PostMessageRequest,
-                       schemas.Conversation, schemas.ConversationList, schemas.Participant, schemas.ParticipantList,
-                       schemas.Message, schemas.MessageList, schemas.Delivery, schemas.Posted]
-
-
-def _conversation_paths() -> dict:
-    cid = _path("conversation_id")
-    return {
-        "/api/conversations": {
-            "post": _op("create a conversation (idempotent by conversation_id: 200 with the existing one)", 201,
-                        ok_model=schemas.Conversation, body=schemas.CreateConversationRequest),
-            "get": _op("conversations, newest first", 200, ok_model=schemas.ConversationList,
-                       params=_query(schemas.Page)),
-        },
-        "/api/conversations/{conversation_id}": {
-            "get": _op("one conversation", 200, ok_model=schemas.Conversation, params=[cid], errors=(400, 404))},
-        "/api/conversations/{conversation_id}/participants": {
-            "post": _op("join a user, or an agent session, to the conversation (409: the session named does "
-                        "not exist)", 201, ok_model=schemas.Participant,
-                        body=schemas.JoinRequest, params=[cid], errors=(400, 404, 409)),
-            "get": _op("the conversation's participants", 200, ok_model=schemas.ParticipantList,
-                       params=[cid, *_query(schemas.Page)], errors=(400, 404)),
-        },
-        "/api/conversations/{conversation_id}/messages": {
-            "post": _op("a user posts; every participant agent session receives it as guidance for its next step",
-                        201, ok_model=schemas.Posted, body=schemas.PostMessageRequest, params=[cid],
-                        errors=(400, 404)),
-            "get": _op("the transcript in (created_at, message_id) order, after a cursor", 200,
-                       ok_model=schemas.MessageList, params=[cid, *_query(schemas.MessageQuery)], errors=(400, 404)),
-        },
-    }
-
-
-OPERATION_IDS = {("get", "/api/agents/{agent_id}"): "getAgent",
-                 ("get", "/api/agents/{agent_id}/sessions"): "listSessions",
-                 ("get", "/api/sessions/{session_id}"): "getSession", ("get", "/api/actions/{action_id}"): "getAction",
-                 ("post", "/api/agents/{agent_id}/pause"): "pauseAgent",
-                 ("post", "/api/agents/{agent_id}/resume"): "resumeAgent",
-                 ("post", "/api/agents/{agent_id}/destroy"): "destroyAgent",
-                 ("post", "/api/agents/{agent_id}/interrupt"): "interruptAgent"}
-
-
-def _operation_id(method: str, path: str) -> str:
-    words = [w.strip("{}").replace("-", "_") for w in path.removeprefix("/api/").split("/")]
-    return method + "_" + "_".join(words)
-
-
-def _create_variants(components: dict, monikers) -> None:
+def moniker_variants(components: dict, monikers) -> None:
     """A create's body, one shape per installed moniker (oneOf on ``moniker``):
     its ``config`` takes the runner's keys plus the moniker's own, and nothing
     else, exactly as api/session_config.py checks it.  A moniker with no
@@ -128,7 +166,7 @@ def _create_variants(components: dict, monikers) -> None:
         variant = copy.deepcopy(base)
         variant["title"] = f"CreateAgentRequest ({name})"
         variant["properties"]["moniker"] = {"type": "string", "const": name}
-        variant["properties"].pop("profile", None)  # a profile's create is its own variant (api/profiles.py)
+        variant["properties"].pop("profile", None)  # a profile's create is its own variant
         variant["required"] = sorted({*variant.get("required", []), "moniker"})
         if model is not None:
             own = model.model_json_schema(ref_template=REF)
@@ -144,84 +182,54 @@ def _create_variants(components: dict, monikers) -> None:
                                         "discriminator": {"propertyName": "moniker", "mapping": mapping}}
 
 
-def build(monikers=None) -> dict:
-    """The document.  ``monikers``: the registry of installed monikers, whose
-    names and config models shape a create's body (any other name is a 400)."""
-    models = [schemas.CreateAgentRequest, schemas.ControlRequest, schemas.TreeControlRequest, schemas.ResumeRequest, schemas.InterruptRequest,
-              schemas.Accepted, schemas.ActionList,
-              schemas.Action, schemas.Snapshot, schemas.Step, schemas.AgentList, schemas.SessionList,
-              schemas.StepList, schemas.MonikerInfo, schemas.MonikerList, schemas.Health, schemas.Error,
-              *CONVERSATION_MODELS, *tools.MODELS, *questions.MODELS, *profiles_api.MODELS]
-    record_models, record_paths = search_api.openapi_paths(_op, _query)
-    fork_models, fork_paths = fork_api.openapi_paths(_op, _path)
-    turn_models, turn_paths = turns_api.openapi_paths(_op, _path, _query)
-    subagent_models, subagent_paths = subagents_api.openapi_paths(_op, _path, _query)
-    models += record_models + fork_models + turn_models + subagent_models
-    components = {}
-    for model in models:
-        schema = model.model_json_schema(ref_template=REF)
-        components.update(schema.pop("$defs", {}))
-        components[model.__name__] = schema
-    if monikers is not None and monikers.names():
-        _create_variants(components, monikers)
-    paths = {
-        "/api/agents": {
-            "post": {**_op("create an agent session (idempotent by session_id), from a moniker or a profile", 202,
-                           ok_model=schemas.Accepted, body=schemas.CreateAgentRequest, errors=(400, 404, 409),
-                           body_required=True),
-                     },
-            "get": _op("agents with their latest session: filtered, sorted, one page, and the total",
-                       200, ok_model=schemas.AgentList, params=_query(schemas.AgentQuery)),
-        },
-        "/api/agents/{agent_id}": {"get": _op("the agent's latest session", 200, ok_model=schemas.Snapshot,
-                                              params=[_path("agent_id")], errors=(400, 404))},
-        "/api/agents/{agent_id}/sessions": {"get": _op("the agent's sessions", 200, ok_model=schemas.SessionList,
-                                                       params=[_path("agent_id"), *_query(schemas.Page)],
-                                                       errors=(400, 404))},
-        "/api/agents/{agent_id}/pause": _control("pause (tree: its sub-agents too)", schemas.TreeControlRequest),
-        "/api/agents/{agent_id}/resume": _control("resume (optionally raising its budget; tree: its sub-agents too)",
-                                                  schemas.ResumeRequest),
-        "/api/agents/{agent_id}/destroy": _control("destroy"),
-        "/api/agents/{agent_id}/interrupt": _control("send guidance to", schemas.InterruptRequest),
-        "/api/sessions/{session_id}": {"get": _op("one session's snapshot", 200, ok_model=schemas.Snapshot,
-                                                  params=[_path("session_id")], errors=(400, 404))},
-        "/api/agent-steps": {"get": _op("step history, ordered by iteration", 200, ok_model=schemas.StepList,
-                                        params=_query(schemas.StepQuery), errors=(400, 404))},
-        "/api/actions": {"get": _op("control requests, newest first: the audit log", 200,
-                                    ok_model=schemas.ActionList, params=_query(schemas.ActionQuery))},
-        "/api/actions/{action_id}": {"get": _op("an action's status and error", 200, ok_model=schemas.Action,
-                                                params=[_path("action_id")], errors=(400, 404))},
-        "/api/monikers": {"get": _op("installed monikers", 200, ok_model=schemas.MonikerList, errors=())},
-        "/api/tools": {"get": _op("tools agents can call (built-ins, plugins, MCP servers' tools), "
-                                  "with the JSON schema of their args", 200, ok_model=tools.ToolList, errors=())},
-        "/api/health": {"get": _op("liveness and queue depth", 200, ok_model=schemas.Health, errors=(503,))},
-        **_conversation_paths(),
-        **record_paths,
-        **fork_paths,
-        **turn_paths,
-        **subagent_paths,
-        **tools.openapi_paths(_op, _path, _query, _errors),
-        **questions.openapi_paths(_op, _path, _query),
-        **profiles_api.openapi_paths(_op, _path),
-    }
-    paths["/api/agents"]["post"]["responses"]["200"] = {"description": "the session exists already",
-                                                       **_json(schemas.Accepted)}
-    paths["/api/conversations"]["post"]["responses"]["200"] = {"description": "the conversation exists already",
-                                                              **_json(schemas.Conversation)}
-    paths["/api/agents"]["post"]["responses"]["202"]["links"] = _links_from_create()
-    for path, operations in paths.items():
-        for method, op in operations.items():
-            op["operationId"] = OPERATION_IDS.get((method, path)) or _operation_id(method, path)
-    for operations in paths.values():  # writes may need the optional API token
-        if "post" in operations:
-            operations["post"]["responses"].update(_errors(401, 413))
-            operations["post"]["security"] = [{}, {"bearer": []}]
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "agentsvc", "version": "0.1.0",
-                 "description": "Long-lived, steerable agents driven by a LanceDB action queue."},
-        "paths": paths,
-        "components": {"schemas": components,
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                                      "description": "only when started with --api-token"}}},
-    }
+def profile_variants(spec: dict, lib: ProfileLibrary, monikers) -> dict:
+    """The document with one create-body variant per usable profile: ``profile``
+    is that name, and ``config`` takes exactly the keys the profile lets a create
+    override (``tools`` only from its allowed tools, ``approve`` keeping its list)."""
+    spec = copy.deepcopy(spec)
+    components = spec["components"]["schemas"]
+    create = components["CreateAgentRequest"]
+    base = copy.deepcopy(components.get("CreateAgentRequest_joke") or next(
+        (components[r["$ref"].rsplit("/", 1)[1]] for r in create.get("oneOf", [])), None) or create)
+    runner = components["SessionConfig"]["properties"]
+    variants, tools = [], lib.known_tools()
+    for entry in lib.entries():
+        if entry.profile is None or lib.check(entry, tools):
+            continue
+        key = f"CreateAgentRequest_profile_{entry.profile.name}"
+        components[key] = _profile_variant(entry.profile, base, runner, monikers)
+        variants.append({"$ref": REF.format(model=key)})
+    if variants:
+        if "oneOf" in create:
+            create = {"oneOf": create["oneOf"] + variants}  # no discriminator: profile variants have no moniker
+        else:
+            create = {"oneOf": [create, *variants]}
+        components["CreateAgentRequest"] = create
+    return spec
+
+
+def _profile_variant(p, base: dict, runner: dict, monikers) -> dict:
+    moniker = monikers.get(p.moniker)
+    own = moniker.config_model.model_json_schema()["properties"] if moniker.config_model else {}
+    props = {}
+    for key in p.overridable:
+        if key == "tools":
+            props[key] = {"type": "array", "items": {"enum": list(p.tools.allowed)}, "uniqueItems": False}
+        elif key == "approve":
+            props[key] = {"type": "array", "items": {"enum": list(p.tools.allowed)},
+                          "allOf": [{"contains": {"const": t}} for t in p.tools.approve]}
+        elif key == "llm" and "llm" in own:
+            props[key] = own["llm"]
+        elif key in runner and key in OVERRIDABLE_KEYS:
+            props[key] = runner[key]
+        elif key in own:
+            props[key] = own[key]
+    variant = copy.deepcopy(base)
+    variant["title"] = f"CreateAgentRequest (profile {p.name})"
+    variant["properties"].pop("moniker", None)
+    variant["properties"] = {"profile": {"type": "string", "const": p.name,
+                                         "description": "a profile of GET /api/profiles"},
+                             **variant["properties"],
+                             "config": {"type": "object", "additionalProperties": False, "properties": props}}
+    variant["required"] = ["profile"]
+    return variant

@@ -43,6 +43,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class EmptyRequest(Strict):
+    """A body with nothing in it: absent, or ``{}``."""
+
+
 # no control characters, no leading or trailing space
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200,
                                         pattern=r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$")]
@@ -83,7 +87,7 @@ class ControlRequest(Strict):
 
 
 class TreeControlRequest(ControlRequest):
-    tree: StrictBool = Field(False, description="also every sub-agent below the session (sub-agents, issue 11)")
+    tree: StrictBool = Field(False, description="also every sub-agent below the session")
 
 
 class ResumeRequest(TreeControlRequest):

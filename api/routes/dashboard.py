@@ -21,7 +21,7 @@ CONTENT_SECURITY_POLICY = "; ".join([
     "frame-ancestors 'none'",
 ])
 
-WEB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
+WEB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "web")
 
 bp = Blueprint("dashboard", __name__, template_folder=os.path.join(WEB, "templates"),
                static_folder=os.path.join(WEB, "static"), static_url_path="/assets")

@@ -10,8 +10,11 @@ from typing import Literal
 from flask import Blueprint, jsonify
 from pydantic import Field
 
-from api.routes import args, ctx, not_found, path_id, session_view
+from api.context import ctx
+from api.openapi import operation
+from api.requests import not_found, path_id, query
 from api.schemas import Open, Strict
+from api.sessions import session_view
 
 bp = Blueprint("turns", __name__, url_prefix="/api")
 
@@ -52,19 +55,14 @@ class TurnList(Open):
     offset: int
 
 
-@bp.get("/sessions/<session_id>/turns")
+@bp.get("/sessions/<id:session_id>/turns")
+@operation(200, TurnList, query=TurnQuery, errors=(400, 404))
 def list_turns(session_id):
+    """the session's turns (steps from a trigger until the agent waits or finishes), with summaries"""
     session_id = path_id(session_id, "session_id")
-    q: TurnQuery = args(TurnQuery)
+    q: TurnQuery = query()
     if session_view(session_id) is None:
         raise not_found("session", session_id)
     turns = ctx().store.turns
     rows = turns.page(session_id, limit=q.limit, offset=q.offset, newest_first=q.order == "newest")
     return jsonify({"turns": rows, "total": turns.count(session_id), "limit": q.limit, "offset": q.offset})
-
-
-def openapi_paths(op, path_param, query) -> tuple[list, dict]:
-    """Models and paths for api/openapi.py."""
-    return [Turn, TurnList], {"/api/sessions/{session_id}/turns": {"get": op(
-        "the session's turns (steps from a trigger until the agent waits or finishes), with summaries", 200,
-        ok_model=TurnList, params=[path_param("session_id"), *query(TurnQuery)], errors=(400, 404))}}

@@ -14,13 +14,16 @@ inherited steps stay in the original session (``forked_from`` links to them).
 import json
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, jsonify
 from pydantic import Field, ValidationError, field_validator
 from ulid import ULID
 
+from api.context import ctx
 from api.errors import ApiError
-from api.routes import body, enqueue, path_id, session_view
-from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, NOT_BLANK, Id, Strict, not_blank
+from api.openapi import operation
+from api.requests import body, path_id
+from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, NOT_BLANK, Accepted, Id, Strict, not_blank
+from api.sessions import enqueue, session_view
 from domain.session_config import SessionConfig
 
 bp = Blueprint("fork", __name__, url_prefix="/api")
@@ -74,11 +77,15 @@ def merged_config(original: dict | None, changes: dict | None) -> dict:
         raise ApiError(400, "invalid_request", f"config.{where}: {err['msg']}") from None
 
 
-@bp.post("/sessions/<session_id>/fork")
+@bp.post("/sessions/<id:session_id>/fork")
+@operation(202, Accepted, body=ForkRequest, errors=(400, 404, 409),
+           also={200: (Accepted, "the fork exists already (same session_id)")})
 def fork_session(session_id):
+    """a new session of the same agent continuing from a past step (optionally with edited state, guidance or
+    config); the original is not changed"""
     session_id = path_id(session_id, "session_id")
-    req: ForkRequest = body(ForkRequest)
-    store = current_app.extensions["agentsvc"].store
+    req: ForkRequest = body()
+    store = ctx().store
     source = store.states.get(session_id)
     if source is None:
         if session_view(session_id) is not None:
@@ -105,13 +112,3 @@ def fork_session(session_id):
     payload = {"moniker": source["moniker"], "task": source.get("task") or "",
                "config": merged_config(source.get("config"), req.config), "conversation_id": None, "fork": fork}
     return enqueue("create", source["agent_id"], req.session_id or str(ULID()), payload)
-
-
-def openapi_paths(op, path_param) -> tuple[list, dict]:
-    from api.schemas import Accepted
-    operation = op("a new session of the same agent continuing from a past step (optionally with edited state, "
-                   "guidance or config); the original is not changed", 202, ok_model=Accepted, body=ForkRequest,
-                   params=[path_param("session_id")], errors=(400, 404, 409))
-    operation["responses"]["200"] = {"description": "the fork exists already (same session_id)",
-                                     "content": operation["responses"]["202"]["content"]}
-    return [ForkRequest], {"/api/sessions/{session_id}/fork": {"post": operation}}

@@ -8,15 +8,18 @@ until a step has used it, so messages posted between two steps, or while a
 session is paused, all reach its next step.
 
 Except an answer: a message posted where an ``ask_user`` question is open
-(api/questions.py) is that question's answer, not guidance; it is stored with
+(api/answers.py) is that question's answer, not guidance; it is stored with
 ``event_type`` ``answer`` and the response names the ``answer`` action.
 """
 from flask import Blueprint, current_app, jsonify
 from ulid import ULID
 
-from api import questions, schemas
+from api import answers, schemas
+from api.context import ctx
 from api.errors import ApiError
-from api.routes import args, body, ctx, not_found, path_id, session_view
+from api.openapi import operation
+from api.requests import body, not_found, path_id, query
+from api.sessions import session_view
 
 bp = Blueprint("conversations", __name__, url_prefix="/api/conversations")
 
@@ -36,8 +39,11 @@ def live_publish(name: str, row_id: str, data: dict) -> None:
 
 
 @bp.post("")
+@operation(201, schemas.Conversation, body=schemas.CreateConversationRequest,
+           also={200: (schemas.Conversation, "the conversation exists already")})
 def create_conversation():
-    req: schemas.CreateConversationRequest = body(schemas.CreateConversationRequest)
+    """create a conversation (idempotent by conversation_id: 200 with the existing one)"""
+    req: schemas.CreateConversationRequest = body()
     conversations = ctx().store.conversations
     with ctx().create_lock:
         existing = conversations.get(req.conversation_id) if req.conversation_id else None
@@ -49,21 +55,27 @@ def create_conversation():
 
 
 @bp.get("")
+@operation(200, schemas.ConversationList, query=schemas.Page)
 def list_conversations():
-    page: schemas.Page = args(schemas.Page)
+    """conversations, newest first"""
+    page: schemas.Page = query()
     rows = ctx().store.conversations.newest(limit=page.limit, offset=page.offset)
     return jsonify({"conversations": rows, "limit": page.limit, "offset": page.offset})
 
 
-@bp.get("/<conversation_id>")
+@bp.get("/<id:conversation_id>")
+@operation(200, schemas.Conversation, errors=(400, 404))
 def get_conversation(conversation_id):
+    """one conversation"""
     return jsonify(conversation_or_404(conversation_id))
 
 
-@bp.post("/<conversation_id>/participants")
+@bp.post("/<id:conversation_id>/participants")
+@operation(201, schemas.Participant, body=schemas.JoinRequest, errors=(400, 404, 409))
 def join(conversation_id):
+    """join a user, or an agent session, to the conversation (409: the session named does not exist)"""
     conversation_id = conversation_or_404(conversation_id)["conversation_id"]
-    req: schemas.JoinRequest = body(schemas.JoinRequest)
+    req: schemas.JoinRequest = body()
     agent_id = req.agent_id
     if req.kind == "agent":
         view = session_view(req.session_id)
@@ -78,26 +90,30 @@ def join(conversation_id):
     return jsonify(row), 201
 
 
-@bp.get("/<conversation_id>/participants")
+@bp.get("/<id:conversation_id>/participants")
+@operation(200, schemas.ParticipantList, query=schemas.Page, errors=(400, 404))
 def list_participants(conversation_id):
+    """the conversation's participants"""
     conversation_id = conversation_or_404(conversation_id)["conversation_id"]
-    page: schemas.Page = args(schemas.Page)
+    page: schemas.Page = query()
     rows = ctx().store.conversations.participants(conversation_id, limit=page.limit, offset=page.offset)
     return jsonify({"participants": rows, "limit": page.limit, "offset": page.offset})
 
 
-@bp.post("/<conversation_id>/messages")
+@bp.post("/<id:conversation_id>/messages")
+@operation(201, schemas.Posted, body=schemas.PostMessageRequest, errors=(400, 404))
 def post_message(conversation_id):
+    """a user posts; every participant agent session receives it as guidance for its next step"""
     conversation_id = conversation_or_404(conversation_id)["conversation_id"]
-    req: schemas.PostMessageRequest = body(schemas.PostMessageRequest)
+    req: schemas.PostMessageRequest = body()
     store = ctx().store
     sender = req.user_id or "user"
     message_id, answer = str(ULID()), None
-    question = questions.route_reply(conversation_id, req.data)  # a reply to an open question answers it
+    question = answers.route_reply(conversation_id, req.data)  # a reply to an open question answers it
     if question is not None:
         source = {"conversation_id": conversation_id, "message_id": message_id, "sender": sender}
         try:
-            response, _ = questions.submit_answer(question, req.text, sender, "conversation", source)
+            response, _ = answers.submit_answer(question, req.text, sender, "conversation", source)
             answer = {**response.get_json(), "tool_call_id": question["id"]}
         except ApiError:
             pass  # another answer got there first: the message is ordinary guidance after all
@@ -122,10 +138,12 @@ def deliver(message: dict, member: dict) -> dict:
     return {"agent_id": member["agent_id"], "session_id": member["session_id"], "action_id": action["id"]}
 
 
-@bp.get("/<conversation_id>/messages")
+@bp.get("/<id:conversation_id>/messages")
+@operation(200, schemas.MessageList, query=schemas.MessageQuery, errors=(400, 404))
 def list_messages(conversation_id):
+    """the transcript in (created_at, message_id) order, after a cursor"""
     conversation_id = conversation_or_404(conversation_id)["conversation_id"]
-    q: schemas.MessageQuery = args(schemas.MessageQuery)
+    q: schemas.MessageQuery = query()
     store = ctx().store
     after = None
     if q.after:

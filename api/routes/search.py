@@ -8,11 +8,14 @@ why.  A hit names the exact row and a ``link`` into the dashboard.
 """
 import logging
 from typing import Literal
-from datetime import datetime, timezone
+from datetime import datetime
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify
 from pydantic import ConfigDict, Field, field_validator
 
+from api.context import ctx
+from api.openapi import operation
+from api.requests import query
 from api.schemas import Id, Open, Strict, clamp_to_calendar
 from store import search as store_search
 
@@ -101,10 +104,6 @@ class SummaryList(Open):
     summaries: list[dict]
 
 
-def _ctx():
-    return current_app.extensions["agentsvc"]
-
-
 def link_of(hit: dict) -> str:
     """Where the dashboard shows the row: a session page scrolled to the step
     (and tool call), or a conversation page at the message."""
@@ -134,9 +133,11 @@ def build_query(req: SearchRequest, store) -> store_search.SearchQuery:
 
 
 @bp.get("/search")
+@operation(200, SearchResult, query=SearchRequest)
 def search():
-    req = SearchRequest.model_validate(request.args.to_dict())
-    store = _ctx().store
+    """full-text (and semantic, when configured) search over steps, messages, tool calls and summaries"""
+    req: SearchRequest = query()
+    store = ctx().store
     q = build_query(req, store)
     semantic = getattr(store, "semantic", None)
     result = {"query": req.q, "terms": q.terms}
@@ -159,18 +160,10 @@ def search():
 
 
 @bp.get("/summaries")
+@operation(200, SummaryList, query=SummaryQuery)
 def summaries():
-    req = SummaryQuery.model_validate(request.args.to_dict())
-    rows = _ctx().store.summaries.newest(agent_id=req.agent_id, session_id=req.session_id,
+    """session and conversation summaries, newest first"""
+    req: SummaryQuery = query()
+    rows = ctx().store.summaries.newest(agent_id=req.agent_id, session_id=req.session_id,
                                        conversation_id=req.conversation_id, limit=req.limit, offset=req.offset)
     return jsonify({"summaries": rows, "limit": req.limit, "offset": req.offset})
-
-
-def openapi_paths(op, query) -> tuple[list, dict]:
-    """Models and paths for api/openapi.py (``op`` and ``query`` are its helpers)."""
-    return [Hit, SearchResult, SummaryList], {
-        "/api/search": {"get": op("full-text (and semantic, when configured) search over steps, messages, tool "
-                                  "calls and summaries", 200, ok_model=SearchResult, params=query(SearchRequest))},
-        "/api/summaries": {"get": op("session and conversation summaries, newest first", 200,
-                                     ok_model=SummaryList, params=query(SummaryQuery))},
-    }

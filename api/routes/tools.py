@@ -22,8 +22,11 @@ from flask import Blueprint, current_app, jsonify
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from api import schemas
+from api.context import ctx
 from api.errors import ApiError
-from api.routes import args, body, ctx, enqueue, not_found, path_id
+from api.openapi import operation
+from api.requests import body, not_found, path_id, query
+from api.sessions import enqueue
 from tools import catalog
 
 bp = Blueprint("tools", __name__, url_prefix="/api")
@@ -133,21 +136,23 @@ class ToolCallAccepted(schemas.Accepted):
     tool_call_id: str
 
 
-MODELS = [McpToolInfo, ToolCallQuery, DenyRequest, ResultRequest, ToolInfo, ToolList, ToolCall, ToolCallList, ToolCallAccepted]
-
-
 # ---- routes ---------------------------------------------------------------
 
 @bp.get("/tools")
+@operation(200, ToolList, errors=())
 def list_tools():
-    """Every worker's recorded catalog (MCP tools included: app.py starts no
-    MCP server) over this app's own built-ins and plugins (tools/catalog.py)."""
+    """installed tools with their args' JSON schema
+
+    Every worker's recorded catalog (MCP tools included: app.py starts no MCP
+    server) over this app's own built-ins and plugins."""
     return jsonify({"tools": catalog.list_tools(ctx().store, registry())})
 
 
 @bp.get("/tool-calls")
+@operation(200, ToolCallList, query=ToolCallQuery)
 def list_tool_calls():
-    q: ToolCallQuery = args(ToolCallQuery)
+    """tool calls, in the order they were made"""
+    q: ToolCallQuery = query()
     rows = ctx().store.tool_calls.search(session_id=q.session_id, agent_id=q.agent_id, name=q.name,
                                          status=q.status, since=q.since, limit=q.limit, offset=q.offset)
     return jsonify({"tool_calls": rows, "limit": q.limit, "offset": q.offset})
@@ -161,8 +166,10 @@ def _call(tool_call_id: str) -> dict:
     return row
 
 
-@bp.get("/tool-calls/<tool_call_id>")
+@bp.get("/tool-calls/<id:tool_call_id>")
+@operation(200, ToolCall, errors=(400, 404))
 def get_tool_call(tool_call_id):
+    """one tool call"""
     return jsonify(_call(tool_call_id))
 
 
@@ -174,45 +181,26 @@ def _control(tool_call_id: str, type_: str, expected: str, payload: dict):
     return jsonify({**response.get_json(), "tool_call_id": row["id"]}), status
 
 
-@bp.post("/tool-calls/<tool_call_id>/approve")
+@bp.post("/tool-calls/<id:tool_call_id>/approve")
+@operation(202, ToolCallAccepted, body=schemas.EmptyRequest, errors=(400, 404, 409))
 def approve_tool_call(tool_call_id):
-    body(schemas.Strict)
+    """approve a call waiting for approval (409 unless waiting_approval)"""
+    body()
     return _control(tool_call_id, "tool_approve", "waiting_approval", {})
 
 
-@bp.post("/tool-calls/<tool_call_id>/deny")
+@bp.post("/tool-calls/<id:tool_call_id>/deny")
+@operation(202, ToolCallAccepted, body=DenyRequest, errors=(400, 404, 409))
 def deny_tool_call(tool_call_id):
-    req: DenyRequest = body(DenyRequest)
+    """deny a call waiting for approval; the reason is told to the model"""
+    req: DenyRequest = body()
     return _control(tool_call_id, "tool_deny", "waiting_approval", {"reason": req.reason})
 
 
-@bp.post("/tool-calls/<tool_call_id>/result")
+@bp.post("/tool-calls/<id:tool_call_id>/result")
+@operation(202, ToolCallAccepted, body=ResultRequest, errors=(400, 404, 409), body_required=True)
 def post_tool_result(tool_call_id):
-    req: ResultRequest = body(ResultRequest)
+    """post the result (or error) of a call waiting for one (409 unless waiting_result)"""
+    req: ResultRequest = body()
     payload = {"error": req.error} if req.error is not None else {"result": req.result}
     return _control(tool_call_id, "tool_result", "waiting_result", payload)
-
-
-# ---- OpenAPI --------------------------------------------------------------
-
-def openapi_paths(op, path, query, errors) -> dict:
-    """The paths of this module, built with api/openapi.py's helpers."""
-    tid = path("tool_call_id")
-    return {
-        "/api/tools": {"get": op("installed tools with their args' JSON schema", 200, ok_model=ToolList,
-                                 errors=())},
-        "/api/tool-calls": {"get": op("tool calls, in the order they were made", 200, ok_model=ToolCallList,
-                                      params=query(ToolCallQuery))},
-        "/api/tool-calls/{tool_call_id}": {"get": op("one tool call", 200, ok_model=ToolCall, params=[tid],
-                                                     errors=(400, 404))},
-        "/api/tool-calls/{tool_call_id}/approve": {"post": op(
-            "approve a call waiting for approval (409 unless waiting_approval)", 202, ok_model=ToolCallAccepted,
-            params=[tid], errors=(400, 404, 409))},
-        "/api/tool-calls/{tool_call_id}/deny": {"post": op(
-            "deny a call waiting for approval; the reason is told to the model", 202, ok_model=ToolCallAccepted,
-            body=DenyRequest, params=[tid], errors=(400, 404, 409))},
-        "/api/tool-calls/{tool_call_id}/result": {"post": op(
-            "post the result (or error) of a call waiting for one (409 unless waiting_result)", 202,
-            ok_model=ToolCallAccepted, body=ResultRequest, params=[tid], errors=(400, 404, 409),
-            body_required=True)},
-    }

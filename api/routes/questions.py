@@ -4,17 +4,9 @@ every open question and approval (``GET /api/waiting``).
 ``POST /api/sessions/<id>/answer {text, tool_call_id?, user_id?}`` answers the
 session's open question (``tool_call_id`` picks one when it has several;
 default its oldest).  Like every control it queues an action (type
-``answer``) and answers 202; the session's worker applies it
-(runtime/questions.py).  A 409 is decided at accept time (no open question,
-the call was answered or timed out, or an answer to it is already queued) and
-again when the action is applied, so of two racing answers exactly one
-applies and the other's action ends ``failed`` with ``conflict:``.
-
-A user's message in a conversation where an open question was posted is
-routed here too (:func:`route_reply`, called by api/conversations.py): it
-becomes that question's answer instead of guidance for the conversation's
-agents.  ``data.tool_call_id`` on the message picks the question when several
-are open there; otherwise the oldest is answered.
+``answer``) and answers 202 (api/answers.py says how a 409 is decided).  A
+user's message in the conversation where a question was posted answers it too
+(api/routes/conversations.py).
 """
 from typing import Any, Literal
 
@@ -22,8 +14,11 @@ from flask import Blueprint, jsonify
 from pydantic import Field, field_validator
 
 from api import schemas
-from api.errors import ApiError
-from api.routes import args, body, ctx, enqueue, not_found, path_id, session_view
+from api.answers import question_of, submit_answer
+from api.context import ctx
+from api.openapi import operation
+from api.requests import body, not_found, path_id, query
+from api.sessions import session_view
 from tools import ask_user
 
 bp = Blueprint("questions", __name__, url_prefix="/api")
@@ -79,75 +74,20 @@ class WaitingList(schemas.Open):
     offset: int
 
 
-MODELS = [AnswerRequest, AnswerAccepted, WaitingQuery, WaitingItem, WaitingList]
-
-
 # ---- answering --------------------------------------------------------------
 
-def _answer_queued(session_id: str, tool_call_id: str) -> bool:
-    """An answer to this call is already in the queue (not yet applied)."""
-    for status in ("pending", "processing"):
-        for action in ctx().store.actions.search(session_id=session_id, type="answer", status=status, limit=1000):
-            if (action.get("payload") or {}).get("tool_call_id") == tool_call_id:
-                return True
-    return False
-
-
-def _question_of(session_id: str, tool_call_id: str | None) -> dict:
-    store = ctx().store
-    if tool_call_id is None:
-        open_ = store.tool_calls.open_questions(session_id)
-        if not open_:
-            raise ApiError(409, "conflict", f"session {session_id} has no open question")
-        return open_[0]
-    row = store.tool_calls.get(tool_call_id)
-    if row is None or row["session_id"] != session_id:
-        raise not_found(f"tool call of session {session_id}", tool_call_id)
-    if row["name"] != ask_user.NAME:
-        raise ApiError(409, "conflict", f"tool call {tool_call_id} is a {row['name']!r} call, not a question")
-    if row["status"] != "waiting_result":
-        raise ApiError(409, "conflict", f"question {tool_call_id} is {row['status']}: it was answered already "
-                                        "or timed out")
-    return row
-
-
-def submit_answer(question: dict, text: str, user_id: str | None, via: str, source: dict | None = None):
-    """Queue the answer action (refusing a second answer while one is queued)."""
-    with ctx().create_lock:  # two answers racing inside this process: the second sees the first queued
-        if _answer_queued(question["session_id"], question["id"]):
-            raise ApiError(409, "conflict", f"question {question['id']} has an answer queued already")
-        payload = {"tool_call_id": question["id"], "text": text, "user_id": user_id or "user", "via": via}
-        if source:
-            payload["source"] = source
-        return enqueue("answer", question["agent_id"], question["session_id"], payload)
-
-
-@bp.post("/sessions/<session_id>/answer")
+@bp.post("/sessions/<id:session_id>/answer")
+@operation(202, AnswerAccepted, body=AnswerRequest, errors=(400, 404, 409))
 def answer(session_id):
+    """answer the session's open ask_user question (409: none open, answered, timed out, or an answer
+    is queued already)"""
     session_id = path_id(session_id, "session_id")
-    req: AnswerRequest = body(AnswerRequest)
+    req: AnswerRequest = body()
     if session_view(session_id) is None:
         raise not_found("session", session_id)
-    question = _question_of(session_id, req.tool_call_id)
+    question = question_of(session_id, req.tool_call_id)
     response, status = submit_answer(question, req.text, req.user_id, "api")
     return jsonify({**response.get_json(), "tool_call_id": question["id"]}), status
-
-
-def route_reply(conversation_id: str, data: dict | None) -> dict | None:
-    """The open question a user's message in this conversation answers, or None.
-
-    A question counts when it was posted to this conversation (its message id
-    is its tool call's id) and still waits; ``data.tool_call_id`` picks one of
-    several (and a reply naming a question that is closed answers none), else
-    the oldest.  An answer already queued for it does not count, so a reply to
-    it goes on as ordinary guidance."""
-    store = ctx().store
-    asked_here = store.conversations.question_ids(conversation_id)
-    here = [q for q in store.tool_calls.open_among(asked_here) if not _answer_queued(q["session_id"], q["id"])]
-    wanted = (data or {}).get("tool_call_id")
-    if wanted is not None:  # a reply to one question never answers another
-        return next((q for q in here if q["id"] == wanted), None)
-    return here[0] if here else None
 
 
 # ---- GET /api/waiting ---------------------------------------------------------
@@ -176,8 +116,10 @@ def _item(row: dict, snapshot: dict | None) -> dict:
 
 
 @bp.get("/waiting")
+@operation(200, WaitingList, query=WaitingQuery)
 def list_waiting():
-    q: WaitingQuery = args(WaitingQuery)
+    """every open question and tool approval (and external result) across all agents, oldest first"""
+    q: WaitingQuery = query()
     store = ctx().store
     rows = store.tool_calls.waiting(kind=q.kind, agent_id=q.agent_id, session_id=q.session_id, limit=q.limit,
                                     offset=q.offset)
@@ -202,16 +144,3 @@ class WaitingCollector:
         for kind in KINDS:
             family.add_metric([kind], self.store.tool_calls.count_waiting(kind=kind))
         yield family
-
-
-# ---- OpenAPI --------------------------------------------------------------------
-
-def openapi_paths(op, path, query) -> dict:
-    return {
-        "/api/sessions/{session_id}/answer": {"post": op(
-            "answer the session's open ask_user question (409: none open, answered, timed out, or an answer "
-            "is queued already)", 202, ok_model=AnswerAccepted, body=AnswerRequest, params=[path("session_id")],
-            errors=(400, 404, 409))},
-        "/api/waiting": {"get": op("every open question and tool approval (and external result) across all "
-                                   "agents, oldest first", 200, ok_model=WaitingList, params=query(WaitingQuery))},
-    }

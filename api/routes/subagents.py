@@ -1,4 +1,4 @@
-"""``GET /api/sessions/<id>/children``: a session's sub-agents (issue 11).
+"""``GET /api/sessions/<id>/children``: a session's sub-agents.
 
 Children are sessions whose snapshot names the session as its parent
 (``spawn_agent``, tools/spawn_agent.py).  ``descendants=true`` lists the whole
@@ -12,8 +12,11 @@ from typing import Literal
 from flask import Blueprint, jsonify
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.routes import args, ctx, not_found, path_id, session_view
+from api.context import ctx
+from api.openapi import operation
+from api.requests import not_found, path_id, query
 from api.schemas import Strict
+from api.sessions import session_view
 
 bp = Blueprint("subagents", __name__, url_prefix="/api")
 
@@ -89,10 +92,13 @@ def subtree(session: dict, store) -> list[dict]:
     return out
 
 
-@bp.get("/sessions/<session_id>/children")
+@bp.get("/sessions/<id:session_id>/children")
+@operation(200, ChildrenList, query=ChildrenQuery, errors=(400, 404))
 def list_children(session_id):
+    """a session's sub-agents (descendants=true: its whole subtree), each a compact snapshot with its depth; and
+    the session's own parent"""
     session_id = path_id(session_id, "session_id")
-    q: ChildrenQuery = args(ChildrenQuery)
+    q: ChildrenQuery = query()
     session = session_view(session_id)
     if session is None:
         raise not_found("session", session_id)
@@ -105,10 +111,3 @@ def list_children(session_id):
               if session.get("parent_session_id") else None)
     return jsonify({"session_id": session_id, "parent": parent, "root_session_id": session.get("root_session_id"),
                     "children": rows, "total": len(rows)})
-
-
-def openapi_paths(op, path_param, query) -> tuple[list, dict]:
-    operation = op("a session's sub-agents (descendants=true: its whole subtree), each a compact snapshot with "
-                   "its depth; and the session's own parent", 200, ok_model=ChildrenList,
-                   params=[path_param("session_id"), *query(ChildrenQuery)], errors=(400, 404))
-    return [ChildrenList, ChildRow, ParentRef], {"/api/sessions/{session_id}/children": {"get": operation}}

@@ -1,0 +1,66 @@
+"""Reading a request: its path ids, query string and JSON body, each checked
+against what the route declares (api/openapi.py ``operation``), and refused
+with the API's error body (api/errors.py) when it does not fit.
+
+A route reads its query and body with :func:`query` and :func:`body`, which
+take the models from the route's own declaration: the models that validate
+a request are the ones the OpenAPI document shows, by construction.  A route
+reads them when it is ready to, so a path it cannot find still answers 404
+before its body is looked at.
+"""
+from flask import current_app, request
+from pydantic import BaseModel
+from werkzeug.routing import BaseConverter
+
+from api.errors import ApiError
+from store.filters import ID_PATTERN, check_id
+
+
+class IdConverter(BaseConverter):
+    """``<id:name>`` in a route: a path segment holding an id.  It matches what
+    the default converter matches (any segment), so a malformed id reaches the
+    route and is refused there with a 400 (:func:`path_id`), not a 404; the
+    document states the id's pattern."""
+
+    regex = "[^/]+"
+    openapi_schema = {"type": "string", "pattern": ID_PATTERN.pattern}
+
+
+def declared(part: str) -> type[BaseModel]:
+    """The model the current route declares for ``part`` ("query" or "body")."""
+    view = current_app.view_functions[request.endpoint]
+    model = getattr(getattr(view, "declaration", None), part, None)
+    if model is None:
+        raise LookupError(f"{request.endpoint} declares no {part} model")
+    return model
+
+
+def body() -> BaseModel:
+    """The JSON body as the route's body model.  No body at all is ``{}``, so a
+    model whose fields are all optional takes an empty POST."""
+    model = declared("body")
+    if not request.get_data():
+        data = {}
+    else:
+        data = request.get_json(force=True, silent=True)
+        if data is None:
+            raise ApiError(400, "invalid_json", "request body is not valid JSON")
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_request", "request body must be a JSON object")
+    return model.model_validate(data)
+
+
+def query() -> BaseModel:
+    """The query string as the route's query model (a repeated key: its first value)."""
+    return declared("query").model_validate(request.args.to_dict())
+
+
+def path_id(value: str, what: str) -> str:
+    try:
+        return check_id(value, what)
+    except ValueError:
+        raise ApiError(400, "invalid_id", f"{what} is not a valid id") from None
+
+
+def not_found(what: str, value: str) -> ApiError:
+    return ApiError(404, "not_found", f"no {what} {value}")

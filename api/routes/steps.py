@@ -1,0 +1,28 @@
+"""``GET /api/agent-steps``: the steps agents took, filtered and paged."""
+from flask import Blueprint, jsonify
+
+from api import schemas
+from api.context import ctx
+from api.openapi import operation
+from api.requests import not_found, query
+
+bp = Blueprint("steps", __name__, url_prefix="/api")
+
+
+@bp.get("/agent-steps")
+@operation(200, schemas.StepList, query=schemas.StepQuery, errors=(400, 404))
+def list_steps():
+    """step history, ordered by iteration"""
+    q: schemas.StepQuery = query()
+    store = ctx().store
+    last_iteration = None
+    if q.order == "desc" and q.session_id:
+        snapshot = store.states.get(q.session_id)
+        if snapshot is None:
+            raise not_found("session", q.session_id)
+        last_iteration = snapshot["iteration"]
+    steps = store.steps.search(
+        session_id=q.session_id, agent_id=q.agent_id, min_iteration=q.min_iteration,
+        max_iteration=q.max_iteration, since=q.since, status=q.status, limit=q.limit, offset=q.offset,
+        newest_first=q.order == "desc", last_iteration=last_iteration)
+    return jsonify({"steps": steps, "limit": q.limit, "offset": q.offset})

@@ -1,0 +1,53 @@
+"""Sessions as the routes see them, and how a route changes one: by appending
+an action to the queue, which the agent service applies (app.py never runs a
+session itself).
+
+A session exists for the API from the moment its create is accepted: until
+the service applies the create, it is shown as ``pending``, built from the
+queued action.
+"""
+from flask import jsonify
+
+from api.context import ctx
+
+
+def pending_snapshot(create: dict) -> dict:
+    """What a session looks like between its create being accepted and applied."""
+    payload = create.get("payload") or {}
+    return {
+        "agent_id": create["agent_id"], "session_id": create["session_id"], "moniker": payload.get("moniker"),
+        "name": payload.get("name"),
+        "task": payload.get("task"), "config": payload.get("config"), "status": "pending", "iteration": -1,
+        "conversation_id": create.get("conversation_id"), "created_at": create["created_at"],
+        "updated_at": create["created_at"], "action_id": create["id"], "action_status": create["status"],
+        "last_error": create.get("error"),
+        "parent_agent_id": payload.get("parent_agent_id"), "parent_session_id": payload.get("parent_session_id"),
+    }
+
+
+def session_view(session_id: str) -> dict | None:
+    """The session's snapshot, or its pending view while its create is queued."""
+    store = ctx().store
+    snapshot = store.states.get(session_id)
+    if snapshot:
+        return snapshot
+    create = store.actions.find_create(session_id=session_id)
+    return pending_snapshot(create) if create else None
+
+
+def latest_session_id(agent_id: str) -> str | None:
+    """The agent's newest session: an applied one, or a create still in the queue."""
+    store = ctx().store
+    snapshot = store.states.latest_for_agent(agent_id)
+    create = store.actions.latest_create_for_agent(agent_id)
+    if create and (snapshot is None or create["created_at"] > snapshot["created_at"]):
+        return create["session_id"]
+    return snapshot["session_id"] if snapshot else None
+
+
+def enqueue(type_: str, agent_id: str, session_id: str, payload: dict, status: int = 202, **extra):
+    """Append an action for the session and answer with its ids (202: accepted, not yet applied)."""
+    action = ctx().store.actions.enqueue(type_, agent_id=agent_id, session_id=session_id, payload=payload, **extra)
+    ctx().metrics.actions_enqueued.labels(type_).inc()
+    return jsonify({"agent_id": agent_id, "session_id": session_id, "action_id": action["id"],
+                    "status": action["status"]}), status
