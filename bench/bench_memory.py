@@ -9,7 +9,7 @@ session's newest page, the queue's pending actions, one snapshot) in a loop,
 and every ``--sample-s`` records its RSS, the bytes in LanceDB's caches
 (``Store.cache_bytes``) and the Python heap (tracemalloc).  Run it with
 ``--cache-mb 0`` (LanceDB's own defaults) and with the service's default to see
-which part grows: issue 9 found the caches, not Python objects.
+which part grows: in the sustained-load soaks it was the caches, not Python objects (BENCHMARKS.md §4d).
 """
 import argparse
 import os

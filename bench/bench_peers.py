@@ -1,5 +1,5 @@
 """The same no-op N-step loop on this service and on two peers, in one run on one
-machine: LangGraph with its SQLite checkpointer, and the seed's naive design.
+machine: LangGraph with its SQLite checkpointer, and the naive design of the original specification.
 
     python -m bench.bench_peers [--quick] [--agents 10,100,1000] [--seconds 10]
 
@@ -14,7 +14,7 @@ agent's wall time per step: the per-step overhead with nothing to overlap.
   AsyncSqliteSaver (langgraph-checkpoint-sqlite) and ``durability="sync"`` so a
   step's checkpoint is written before the next step starts, as ours is.  One
   thread_id per agent.  Steps are node executions in the window.
-- ``naive``: :class:`Naive` below, the seed's design: one single-row lancedb
+- ``naive``: :class:`Naive` below, the original specification's design: one single-row lancedb
   ``add`` per step, and a poller that sleeps a fixed 1 s between queries for
   unprocessed control actions.  It also reports its control latency and what
   its tables look like afterwards (fragments, versions, query time).
@@ -67,7 +67,7 @@ async def measure_langgraph(n_agents: int, seconds: float) -> dict:
     return {"agents": n_agents, "steps_per_s": round(steps / elapsed, 1), "steps": steps}
 
 
-# ---- the seed's naive design ---------------------------------------------------
+# ---- the original specification's naive design----------------------------------
 
 
 class Naive:

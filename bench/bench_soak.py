@@ -15,7 +15,7 @@ of ``GET /api/agent-steps`` for random sessions and of ``store.actions.pending()
 (this process opens the store as agents.py does); the control actions' latency
 (created_at -> processed_at) during the window; and steps/s.
 
-The verdict checks the targets of issue 9 (BENCHMARKS.md): each latency p99 of
+The verdict checks the sustained-load targets (BENCHMARKS.md, first table): each latency p99 of
 the last two samples within 1.5x of the first minute's; every table at most 200
 fragments and 2,000 versions at every sample; the data directory within 3x of
 the rows' own bytes at the end; each process's RSS at the end within 1.2x of
@@ -105,7 +105,7 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
             # Heap vs mapped files: RSS that grows in files (mapped index or data
             # files) is not the heap growing.
             "rss_anon_mb": {name: _rss_anon_mb(p.pid) for name, p in (("agents.py", svc.agents), ("app.py", svc.app))},
-            # Open files: a replaced index file still held open shows here first (issue 9).
+            # Open files: a replaced index file still held open shows here first (BENCHMARKS.md §4c).
             "open_files": {name: psutil.Process(p.pid).num_fds() for name, p in (("agents.py", svc.agents),
                                                                                   ("app.py", svc.app))},
             "threads": {name: psutil.Process(p.pid).num_threads() for name, p in (("agents.py", svc.agents),

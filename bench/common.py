@@ -200,7 +200,7 @@ def maintenance_module():
 
 def table_health(store) -> dict:
     """Per table: rows, fragments, versions, indices: what grows when storage is
-    not maintained (FACTS.md)."""
+    not maintained (each commit adds a version and a fragment until compaction and cleanup run)."""
     from store.query import retrying
 
     out = {}
