@@ -67,7 +67,7 @@ async def measure_langgraph(n_agents: int, seconds: float) -> dict:
     return {"agents": n_agents, "steps_per_s": round(steps / elapsed, 1), "steps": steps}
 
 
-# ---- the original specification's naive design----------------------------------
+# ---- the original specification's naive design ----------------------------------
 
 
 class Naive:
