@@ -200,7 +200,6 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: stop(service, stopping))
     loop.add_signal_handler(signal.SIGHUP, service_profiles.load)
-    service.profiles = service_profiles
     log.info("agents.py started: db=%s monikers=%s tools=%s plugins=%s", store.uri, ",".join(monikers.names()),
              ",".join(tools.names()), ",".join(plugin_modules()) or "-")
     record_task = asyncio.create_task(record.run(stopping), name="record-keeping")

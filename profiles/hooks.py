@@ -201,7 +201,7 @@ class SessionHooks:
                  status[1])
         if status[0] == "paused":
             agent.request_pause()
-        agent._set_status(status[0], status[1])
+        agent.note_status(status[0], status[1])
 
 
 def _status_of(outcomes: list[dict], flow_record: dict | None = None) -> tuple[str, str, str] | None:

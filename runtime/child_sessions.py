@@ -19,8 +19,8 @@ snapshot whose report is missing.  Paths that write a final snapshot without
 going through a session's ``save`` (a moniker gone at restart) are caught by
 :func:`report_unreported`, a scan run at every start and adoption round.
 
-**Applying, exactly once.**  The ``child_result`` handler (:class:`ChildControls`)
-puts the outcome into the parent's inbox as a ``child_result`` item whose id is
+**Applying, exactly once.**  The ``child_result`` handler (``ChildControls`` in
+runtime/child_controls.py) puts the outcome into the parent's inbox as a ``child_result`` item whose id is
 ``child:<session>:<generation>``: ``add_inbox_item`` refuses an id already
 queued or used, so the same action applied twice after a crash, or a duplicate
 report, changes nothing.  A parent that is stepping gets it at its next step, a
@@ -32,13 +32,20 @@ call instead, with the child's result.
 Trees (destroy / pause / resume cascades, budgets over a whole tree) are in
 runtime/session_tree.py.
 """
-from domain.statuses import SESSION_FINISHED, TOOL_CALL_ENDED
-import asyncio
+from __future__ import annotations
+
 import json
 import logging
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Callable
 
+from domain.statuses import SESSION_FINISHED
 from runtime import inbox as inbox_kinds
+from runtime.persistence import Persistence
+
+if TYPE_CHECKING:  # runtime/session.py imports this module
+    from runtime.live_sessions import SessionRegistry
+    from runtime.session import SessionAgent
 
 log = logging.getLogger("runtime.child_sessions")
 
@@ -80,7 +87,7 @@ def create_fields(payload: dict) -> dict:
             "subagent": link, "pending_guidance": first}
 
 
-async def parent_destroyed(persist, sessions, link: dict) -> bool:
+async def parent_destroyed(persist: Persistence, sessions: SessionRegistry, link: dict) -> bool:
     """A child whose create is applied after its parent was destroyed (the
     cascade could not see it yet) starts stopped, unless it chose ``abandon``."""
     if not link or (link.get("subagent") or {}).get("on_parent_destroy") == "abandon":
@@ -119,7 +126,7 @@ def report_due(snapshot: dict) -> bool:
             and int(snapshot.get("reported_generation") or 0) < generation_of(snapshot))
 
 
-async def report(persist, snapshot: dict) -> dict:
+async def report(persist: Persistence, snapshot: dict) -> dict:
     """Enqueue the outcome for the parent; returns the payload."""
     payload = outcome(snapshot)
     await persist.enqueue("child_result", agent_id=snapshot["parent_agent_id"],
@@ -129,7 +136,7 @@ async def report(persist, snapshot: dict) -> dict:
     return payload
 
 
-async def report_if_finished(agent) -> None:
+async def report_if_finished(agent: SessionAgent) -> None:
     """Called by ``SessionAgent.save`` before it writes a snapshot: a finished
     child's outcome is queued (durable) before the final snapshot is."""
     snapshot = agent.snapshot()
@@ -138,7 +145,7 @@ async def report_if_finished(agent) -> None:
         agent.extra["reported_generation"] = generation_of(snapshot)
 
 
-async def report_unreported(persist, live) -> int:
+async def report_unreported(persist: Persistence, live: Callable[[str], SessionAgent | None]) -> int:
     """The recovery scan: finished children whose outcome never got queued (and
     that no runner of this process holds) are reported now."""
     found = 0
@@ -153,7 +160,7 @@ async def report_unreported(persist, live) -> int:
     return found
 
 
-def next_generation(agent) -> None:
+def next_generation(agent: SessionAgent) -> None:
     """A finished session runs again: its next outcome is a new generation."""
     if agent.extra.get("parent_session_id"):
         agent.extra["generation"] = max(int(agent.extra.get("generation") or 1),
@@ -192,11 +199,11 @@ def wakeable(status: str, reason: str | None) -> bool:
     return status == "done" and reason not in ("max_steps", "max_runtime")
 
 
-def pending_child_results(agent) -> bool:
+def pending_child_results(agent: SessionAgent) -> bool:
     return any(inbox_kinds.kind_of(g) == "child_result" for g in agent.pending_guidance)
 
 
-async def wake_for_children(agent) -> bool:
+async def wake_for_children(agent: SessionAgent) -> bool:
     """The runner, after its loop ended: children's results arrived while its
     last step ran, so instead of staying done it runs again (woken)."""
     if agent.stop_requested or not wakeable(agent.status, agent.status_reason) or not pending_child_results(agent):
@@ -204,136 +211,3 @@ async def wake_for_children(agent) -> bool:
     next_generation(agent)
     await agent.set_status("running", "woken")
     return True
-
-
-class ChildControls:
-    """Handlers of ``child_result`` (for a parent) and ``child_message`` (for a child)."""
-
-    def __init__(self, sessions, persist, monikers, session_options: dict, observers, error_type):
-        self.sessions = sessions
-        self.persist = persist
-        self.monikers = monikers
-        self.session_options = session_options
-        self.observers = observers
-        self.ActionError = error_type
-
-    def handlers(self) -> dict:
-        return {"child_result": self.child_result, "child_message": self.child_message}
-
-    # ---- child_result -----------------------------------------------------
-
-    async def child_result(self, action: dict, payload: dict) -> None:
-        key = payload.get("key")
-        if not isinstance(key, str) or not payload.get("child_session_id"):
-            raise self.ActionError("payload names no key and child_session_id")
-        if payload.get("wait_call") and await self._end_wait_call(action, payload):
-            return
-        text, data = item_text(payload), item_data(payload)
-        source = {"kind": "child", "agent_id": payload.get("child_agent_id"),
-                  "session_id": payload["child_session_id"], "generation": payload.get("generation")}
-        await self.deliver(action, key, "child_result", text, data, source, wake=True)
-
-    async def deliver(self, action: dict, key: str, kind: str, text: str, data, source, *, wake: bool,
-                      reactivate_reason: str = "woken") -> str:
-        """Put one inbox item into a session: queued if it is live, kept for a
-        failed one, and a finished one is woken (``wake``).  Returns what happened."""
-        session_id = action["session_id"]
-        agent = self.sessions.get(session_id)
-        if agent is not None and agent.finished and agent.runner is not None and not agent.runner.done():
-            await asyncio.gather(agent.runner, return_exceptions=True)  # it may wake itself as it ends
-        if agent is not None and not agent.finished:
-            if agent.add_inbox_item(key, kind, text, data=data, source=source):
-                await agent.save()
-            return "queued"
-        snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(session_id)
-        if snapshot is None:
-            raise self.ActionError(f"unknown session {session_id}")
-        if key in (snapshot.get("used_guidance") or []) or any(
-                g.get("action_id") == key for g in snapshot.get("pending_guidance") or []):
-            return "duplicate"
-        status = snapshot["status"]
-        if status == "stopped":
-            log.info("session %s is stopped; %s %s not delivered", session_id, kind, key)
-            return "dropped"
-        if not (wake and wakeable(status, snapshot.get("status_reason"))):
-            # kept for a resume (error), or for nobody (a limit ended it): never lost
-            item = {"action_id": key, "kind": kind, "text": text, "data": data, "source": source}
-            kept = dict(snapshot, pending_guidance=[*(snapshot.get("pending_guidance") or []), item])
-            if agent is not None:
-                agent.pending_guidance = kept["pending_guidance"]
-                await agent.save()
-            else:
-                await self.persist.save_snapshot(kept)
-            return "kept"
-        agent = self._session_from(snapshot, agent)
-        agent.add_inbox_item(key, kind, text, data=data, source=source)
-        next_generation(agent)
-        agent._set_status("running", reactivate_reason)
-        await agent.save()
-        self.sessions.add(agent)
-        agent.start()
-        log.info("session %s %s by %s %s", session_id, reactivate_reason, kind, key)
-        return reactivate_reason
-
-    def _session_from(self, snapshot: dict, agent):
-        """The session object to run again: the finished one in memory, or a new
-        one from its snapshot (finished under another worker or an earlier life)."""
-        if agent is not None:
-            return agent
-        from runtime.session import SessionAgent  # session.py imports this module
-
-        try:
-            moniker = self.monikers.get(snapshot["moniker"])
-        except Exception:
-            raise self.ActionError(f"moniker {snapshot['moniker']!r} is not installed") from None
-        return SessionAgent(snapshot=dict(snapshot), moniker=moniker, persist=self.persist,
-                            observers=self.observers, **self.session_options)
-
-    async def _end_wait_call(self, action: dict, payload: dict) -> bool:
-        """``spawn_agent {wait: true}``: the child's (first) outcome is the call's
-        result.  False when the call no longer waits (then the inbox gets it)."""
-        from runtime.tool_runner import capped_result, now  # avoids a cycle at import
-
-        call_id, key = payload["wait_call"], payload["key"]
-        agent = self.sessions.get(action["session_id"])
-        phase = agent.tool_phase if agent is not None else None
-        if phase is not None and call_id in phase.tasks:  # the spawn call is still being recorded
-            await asyncio.wait({phase.tasks[call_id]})
-        row = phase.row(call_id) if phase is not None else None
-        if row is None:
-            row = await self.persist.get_tool_call(call_id)
-        if row is None or row["session_id"] != action["session_id"]:
-            return False
-        if row.get("decided_by") == key:
-            return True  # this outcome ended the call already
-        if row["status"] in TOOL_CALL_ENDED or agent is None or agent.finished:
-            return False
-        ids = {"agent_id": payload["child_agent_id"], "session_id": payload["child_session_id"],
-               "name": payload.get("name"), "generation": payload.get("generation")}
-        if payload["status"] == "done":
-            change = {"status": "success", "error": None,
-                      "result": capped_result({**ids, "status": "done", "text": payload.get("text"),
-                                               "data": payload.get("data"), "usage": payload.get("usage")})}
-        else:
-            change = {"status": "failed", "error": item_text(payload)[:4000]}
-        row = dict(row, decided_by=key, finished_at=now(), **change)
-        await agent.tools.write([row])
-        if agent.tool_phase is not None:
-            agent.tool_phase.deliver(row)
-        log.info("tool call %s (spawn_agent, wait) ended %s by child %s", call_id, row["status"],
-                 payload["child_session_id"])
-        return True
-
-    # ---- child_message ----------------------------------------------------
-
-    async def child_message(self, action: dict, payload: dict) -> None:
-        """A parent's follow-up: the child's next step gets it; a finished
-        (``done``) child is reactivated, and its next outcome is reported again."""
-        key, text = payload.get("key"), payload.get("text")
-        if not isinstance(key, str) or not isinstance(text, str) or not text.strip():
-            raise self.ActionError("payload names no key and text")
-        source = payload.get("source") if isinstance(payload.get("source"), dict) else {"kind": "parent"}
-        outcome_ = await self.deliver(action, key, "message", text, None, source, wake=True,
-                                      reactivate_reason="reactivated")
-        if outcome_ == "dropped":
-            raise self.ActionError(f"cannot message: session {action['session_id']} is stopped")

@@ -24,28 +24,55 @@ after ``max_attempts``.  A worker whose write lease ran out (runtime/fence.py)
 may have been taken for dead and its claims handed to another worker: before
 applying or finishing such an action it checks that the claim is still its own,
 and leaves the action alone otherwise.
+
+The dispatcher hands each action to ``handle`` (the action table's apply,
+runtime/actions.py); while it runs, :data:`BATCH_SESSIONS` holds which of its
+batch's sessions the dispatcher found in the store.
 """
-from domain.statuses import SESSION_FINISHED
+from __future__ import annotations
+
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable
 
-from runtime.fence import SessionLost
-from runtime.handlers import ActionError
+from domain.errors import ActionError
+from domain.statuses import SESSION_FINISHED
 from runtime.fanout import Observers
+from runtime.fence import Fence, SessionLost
+from runtime.persistence import Persistence
+
+if TYPE_CHECKING:
+    from runtime.session import SessionAgent
 
 log = logging.getLogger("runtime.dispatcher")
 
+# Set while an action's handler runs: the sessions of its poll batch found in
+# the store (one query for the batch instead of one per create), or None when
+# the batch had nothing to look up.
+BATCH_SESSIONS: ContextVar[frozenset[str] | None] = ContextVar("batch_sessions", default=None)
+
+
+@dataclass
+class Claimed:
+    """An action this worker claimed, waiting in its session's lane."""
+    action: dict
+    generation: int  # the fence's revalidation count when claimed, or when last found still ours
+    known_sessions: frozenset[str] | None  # BATCH_SESSIONS while it is applied
+    park: bool = False  # claimed too often: fail it without applying
+
 
 class Dispatcher:
-    def __init__(self, persist, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
-                 observers: Observers | None = None, owns: Callable[[str], object] = lambda session_id: None,
+    def __init__(self, persist: Persistence, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
+                 observers: Observers | None = None,
+                 owns: Callable[[str], SessionAgent | None] = lambda session_id: None,
                  watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0,
                  batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5,
-                 fence=None):
+                 fence: Fence | None = None):
         self.persist = persist
-        self.fence = fence  # runtime.fence.Fence, or None (unfenced: a single worker in tests)
+        self.fence = fence  # None: unfenced (a single worker in tests)
         self.handle = handle
         self.owns = owns  # session_id -> the live session if this worker runs it
         self.max_attempts = max_attempts
@@ -59,7 +86,7 @@ class Dispatcher:
         self.lease_s = lease_s
         self.release_every_s = release_every_s
         self.in_flight: set[str] = set()
-        self.lanes: dict[str, asyncio.Queue] = {}
+        self.lanes: dict[str, asyncio.Queue[Claimed]] = {}
         self.lane_tasks: dict[str, asyncio.Task] = {}
         self.applied = 0
 
@@ -114,7 +141,7 @@ class Dispatcher:
         if self.fence is not None and not self.fence.valid():
             await self.fence.revalidate()  # maybe taken for dead: claim nothing before knowing
         pending = await self.persist.pending_actions(self.batch)
-        fresh = await self._claimable([a for a in pending if a["id"] not in self.in_flight])
+        fresh, known = await self._claimable([a for a in pending if a["id"] not in self.in_flight])
         if not fresh:
             return 0
         generation = self.fence.revalidations if self.fence else 0
@@ -122,19 +149,17 @@ class Dispatcher:
         for action in fresh:  # already in priority, then acceptance order
             if action["id"] not in held:
                 continue
-            action["_fence_generation"] = generation
             self.in_flight.add(action["id"])
-            if action.get("attempts", 0) + 1 > self.max_attempts:
-                self._route(action, park=True)
-            else:
-                self._route(action)
+            self._route(Claimed(action, generation, known,
+                                park=action.get("attempts", 0) + 1 > self.max_attempts))
         return len(held)
 
-    async def _claimable(self, actions: list[dict]) -> list[dict]:
+    async def _claimable(self, actions: list[dict]) -> tuple[list[dict], frozenset[str] | None]:
         """The actions this worker may apply: creates, those of its own sessions,
         and those of sessions no live worker runs (finished or unknown ones, to
         be answered).  A live session of another worker is left to its owner; a
-        session whose create is still queued waits for it."""
+        session whose create is still queued waits for it.  Also returns the
+        sessions of the batch found in the store (None when none was looked up)."""
         mine, others, creates = [], [], []
         for action in actions:
             session_id = action.get("session_id")
@@ -142,10 +167,10 @@ class Dispatcher:
                 creates.append(action)
             (mine if action.get("type") == "create" or not session_id or self.owns(session_id) else others).append(action)
         if not (others or creates):
-            return mine
+            return mine, None
+        # One query for the whole batch, creates included: each create is told
+        # whether its session exists instead of looking it up on its own.
         known = await self.persist.session_owners([a["session_id"] for a in others + creates])
-        for action in creates:  # one query for the whole batch instead of one per create
-            action["session_exists"] = action["session_id"] in known
         held_back: set[str] = set()
         for action in others:
             snapshot = known.get(action["session_id"])
@@ -162,36 +187,38 @@ class Dispatcher:
             elif snapshot["status"] in SESSION_FINISHED:
                 mine.append(action)
         order = {a["id"]: i for i, a in enumerate(actions)}
-        return sorted(mine, key=lambda a: order[a["id"]])
+        return sorted(mine, key=lambda a: order[a["id"]]), frozenset(known)
 
-    def _route(self, action: dict, park: bool = False) -> None:
+    def _route(self, claimed: Claimed) -> None:
+        action = claimed.action
         key = action.get("session_id") or action.get("agent_id") or action["id"]
         lane = self.lanes.get(key)
         if lane is None:
             lane = self.lanes[key] = asyncio.Queue()
             self.lane_tasks[key] = asyncio.create_task(self._serve_lane(key, lane), name=f"lane:{key}")
-        lane.put_nowait((action, park))
+        lane.put_nowait(claimed)
 
-    async def _serve_lane(self, key: str, lane: asyncio.Queue) -> None:
+    async def _serve_lane(self, key: str, lane: asyncio.Queue[Claimed]) -> None:
         try:
             while not lane.empty():
-                await self._apply(*lane.get_nowait())
+                await self._apply(lane.get_nowait())
         finally:
             # No await between the emptiness check and removal: a new action
             # routed after this point creates a fresh lane.
             self.lanes.pop(key, None)
             self.lane_tasks.pop(key, None)
 
-    async def _apply(self, action: dict, park: bool = False) -> None:
+    async def _apply(self, claimed: Claimed) -> None:
+        action = claimed.action
         action_id = action["id"]
         started = time.perf_counter()
         try:
-            if not await self._still_claimed(action):
+            if not await self._still_claimed(claimed):
                 self.in_flight.discard(action_id)
                 return
-            if park:  # claimed again and again: its handler or its worker keeps dying
+            if claimed.park:  # claimed again and again: its handler or its worker keeps dying
                 raise ActionError(f"parked after {action.get('attempts', 0)} attempts")
-            await self.handle(action)
+            await self._handle(claimed)
             ok, error = True, None
         except SessionLost:  # adopted by another worker meanwhile: its action now
             log.warning("action %s left to the new owner of session %s", action_id, action.get("session_id"))
@@ -208,7 +235,7 @@ class Dispatcher:
             log.exception("action %s (%s) raised agent=%s session=%s", action_id, action.get("type"),
                           action.get("agent_id"), action.get("session_id"))
         try:
-            if not await self._still_claimed(action):
+            if not await self._still_claimed(claimed):
                 return
             await self.persist.finish_action(action_id, ok, error)
             self.applied += 1
@@ -221,19 +248,27 @@ class Dispatcher:
         finally:
             self.in_flight.discard(action_id)
 
-    async def _still_claimed(self, action: dict) -> bool:
-        """False when this worker's claim on ``action`` may have been released:
+    async def _handle(self, claimed: Claimed) -> None:
+        token = BATCH_SESSIONS.set(claimed.known_sessions)
+        try:
+            await self.handle(claimed.action)
+        finally:
+            BATCH_SESSIONS.reset(token)
+
+    async def _still_claimed(self, claimed: Claimed) -> bool:
+        """False when this worker's claim on the action may have been released:
         its lease ran out since the claim and the queue says another worker (or
         nobody) holds it now.  Free while the lease holds (a clock read)."""
         if self.fence is None:
             return True
         if not self.fence.valid():
             await self.fence.revalidate()
-        if self.fence.revalidations == action.get("_fence_generation", 0):
+        if self.fence.revalidations == claimed.generation:
             return True
+        action = claimed.action
         row = await self.persist.get_action(action["id"])
         if row and row["status"] == "processing" and row["claimed_by"] == self.worker_id:
-            action["_fence_generation"] = self.fence.revalidations
+            claimed.generation = self.fence.revalidations
             return True
         log.warning("action %s (%s) is no longer claimed by %s (now %s by %s); leaving it", action["id"],
                     action.get("type"), self.worker_id, row and row["status"], row and row["claimed_by"])

@@ -1,4 +1,6 @@
-"""What each action type does to a session.
+"""The handlers of the actions that start, steer and end a session: create,
+pause, resume, interrupt, inbox_item and destroy.  Which action type goes to
+which handler is declared in runtime/actions.py.
 
 A handler raises :class:`ActionError` for a request that cannot be applied (it
 is then marked failed with that message); returning normally marks it done.
@@ -13,14 +15,12 @@ import re
 from pydantic import ValidationError
 
 from domain.errors import ActionError
+from domain.session_config import CreatePayload, SessionConfig
 from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
-from domain.session_config import CreatePayload
-from runtime.fork import ForkError, fork_snapshot
-from runtime.fanout import Observers
-from runtime.live_sessions import SessionRegistry
 from runtime import child_sessions, session_tree
-from runtime.session import SessionAgent
-from runtime.tool_runner import ToolControls
+from runtime.fork import ForkError, fork_snapshot
+from runtime.live_sessions import SessionRegistry
+from runtime.session import SessionAgent, SessionFactory
 
 log = logging.getLogger("runtime.handlers")
 
@@ -28,42 +28,25 @@ MAX_GUIDANCE = 20_000
 INBOX_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
-class Handlers:
-    def __init__(self, sessions: SessionRegistry, monikers: MonikerRegistry, persist, *,
-                 observers: Observers | None = None, destroy_grace_s: float = 5.0,
-                 session_options: dict | None = None):
+class SessionControls:
+    def __init__(self, sessions: SessionRegistry, monikers: MonikerRegistry, factory: SessionFactory, *,
+                 destroy_grace_s: float = 5.0):
         self.sessions = sessions
         self.monikers = monikers
-        self.persist = persist
-        self.observers = observers or Observers()
-        self.session_options = session_options or {}  # owner and heartbeat of the sessions we start
+        self.factory = factory  # makes the sessions we start: owner, heartbeat, tools, store, observers
+        self.persist = factory.persist
+        self.observers = factory.observers
         self.destroy_grace_s = destroy_grace_s
-        self.by_type = {"create": self.create, "pause": self.pause, "resume": self.resume,
-                        "interrupt": self.interrupt, "destroy": self.destroy, "inbox_item": self.inbox_item}
-        runner = self.session_options.get("tools")
-        if runner is not None:  # approve / deny / result of tool calls (runtime/tool_runner.py)
-            self.by_type.update(ToolControls(sessions, runner, ActionError).handlers())
-        # child_result / child_message (runtime/child_sessions.py)
-        self.by_type.update(child_sessions.ChildControls(sessions, persist, monikers, self.session_options,
-                                                    self.observers, ActionError).handlers())
-
-    async def handle(self, action: dict) -> None:
-        handler = self.by_type.get(action.get("type"))
-        if handler is None:
-            raise ActionError(f"unknown action type {action.get('type')!r}")
-        payload = action.get("payload")
-        if not isinstance(payload, dict):
-            raise ActionError("payload must be a JSON object")
-        if not action.get("agent_id") or not action.get("session_id"):
-            raise ActionError("action names no agent_id and session_id")
-        await handler(action, payload)
 
     # ---- create ---------------------------------------------------------
 
-    async def create(self, action: dict, payload: dict) -> None:
+    async def create(self, action: dict, payload: dict, known_sessions: frozenset[str] | None = None) -> None:
+        """Start a session (a fork of another when the payload says ``fork``).
+        ``known_sessions``: the sessions of the action's poll batch found in the
+        store (one lookup for the whole batch), or None to look this one up."""
         session_id = action["session_id"]
-        exists = action.get("session_exists")  # looked up for the whole poll batch by the dispatcher
-        if self.sessions.get(session_id) or exists or (exists is None and await self.persist.load_snapshot(session_id)):
+        if self.sessions.get(session_id) or (session_id in known_sessions if known_sessions is not None
+                                              else await self.persist.load_snapshot(session_id)):
             log.info("session %s exists already; create action %s changes nothing", session_id, action["id"])
             return
         fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/fork.py)
@@ -92,8 +75,7 @@ class Handlers:
                 raise ActionError(f"cannot fork: {exc}") from None
         if await child_sessions.parent_destroyed(self.persist, self.sessions, link):
             snapshot.update(status="stopped", status_reason="parent_destroyed")
-        agent = SessionAgent(moniker=moniker, persist=self.persist, observers=self.observers,
-                             **self.session_options, snapshot=snapshot)
+        agent = self.factory.make(snapshot, moniker)
         await agent.save()
         self.sessions.add(agent)
         await self.observers.notify("session_created", agent.snapshot())
@@ -164,7 +146,7 @@ class Handlers:
         elif for_budget:  # its budget paused its tree: resuming it resumes them
             await session_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
 
-    async def _restart_after_error(self, failed, payload: dict) -> None:
+    async def _restart_after_error(self, failed: SessionAgent | dict, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
         old = failed.snapshot() if isinstance(failed, SessionAgent) else failed
         old = child_sessions.bump_snapshot_generation(old)  # its error was reported; its next outcome will be too
@@ -173,8 +155,7 @@ class Handlers:
             moniker = self.monikers.get(snapshot["moniker"])
         except UnknownMoniker:
             raise ActionError(f"moniker {snapshot['moniker']!r} is not installed") from None
-        agent = SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist,
-                             observers=self.observers, **self.session_options)
+        agent = self.factory.make(snapshot, moniker)
         _raise_budget(agent.config, payload)
         await agent.save()
         self.sessions.add(agent)
@@ -240,7 +221,7 @@ class Handlers:
             await agent.set_status("stopped", "destroyed")
 
 
-def _raise_budget(config, payload: dict) -> None:
+def _raise_budget(config: SessionConfig, payload: dict) -> None:
     """A resume may carry a higher budget (``budget_tokens``/``budget_cost``)."""
     for key in ("budget_tokens", "budget_cost"):
         value = payload.get(key)

@@ -3,7 +3,7 @@
 An ``ask_user`` call is an external tool call: its row waits in
 ``waiting_result`` (the session is ``waiting``, reason ``user``) and no step
 runs.  This module does the rest, as a runtime observer plus the handler of
-the ``answer`` action:
+the ``answer`` action (declared in runtime/actions.py):
 
 - **Posting.**  When a question starts waiting (its step's calls were planned,
   recovered after a restart, or approved), it is posted as an agent message
@@ -33,12 +33,23 @@ the ``answer`` action:
   lane: whichever applies first wins, and a timeout that finds the question
   answered changes nothing.
 """
+from __future__ import annotations
+
 import asyncio
 import logging
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Awaitable, Callable
 
+from domain.errors import ActionError
+from runtime.live_sessions import SessionRegistry
 from runtime.tool_runner import ToolControls, now
 from tools import ask_user
+
+if TYPE_CHECKING:
+    from runtime.relay import EventRelay
+    from runtime.service import AgentService
+    from runtime.session import SessionAgent
+    from store import Store
 
 log = logging.getLogger("runtime.questions")
 
@@ -46,20 +57,17 @@ MAX_DEPTH = 64  # parent links followed to find the root (a cycle cannot hang us
 
 
 class QuestionDesk:
-    def __init__(self, store, sessions, tool_runner, error_type, on_message=None):
+    def __init__(self, store: Store, sessions: SessionRegistry, controls: ToolControls | None,
+                 on_message: Callable[[dict], Awaitable[None]] | None = None):
         self.store = store
         self.sessions = sessions
-        self.controls = ToolControls(sessions, tool_runner, error_type)
-        self.ActionError = error_type
+        self.controls = controls  # the action table's, which decides tool calls
         self.on_message = on_message  # the live relay's conversation_message, or None
         self.timers: dict[str, asyncio.Task] = {}
 
-    def handlers(self) -> dict:
-        return {"answer": self.answer}
-
     # ---- observer hooks ---------------------------------------------------
 
-    async def tool_phase_loaded(self, agent, rows: list[dict]) -> None:
+    async def tool_phase_loaded(self, agent: SessionAgent, rows: list[dict]) -> None:
         for row in rows:
             if row["name"] == ask_user.NAME and row["status"] == "waiting_result":
                 self._arm(row)  # first: a question that cannot be posted still times out
@@ -80,7 +88,7 @@ class QuestionDesk:
 
     # ---- posting ----------------------------------------------------------
 
-    async def _post(self, agent, row: dict) -> None:
+    async def _post(self, agent: SessionAgent, row: dict) -> None:
         args = ask_user.parse_args(row.get("args"))
         if args is None:
             return
@@ -161,7 +169,7 @@ class QuestionDesk:
             return
         text = payload.get("text")
         if not isinstance(text, str) or not text.strip() or len(text) > ask_user.MAX_ANSWER:
-            raise self.ActionError(f"an answer must be a non-empty string of at most {ask_user.MAX_ANSWER} "
+            raise ActionError(f"an answer must be a non-empty string of at most {ask_user.MAX_ANSWER} "
                                    "characters")
         by = payload.get("user_id") if isinstance(payload.get("user_id"), str) else None
         via = "conversation" if payload.get("via") == "conversation" else "api"
@@ -169,7 +177,7 @@ class QuestionDesk:
         def change(row: dict) -> dict:
             self._must_be_question(row)
             return dict(ask_user.answered(row, text, answered_by=by, via=via), finished_at=now())
-        await self.controls._decide(action, "waiting_result", "answer", change)
+        await self.controls.decide(action, "waiting_result", "answer", change)
         if via == "api":  # a reply in a conversation is there already; echo the others where it was asked
             try:
                 await self._echo(action, text, by)
@@ -200,7 +208,7 @@ class QuestionDesk:
                 await self.on_message(message)
 
     async def _time_out(self, action: dict) -> None:
-        _, row = await self.controls._row(action)
+        _, row = await self.controls.row_of(action)
         if row.get("decided_by") != action["id"] and row["status"] != "waiting_result":
             log.info("question %s was %s before its timeout applied; nothing to do", row["id"], row["status"])
             return
@@ -208,23 +216,24 @@ class QuestionDesk:
         def change(row: dict) -> dict:
             self._must_be_question(row)
             return dict(ask_user.timed_out(row), finished_at=now())
-        await self.controls._decide(action, "waiting_result", "time out", change)
+        await self.controls.decide(action, "waiting_result", "time out", change)
 
     def _must_be_question(self, row: dict) -> None:
         if row["name"] != ask_user.NAME:
-            raise self.ActionError(f"tool call {row['id']} is a {row['name']!r} call, not a question (ask_user)")
+            raise ActionError(f"tool call {row['id']} is a {row['name']!r} call, not a question (ask_user)")
 
 
 def _iso(when: datetime | None) -> str | None:
     return when.isoformat() if when is not None else None
 
 
-def attach(service, store, relay=None) -> QuestionDesk:
-    """Add the desk to an AgentService: its observer hooks and the ``answer`` action."""
-    from runtime.handlers import ActionError
-
-    desk = QuestionDesk(store, service.sessions, service.tool_runner, ActionError,
-                        on_message=relay.conversation_message if relay is not None else None)
+def attach(service: AgentService, store: Store | None = None, relay: EventRelay | None = None) -> QuestionDesk:
+    """Post the questions of ``ask_user`` calls and time them out: the service's
+    desk (whose ``answer`` action is in its action table) becomes an observer,
+    after those added before it (the relay publishes a call's ``tool_call``
+    event before the desk posts its question).  ``store`` is unused: the desk
+    posts through the service's store."""
+    desk = service.actions.questions
+    desk.on_message = relay.conversation_message if relay is not None else None
     service.observers.add(desk)
-    service.handlers.by_type.update(desk.handlers())
     return desk

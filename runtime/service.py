@@ -20,24 +20,31 @@ runner to stop at its next step boundary and waits up to ``stop_grace_s`` for
 the steps in flight to be persisted, then cancels what is left *without*
 touching the sessions' persisted status, so a restart resumes them.
 """
+from __future__ import annotations
+
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from ulid import ULID
 
 from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
+from runtime import child_sessions
+from runtime.actions import ActionTable
 from runtime.aio import every
 from runtime.dispatcher import Dispatcher
-from runtime.fence import Fence
-from runtime.handlers import Handlers
-from runtime.monitor import HealthMonitor
 from runtime.fanout import Observers
-from runtime.persistence import Persistence
+from runtime.fence import Fence
 from runtime.live_sessions import SessionRegistry
-from runtime import child_sessions
-from runtime.session import SessionAgent
+from runtime.monitor import HealthMonitor
+from runtime.persistence import Persistence
+from runtime.session import SessionAgent, SessionFactory
 from runtime.tool_runner import ToolRunner
 from tools.tool_registry import ToolRegistry, default_tool_registry
+
+if TYPE_CHECKING:
+    from store import Store
+    from store.maintenance import Maintainer
 
 log = logging.getLogger("runtime.service")
 
@@ -45,9 +52,9 @@ ADOPT_CHUNK = 200  # sessions resumed at once
 
 
 class AgentService:
-    def __init__(self, store, monikers: MonikerRegistry, *, tools: ToolRegistry | None = None,
+    def __init__(self, store: Store, monikers: MonikerRegistry, *, tools: ToolRegistry | None = None,
                  worker_id: str | None = None,
-                 destroy_grace_s: float = 5.0, maintainer=None, maintain_every_s: float = 2.0,
+                 destroy_grace_s: float = 5.0, maintainer: Maintainer | None = None, maintain_every_s: float = 2.0,
                  heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
                  session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
                  **dispatcher_options):
@@ -56,7 +63,7 @@ class AgentService:
         self.sessions = SessionRegistry()
         self.observers = Observers()
         self.worker_id = worker_id or f"worker-{str(ULID()).lower()}"
-        self.maintainer = maintainer  # store.maintenance.Maintainer, or None for no upkeep
+        self.maintainer = maintainer  # None: no upkeep
         self.maintain_every_s = maintain_every_s
         # A heartbeat renews this worker's write lease (dead_after / 2, runtime/fence.py):
         # beat well within it, or the lease runs out between two beats.
@@ -64,13 +71,13 @@ class AgentService:
         self.heartbeat_s, self.dead_after_s, self.adopt_every_s = heartbeat_s, dead_after_s, adopt_every_s
         self.tools = tools if tools is not None else default_tool_registry()
         self.tool_runner = ToolRunner(self.tools, self.persist, self.observers)
-        self.session_options = {"owner": self.worker_id, "heartbeat_s": session_heartbeat_s,
-                                "tools": self.tool_runner}
+        self.factory = SessionFactory(self.persist, self.observers, self.tool_runner, owner=self.worker_id,
+                                      heartbeat_s=session_heartbeat_s)
         self.fence = Fence(self.worker_id, self.persist, self.sessions, dead_after_s)
         self.persist.fence = self.fence
-        self.handlers = Handlers(self.sessions, monikers, self.persist, observers=self.observers,
-                                 destroy_grace_s=destroy_grace_s, session_options=self.session_options)
-        self.dispatcher = Dispatcher(self.persist, self.handlers.handle, worker_id=self.worker_id,
+        # What each action type does: runtime/actions.py
+        self.actions = ActionTable(self.sessions, monikers, self.factory, store, destroy_grace_s=destroy_grace_s)
+        self.dispatcher = Dispatcher(self.persist, self.actions.apply, worker_id=self.worker_id,
                                      observers=self.observers, owns=self._runs, fence=self.fence,
                                      **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
@@ -103,7 +110,7 @@ class AgentService:
 
     # ---- ownership ------------------------------------------------------
 
-    def _runs(self, session_id: str):
+    def _runs(self, session_id: str) -> SessionAgent | None:
         """The live session this worker runs, if any.  A finished one kept in
         memory is not claimed blindly: another worker may have woken it since
         (a sub-agent's result, a resume after error), so its actions go through
@@ -172,8 +179,7 @@ class AgentService:
                         interrupted["iteration"])
         if snapshot["status"] == "stopping":  # died while being destroyed: finish the destroy
             snapshot.update(status="stopped", status_reason="destroyed")
-        agent = SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist, observers=self.observers,
-                             **self.session_options)
+        agent = self.factory.make(snapshot, moniker)
         await agent.save()
         self.sessions.add(agent)
         if agent.finished:

@@ -12,10 +12,10 @@ iteration is never run twice nor skipped.  A step that ran long enough to be
 marked in flight (``step_started_at``) and whose worker then died is recorded
 as ``interrupted`` by :meth:`SessionAgent.reconcile`, and the next step is told.
 """
-from domain.statuses import SESSION_FINISHED
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ulid import ULID
@@ -27,8 +27,10 @@ from runtime import child_sessions, session_tree
 from runtime import usage as usage_math
 from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from domain.session_config import SessionConfig
+from domain.statuses import SESSION_FINISHED
 from runtime.fence import SessionLost
 from runtime.fanout import Observers
+from runtime.persistence import Persistence
 from runtime.stepcall import call_moniker
 from runtime.tool_runner import ToolPhase, ToolRunner
 from tools.tool_registry import ToolRegistry
@@ -42,7 +44,7 @@ INTERRUPTED_NOTE = ("The previous attempt at step {step!r} was interrupted when 
 
 
 class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
-    def __init__(self, *, snapshot: dict, moniker: Moniker, persist, observers: Observers | None = None,
+    def __init__(self, *, snapshot: dict, moniker: Moniker, persist: Persistence, observers: Observers | None = None,
                  owner: str | None = None, heartbeat_s: float = 5.0, tools: ToolRunner | None = None):
         super().__init__()
         self.moniker = moniker
@@ -168,11 +170,13 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await saving
 
     async def set_status(self, status: str, reason: str | None = None) -> None:
-        self._set_status(status, reason)
+        self.note_status(status, reason)
         await self.save()
         log.info("session %s status=%s reason=%s agent=%s", self.session_id, status, reason, self.agent_id)
 
-    def _set_status(self, status: str, reason: str | None) -> None:
+    def note_status(self, status: str, reason: str | None) -> None:
+        """Change the status in memory only: the caller saves the snapshot
+        (with whatever else it changes), so one write carries both."""
         if (status, reason) != (self.status, self.status_reason):
             self.status_changed_at = datetime.now(timezone.utc)
         self.status, self.status_reason = status, reason
@@ -324,7 +328,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.hooks.apply(self, observed, iteration)
         if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
                 and not (observed or {}).get("flow"):
-            self._set_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turn_tracker.py)
+            self.note_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turn_tracker.py)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
@@ -334,12 +338,12 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
 
     def _finish_if_over(self, done: bool, text: str | None) -> None:
         if done and self.config.stop_on_done:
-            self._set_status("done", "done")
+            self.note_status("done", "done")
         elif limits.limit_reached(self.config, self.iteration, self.created_at) == "max_steps":
-            self._set_status("done", "max_steps")
+            self.note_status("done", "max_steps")
         elif self.repetition.repeated(text):
             self.last_error = f"the same output came {self.config.repeat_limit} times in a row"
-            self._set_status("stopped", "repetition")
+            self.note_status("stopped", "repetition")
 
     async def _long_step(self, started: float) -> None:
         """Heartbeat: this session has a step in flight and its worker is alive."""
@@ -359,6 +363,22 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.iteration, self.last_error = row["iteration"], outcome.error
         await self.observers.notify("step_persisted", self.snapshot(), stored)
         await self.set_status("error", f"step_failed:{outcome.error_class}")
+
+
+@dataclass(frozen=True)
+class SessionFactory:
+    """How this worker makes a session from a snapshot (a create, a resume
+    after an error, a finished session woken, an adoption): every session it
+    runs shares its store, observers, tool runner, owner and heartbeat."""
+    persist: Persistence
+    observers: Observers
+    tools: ToolRunner
+    owner: str
+    heartbeat_s: float
+
+    def make(self, snapshot: dict, moniker: Moniker) -> SessionAgent:
+        return SessionAgent(snapshot=snapshot, moniker=moniker, persist=self.persist, observers=self.observers,
+                            owner=self.owner, heartbeat_s=self.heartbeat_s, tools=self.tools)
 
 
 def _caught_up(snapshot: dict, latest_step: dict) -> dict:

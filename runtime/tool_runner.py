@@ -29,17 +29,28 @@ repeating it.  Destroy stops waiting at once and cancels running tools after
 its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
 too but leaves their rows ``running``, so a restart treats them as interrupted.
 """
-from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_WAITING
+from __future__ import annotations
+
 import asyncio
 import json
 import logging
 import time
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Callable
 
 from pydantic import ValidationError
 from ulid import ULID
 
+from domain.errors import ActionError
+from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_WAITING
 from runtime.fanout import Observers
+from runtime.persistence import Persistence
+from tools import schema
+from tools.tool_registry import Deferred, ToolContext, ToolRegistry
+
+if TYPE_CHECKING:  # runtime/session.py imports this module (and live_sessions imports session)
+    from runtime.live_sessions import SessionRegistry
+    from runtime.session import SessionAgent
 
 log = logging.getLogger("runtime.tools")
 
@@ -83,15 +94,13 @@ def result_of(row: dict) -> dict:
 
 
 def _deferred(result) -> bool:
-    from tools.tool_registry import Deferred  # tools/ knows nothing of runtime/
-
     return isinstance(result, Deferred)
 
 
 class ToolRunner:
     """Service-wide: which tools exist, where rows go, who hears of them."""
 
-    def __init__(self, registry, persist, observers: Observers | None = None):
+    def __init__(self, registry: ToolRegistry, persist: Persistence, observers: Observers | None = None):
         self.registry = registry
         self.persist = persist
         self.observers = observers or Observers()
@@ -112,7 +121,7 @@ class ToolRunner:
 
     # ---- planning -------------------------------------------------------
 
-    def plan(self, agent, iteration: int, calls: list[dict]) -> list[dict]:
+    def plan(self, agent: SessionAgent, iteration: int, calls: list[dict]) -> list[dict]:
         """Rows for a step's calls (``[{id, call_id, name, args}]`` as on the
         step row), each with the status it starts in."""
         rows = []
@@ -169,8 +178,6 @@ class ToolRunner:
         too, so a bad call ends ``failed`` without ever running."""
         if not tool.args_schema:
             return None
-        from tools import schema  # tools/ knows nothing of runtime/
-
         try:
             problem = schema.args_problem(tool.args_schema, args)
         except schema.BadSchema:
@@ -182,7 +189,7 @@ class ToolRunner:
 
     # ---- running one call -----------------------------------------------
 
-    async def execute(self, agent, row: dict) -> dict:
+    async def execute(self, agent: SessionAgent, row: dict) -> dict:
         """Run one pending call to its end; returns the ended row (durable)."""
         tool = self.registry.get(row["name"]) if row["name"] in self.registry else None
         row = dict(row, status="running", attempts=int(row.get("attempts") or 0) + 1, started_at=now(),
@@ -211,9 +218,7 @@ class ToolRunner:
                  row["duration_ms"], row["session_id"], row["iteration"])
         return row
 
-    async def _call(self, tool, agent, row: dict):
-        from tools.tool_registry import ToolContext  # tools/ knows nothing of runtime/
-
+    async def _call(self, tool, agent: SessionAgent, row: dict):
         args = tool.args_model.model_validate(row["args"]) if tool.args_model is not None else dict(row["args"])
         created = row.get("created_at")
         if isinstance(created, str):
@@ -238,7 +243,7 @@ class ToolRunner:
 class ToolPhase:
     """The calls of one step, from their rows to their results."""
 
-    def __init__(self, runner: ToolRunner, agent, step: dict):
+    def __init__(self, runner: ToolRunner, agent: SessionAgent, step: dict):
         self.runner = runner
         self.agent = agent
         self.iteration = step["iteration"]
@@ -261,6 +266,13 @@ class ToolPhase:
         else:
             self.delivered[row["id"]] = row
         self.changed.set()
+
+    async def wait_for_call(self, tool_call_id: str) -> None:
+        """Wait until the call's tool, if this phase is running it, has ended
+        (its row here is then final)."""
+        task = self.tasks.get(tool_call_id)
+        if task is not None:
+            await asyncio.wait({task})
 
     def waiting_reason(self) -> str | None:
         """approval, else user (a human's answer: ``ask_user``), else tool_result."""
@@ -402,35 +414,35 @@ class ToolControls:
     again after a crash finds its own decision there and changes nothing.
     """
 
-    def __init__(self, sessions, runner: ToolRunner, error_type):
+    def __init__(self, sessions: SessionRegistry, runner: ToolRunner):
         self.sessions = sessions
         self.runner = runner
-        self.ActionError = error_type
 
-    def handlers(self) -> dict:
-        return {"tool_approve": self.approve, "tool_deny": self.deny, "tool_result": self.result}
-
-    async def _row(self, action: dict) -> tuple[object, dict] | tuple[object, None]:
+    async def row_of(self, action: dict) -> tuple[SessionAgent | None, dict]:
+        """The live session (None when not running here) and the current row of
+        the call the action names; ActionError when the session has no such call."""
         tool_call_id = action["payload"].get("tool_call_id")
         if not isinstance(tool_call_id, str):
-            raise self.ActionError("payload names no tool_call_id")
+            raise ActionError("payload names no tool_call_id")
         agent = self.sessions.get(action["session_id"])
         row = agent.tool_phase.row(tool_call_id) if agent and agent.tool_phase else None
         if row is None:
             row = await self.runner.persist.get_tool_call(tool_call_id)
         if row is None or row["session_id"] != action["session_id"]:
-            raise self.ActionError(f"unknown tool call {tool_call_id} in session {action['session_id']}")
+            raise ActionError(f"unknown tool call {tool_call_id} in session {action['session_id']}")
         return agent, row
 
-    async def _decide(self, action: dict, expected: str, verb: str, change) -> None:
-        agent, row = await self._row(action)
+    async def decide(self, action: dict, expected: str, verb: str, change: Callable[[dict], dict]) -> None:
+        """Write ``change(row)`` to a call in status ``expected``, marked as decided
+        by this action, then hand the row to the session's phase."""
+        agent, row = await self.row_of(action)
         if row.get("decided_by") == action["id"]:
             return  # applied already (this action again, after a crash)
         if row["status"] != expected:
-            raise self.ActionError(f"conflict: cannot {verb} tool call {row['id']}: it is {row['status']}")
+            raise ActionError(f"conflict: cannot {verb} tool call {row['id']}: it is {row['status']}")
         if agent is None or agent.finished:
             status = agent.status if agent else "not running here"
-            raise self.ActionError(f"cannot {verb} tool call {row['id']}: its session is {status}")
+            raise ActionError(f"cannot {verb} tool call {row['id']}: its session is {status}")
         row = dict(row, decided_by=action["id"], **change(row))
         await self.runner.write([row])
         if agent.tool_phase is not None:
@@ -442,12 +454,12 @@ class ToolControls:
         def change(row):
             tool = self.runner.registry.get(row["name"]) if row["name"] in self.runner.registry else None
             return {"status": "waiting_result" if tool is not None and tool.external else "pending"}
-        await self._decide(action, "waiting_approval", "approve", change)
+        await self.decide(action, "waiting_approval", "approve", change)
 
     async def deny(self, action: dict, payload: dict) -> None:
         reason = payload.get("reason")
         text = "denied by a human" + (f": {reason}" if isinstance(reason, str) and reason else "")
-        await self._decide(action, "waiting_approval", "deny",
+        await self.decide(action, "waiting_approval", "deny",
                            lambda row: {"status": "denied", "error": text[:4000], "finished_at": now()})
 
     async def result(self, action: dict, payload: dict) -> None:
@@ -456,5 +468,5 @@ class ToolControls:
             change = {"status": "failed", "error": str(error)[:4000]}
         else:
             change = {"status": "success", "result": capped_result(payload.get("result"))}
-        await self._decide(action, "waiting_result", "post the result of",
+        await self.decide(action, "waiting_result", "post the result of",
                            lambda row: dict(change, finished_at=now()))

@@ -52,7 +52,7 @@ def test_posting_is_idempotent_and_reaches_the_root_through_the_parents(tmp_path
     async def on_message(message):
         posted.append(message["conversation_id"])
 
-    desk = QuestionDesk(store, Sessions(), tool_runner=None, error_type=RuntimeError, on_message=on_message)
+    desk = QuestionDesk(store, Sessions(), controls=None, on_message=on_message)
     question = row("01QUESTIONCALL0000000000000", "CHILD", "CA", choices=["Paris", "Rome"])
 
     async def load_twice():
@@ -76,7 +76,7 @@ def test_a_parent_cycle_does_not_hang_and_a_root_posts_no_notice(tmp_path):
     conv = store.conversations.create(title="loop")["conversation_id"]
     store.states.save(snapshot("A", "AA", parent_session_id="B", conversation_id=conv))
     store.states.save(snapshot("B", "BA", parent_session_id="A"))
-    desk = QuestionDesk(store, Sessions(), tool_runner=None, error_type=RuntimeError)
+    desk = QuestionDesk(store, Sessions(), controls=None)
     root = asyncio.run(desk._root(snapshot("A", "AA", parent_session_id="B")))
     assert root["session_id"] in ("A", "B")  # stops at the cycle
     assert asyncio.run(desk._root(snapshot("LONE", "LA"))) is None

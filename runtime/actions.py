@@ -1,0 +1,77 @@
+"""The action table: every action type a worker applies, and the function that applies it.
+
+Actions are how the API (app.py), other sessions and the service itself steer
+sessions: each is a row of the queue that the dispatcher (runtime/dispatcher.py)
+claims and hands to :meth:`ActionTable.apply`, in order per session.  This file
+is where to look up what an action does: :meth:`ActionTable.__init__` declares
+the whole table, type by type, and says where each handler lives.
+
+A handler gets the action row and its payload.  It raises :class:`ActionError`
+for a request that cannot be applied (the action is marked failed with that
+message); returning normally marks it done.  Every handler is idempotent: an
+action being applied when its worker died is applied again after the restart.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from domain.errors import ActionError
+from monikers.moniker_registry import MonikerRegistry
+from runtime.child_controls import ChildControls
+from runtime.dispatcher import BATCH_SESSIONS
+from runtime.handlers import SessionControls
+from runtime.live_sessions import SessionRegistry
+from runtime.questions import QuestionDesk
+from runtime.session import SessionFactory
+from runtime.tool_runner import ToolControls
+
+if TYPE_CHECKING:
+    from store import Store
+
+Handler = Callable[[dict, dict], Awaitable[None]]
+
+
+class ActionTable:
+    def __init__(self, sessions: SessionRegistry, monikers: MonikerRegistry, factory: SessionFactory,
+                 store: Store, *, destroy_grace_s: float = 5.0):
+        self.lifecycle = SessionControls(sessions, monikers, factory, destroy_grace_s=destroy_grace_s)
+        self.tools = ToolControls(sessions, factory.tools)
+        self.children = ChildControls(sessions, monikers, factory)
+        # Also an observer (posting questions, timing them out): runtime/questions.py's attach.
+        self.questions = QuestionDesk(store, sessions, self.tools)
+        self.by_type: dict[str, Handler] = {
+            # A session's life (runtime/handlers.py).
+            "create": self._create,
+            "pause": self.lifecycle.pause,
+            "resume": self.lifecycle.resume,
+            "interrupt": self.lifecycle.interrupt,
+            "inbox_item": self.lifecycle.inbox_item,
+            "destroy": self.lifecycle.destroy,
+            # A tool call that waits on someone (runtime/tool_runner.py, ToolControls).
+            "tool_approve": self.tools.approve,
+            "tool_deny": self.tools.deny,
+            "tool_result": self.tools.result,
+            # Sub-agents: a child's outcome for its parent, a parent's follow-up
+            # for its child (runtime/child_controls.py).
+            "child_result": self.children.child_result,
+            "child_message": self.children.child_message,
+            # A human's answer to ask_user, or its timeout (runtime/questions.py).
+            "answer": self.questions.answer,
+        }
+
+    async def apply(self, action: dict) -> None:
+        """Apply one action (the dispatcher's ``handle``)."""
+        handler = self.by_type.get(action.get("type"))
+        if handler is None:
+            raise ActionError(f"unknown action type {action.get('type')!r}")
+        payload = action.get("payload")
+        if not isinstance(payload, dict):
+            raise ActionError("payload must be a JSON object")
+        if not action.get("agent_id") or not action.get("session_id"):
+            raise ActionError("action names no agent_id and session_id")
+        await handler(action, payload)
+
+    async def _create(self, action: dict, payload: dict) -> None:
+        """A create is told which sessions of its poll batch the dispatcher
+        found in the store, so it need not look its own up."""
+        await self.lifecycle.create(action, payload, BATCH_SESSIONS.get())
