@@ -1,5 +1,6 @@
 """The archive: a summary row for every finished session and every
-conversation that has gone quiet (seed 003's "session archiving").
+conversation that has gone quiet, so a finished session or an old thread
+can be read (and searched) without replaying its every step.
 
 - When a session's snapshot is saved with a finished status (done, stopped,
   error), :class:`Archiver` (an observer) *schedules* its summary in the
@@ -18,13 +19,19 @@ Summaries are upserted by id, so doing one twice (two workers, a retry)
 leaves one row.  Retention (runtime/monitor.py) calls :meth:`ensure_sessions`
 before it removes old sessions, when it keeps their summaries.
 """
-from domain.statuses import SESSION_FINISHED
+from __future__ import annotations
+
 import asyncio
 import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Awaitable, Callable
 
+from domain.statuses import SESSION_FINISHED
 from runtime.aio import BackgroundWork, every
+
+if TYPE_CHECKING:
+    from store import Store
 
 log = logging.getLogger("runtime.archive")
 
@@ -41,14 +48,17 @@ def _clip(text, limit: int = TEXT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+LlmSummary = Callable[[dict, str, str, str], Awaitable[dict]]  # (config, kind, task, transcript) -> summary
+
+
 async def llm_summary(config: dict, kind: str, task: str, transcript: str) -> dict:
     from monikers.baml_summary import summarize
     return await summarize(config, kind=kind, task=task, transcript=transcript)
 
 
 class Archiver:
-    def __init__(self, store, *, worker_id: str | None = None, quiet_s: float = 1800.0, every_s: float = 30.0,
-                 llm=llm_summary, llm_monikers=("baml",), concurrency: int = 2):
+    def __init__(self, store: Store, *, worker_id: str | None = None, quiet_s: float = 1800.0, every_s: float = 30.0,
+                 llm: LlmSummary = llm_summary, llm_monikers=("baml",), concurrency: int = 2):
         self.store = store
         self.worker_id = worker_id
         self.quiet_s = quiet_s

@@ -12,15 +12,22 @@ Which conversations a session is in can change from app.py (POST
 cached for ``refresh_s``: a session joined that way starts posting within it.
 The messages written are handed to ``on_message`` (the live relay) once durable.
 """
+from __future__ import annotations
+
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+if TYPE_CHECKING:
+    from store import Store
 
 log = logging.getLogger("runtime.conversations")
 
 
 class ConversationLog:
-    def __init__(self, store, on_message=None, refresh_s: float = 2.0):
+    def __init__(self, store: Store, on_message: Callable[[dict], Awaitable[None]] | None = None,
+                 refresh_s: float = 2.0):
         self.store = store
         self.on_message = on_message
         self.refresh_s = refresh_s

@@ -1,10 +1,17 @@
 """Wiring of the observers that make agents visible outside agents.py: agent
 messages in conversations (runtime/conversation_log.py) and live events relayed
 to app.py (runtime/relay.py)."""
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 from runtime.conversation_log import ConversationLog
 from runtime.relay import EventRelay
+
+if TYPE_CHECKING:
+    from runtime.service import AgentService
+    from store import Store
 
 EVENTS_URL_ENV = "AGENTSVC_EVENTS_URL"
 
@@ -15,7 +22,7 @@ def default_events_url() -> str:
     return os.environ.get(EVENTS_URL_ENV) or f"http://127.0.0.1:{port}"
 
 
-def attach(service, store, *, events_url: str | None, token: str) -> EventRelay | None:
+def attach(service: AgentService, store: Store, *, events_url: str | None, token: str) -> EventRelay | None:
     """Add the observers to ``service``; returns the started relay (None when
     ``events_url`` is empty or "off", i.e. no live events)."""
     relay = EventRelay(events_url, token) if events_url and events_url != "off" else None

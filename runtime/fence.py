@@ -29,9 +29,16 @@ adoption re-reads who is alive and expects the snapshot it read unchanged
 than ``lease_s`` *after* its lease check (the process frozen between the check
 and the commit) can still land beside the adopter's row of the same iteration.
 """
+from __future__ import annotations
+
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runtime.live_sessions import SessionRegistry
+    from runtime.persistence import Persistence  # which imports this module
 
 log = logging.getLogger("runtime.fence")
 
@@ -52,10 +59,10 @@ class SessionLost(Exception):
 
 
 class Fence:
-    def __init__(self, worker_id: str, persist, sessions, dead_after_s: float):
+    def __init__(self, worker_id: str, persist: Persistence, sessions: SessionRegistry, dead_after_s: float):
         self.worker_id = worker_id
         self.persist = persist
-        self.sessions = sessions  # runtime.live_sessions.SessionRegistry
+        self.sessions = sessions
         self.lease_s = dead_after_s / 2
         self.valid_until = float("-inf")  # monotonic
         self.lost: set[str] = set()

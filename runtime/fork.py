@@ -8,14 +8,21 @@ fork's first own step is ``iteration + 1``: numbering continues), new guidance
 queued for that first step, and ``forked_from`` naming where it came from.
 The original session is only read.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from store.filters import InvalidId, check_id
+
+if TYPE_CHECKING:
+    from runtime.persistence import Persistence
 
 
 class ForkError(ValueError):
     """The fork cannot be made (unknown step, bad payload); the action fails with this."""
 
 
-async def fork_snapshot(persist, action: dict, fork: dict, base: dict) -> dict:
+async def fork_snapshot(persist: Persistence, action: dict, fork: dict, base: dict) -> dict:
     if not isinstance(fork, dict):
         raise ForkError("fork must be an object")
     try:

@@ -11,21 +11,29 @@
 The server runs in a thread of its own (http.server), bound to 127.0.0.1 by
 default, and reads the service only through the event loop or the store.
 """
+from __future__ import annotations
+
 import asyncio
 import json
 import logging
 import threading
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+if TYPE_CHECKING:
+    from runtime.service import AgentService
+    from store import Store
 
 log = logging.getLogger("runtime.health")
 
 
 class HealthServer:
-    def __init__(self, service, store, loop: asyncio.AbstractEventLoop, *, host: str = "127.0.0.1", port: int = 0,
-                 registry=None, loop_timeout_s: float = 5.0, stale_after_s: float | None = None):
+    def __init__(self, service: AgentService, store: Store, loop: asyncio.AbstractEventLoop, *,
+                 host: str = "127.0.0.1", port: int = 0, registry: CollectorRegistry | None = None,
+                 loop_timeout_s: float = 5.0, stale_after_s: float | None = None):
         self.service, self.store, self.loop = service, store, loop
         self.registry = registry
         self.loop_timeout_s = loop_timeout_s

@@ -7,8 +7,8 @@ the full-text index reads the whole index, so its buffers grow with the
 table).  When those buffers are freed, glibc keeps the memory in its heaps for
 reuse and only returns the free space at the *top* of a heap.  Free pages in
 the middle stay in the process: RSS climbs to each new high-water mark and
-stays there, which in the soak looked like a leak of several MB a minute
-(issue 9).  ``malloc_trim(0)`` walks every heap and returns every whole free
+stays there, which in the soak looked like a leak of several MB a minute.
+``malloc_trim(0)`` walks every heap and returns every whole free
 page; on a soaking agents.py one call took RSS from 512 to 460 MB.
 
 :class:`MemoryTrimmer` makes that call every ``every_s`` seconds from a daemon

@@ -4,14 +4,22 @@ Step and action counts come in through the observer hooks; the store's commit
 counters and the maintainer's work are read at scrape time by a collector, so
 neither store/ nor the maintainer knows about Prometheus.
 """
+from __future__ import annotations
+
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+if TYPE_CHECKING:
+    from runtime.rate_limits import RateLimiter
+    from runtime.service import AgentService
+    from store import Store
+
 
 class RuntimeMetrics:
-    def __init__(self, service, store):
+    def __init__(self, service: AgentService, store: Store):
         self.registry = CollectorRegistry()
         self.steps = Counter("agentsvc_steps_total", "persisted steps", ["status"], registry=self.registry)
         self.step_seconds = Histogram("agentsvc_step_seconds", "time in the moniker per step",
@@ -54,7 +62,7 @@ class RuntimeMetrics:
 
 
 class _StoreCollector:
-    def __init__(self, service, store):
+    def __init__(self, service: AgentService, store: Store):
         self.service, self.store = service, store
 
     def collect(self):
@@ -117,7 +125,7 @@ class _RateLimitCollector:
               ("waiting", "agentsvc_llm_rate_waiting", "calls waiting for their model's limit"),
               ("throttle", "agentsvc_llm_rate_throttle", "slow-down factor after 429s (1 = none)"))
 
-    def __init__(self, limiter):
+    def __init__(self, limiter: RateLimiter):
         self.limiter = limiter
 
     def collect(self):

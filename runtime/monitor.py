@@ -9,11 +9,20 @@ Every ``every_s`` it
   than ``retention_s`` ago: their snapshot and their steps.
 Actions that keep failing are parked by the dispatcher (``max_attempts``).
 """
+from __future__ import annotations
+
 import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from runtime.aio import every
+
+if TYPE_CHECKING:
+    from runtime.archive import Archiver
+    from runtime.live_sessions import SessionRegistry
+    from runtime.persistence import Persistence
+    from runtime.session import SessionAgent
 
 log = logging.getLogger("runtime.monitor")
 
@@ -21,9 +30,10 @@ DAY = 86_400.0
 
 
 class HealthMonitor:
-    def __init__(self, sessions, persist, *, every_s: float = 5.0, stuck_grace_s: float = 30.0,
+    def __init__(self, sessions: SessionRegistry, persist: Persistence, *, every_s: float = 5.0,
+                 stuck_grace_s: float = 30.0,
                  pause_expiry_s: float = 7 * DAY, retention_s: float = 30 * DAY, stop_grace_s: float = 5.0,
-                 keep_summaries: bool = False, archiver=None):
+                 keep_summaries: bool = False, archiver: Archiver | None = None):
         self.sessions = sessions
         self.persist = persist
         self.every_s = every_s
@@ -48,14 +58,14 @@ class HealthMonitor:
                 await self._expire(agent)
         await self._apply_retention(now)
 
-    def _stuck(self, agent, now: datetime) -> bool:
+    def _stuck(self, agent: SessionAgent, now: datetime) -> bool:
         return (now - agent.step_started_at).total_seconds() > agent.config.step_timeout_s + self.stuck_grace_s
 
-    def _expired(self, agent, now: datetime) -> bool:
+    def _expired(self, agent: SessionAgent, now: datetime) -> bool:
         limit = agent.config.pause_expiry_s or self.pause_expiry_s
         return (now - agent.status_changed_at).total_seconds() > limit
 
-    async def _fail_stuck(self, agent, now: datetime) -> None:
+    async def _fail_stuck(self, agent: SessionAgent, now: datetime) -> None:
         seconds = (now - agent.step_started_at).total_seconds()
         log.error("session %s stuck in a step for %.0fs; failing it agent=%s", agent.session_id, seconds,
                   agent.agent_id)
@@ -66,7 +76,7 @@ class HealthMonitor:
         agent.last_error = f"stuck: a step ran {seconds:.0f}s, past its {agent.config.step_timeout_s}s timeout"
         await agent.set_status("error", "stuck")
 
-    async def _expire(self, agent) -> None:
+    async def _expire(self, agent: SessionAgent) -> None:
         log.warning("session %s paused too long; stopping it agent=%s", agent.session_id, agent.agent_id)
         agent.request_stop()
         agent.request_resume()

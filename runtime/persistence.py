@@ -1,27 +1,48 @@
-"""What the runtime needs from storage, as awaitables.
+"""What sessions, the dispatcher, the fence and the monitor need from storage,
+as awaitables.
 
 The store is synchronous (it is shared with the threaded Flask app); LanceDB's
 calls release the GIL, so running them in worker threads keeps the event loop
-free while a commit is in flight.  This class is the whole of the runtime's
-dependency on ``store/``.
+free while a commit is in flight.  Every write of a session's own state (its
+snapshot, its steps) goes through here, because here it is fenced: a worker
+that lost a session to another cannot write it (runtime/fence.py).
+
+Other parts of the runtime use ``store/`` directly, each for tables of its
+own, off the step's path, whose rows need no fence (each follows from a write
+the fence let through, such as a step's message posted after its step row,
+or is upserted by id, so writing it again changes nothing):
+runtime/archive.py (summaries), runtime/turn_tracker.py (turns),
+runtime/conversation_log.py and runtime/questions.py (conversation messages;
+questions also reads tool calls and enqueues a question's timeout),
+runtime/metrics.py and runtime/health.py (commit counters and workers'
+heartbeats, read at scrape time), runtime/rate_limits.py (the shared rate
+ledger) and semantic/embedder.py (vectors).  Routing them through this class
+would add a hop per call and guard nothing.
 
 The queue calls (poll, claim, finish) run on a small executor of their own:
 sharing asyncio's default pool with hundreds of step writes would make a
 control action wait behind every agent's commit.
 """
+from __future__ import annotations
+
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import TYPE_CHECKING
 
-from runtime.fence import SessionLost
+from runtime.fence import Fence, SessionLost
 from store.writer import Fenced
+
+if TYPE_CHECKING:
+    from store import Store
+    from store.maintenance import Maintainer
 
 
 class Persistence:
-    def __init__(self, store):
+    def __init__(self, store: Store):
         self.store = store
         self._queue_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="queue")
-        self.fence = None  # runtime.fence.Fence of this worker (set by the service), or None: unfenced
+        self.fence: Fence | None = None  # this worker's (set by the service); None: unfenced
 
     async def _queue(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self._queue_pool, partial(fn, *args, **kwargs))
@@ -110,7 +131,7 @@ class Persistence:
         """A file descriptor that wakes on any commit to the queue, or None (then poll)."""
         return self.store.actions.watch()
 
-    async def run_maintenance(self, maintainer) -> list[dict]:
+    async def run_maintenance(self, maintainer: Maintainer) -> list[dict]:
         return await asyncio.to_thread(maintainer.run_due)
 
     async def release_claims_of(self, worker_ids) -> int:

@@ -29,7 +29,7 @@ every ``poll_s`` while a worker holds or wants a share.
 
 **429s.**  A 429 holds the model back until its ``Retry-After`` (in every
 worker, through the ledger) and multiplies the model's slow-down factor by
-1.5 (at most 3, seed 000's ``throttle_multiplier``): the limit in force is the
+1.5 (at most 3): the limit in force is the
 configured one divided by it.  The factor recovers by itself, halving its
 excess every window.  Models without a configured limit honour Retry-After in
 their worker only; other models are never affected.
@@ -44,10 +44,14 @@ import math
 import time
 import tomllib
 from collections import deque
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from monikers.llm_gate import OpenGate, Permit
+
+if TYPE_CHECKING:
+    from store.rate_ledger import RateLedger
 
 log = logging.getLogger("runtime.rate_limits")
 
@@ -108,8 +112,8 @@ class _Entry:
 class ModelLimiter:
     """One model's budget, in one worker: its share, its requests, its sync with the ledger."""
 
-    def __init__(self, model: str, limit: ModelLimit, ledger, worker_id: str, window_s: float, lease_s: float,
-                 stats: dict):
+    def __init__(self, model: str, limit: ModelLimit, ledger: "RateLedger", worker_id: str, window_s: float,
+                 lease_s: float, stats: dict):
         self.model, self.limit, self.ledger, self.worker_id = model, limit, ledger, worker_id
         self.window_s, self.lease_s = window_s, lease_s
         self.poll_s = min(1.0, window_s / 10)
@@ -336,7 +340,7 @@ class RateLimiter:
     """The gate agents.py installs: configured models through their ModelLimiter,
     the others straight through (honouring a 429's Retry-After locally)."""
 
-    def __init__(self, config: RateLimitConfig, ledger, worker_id: str):
+    def __init__(self, config: RateLimitConfig, ledger: "RateLedger", worker_id: str):
         self.config = config
         lease_s = config.lease_s or max(5.0, config.window_s / 2)
         self.stats: dict[str, dict] = {}

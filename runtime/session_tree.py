@@ -1,5 +1,5 @@
 """Trees of sub-agents: controls that cascade down a tree, and budgets that
-cover a whole tree (issue 11; the parent/child link itself is runtime/child_sessions.py).
+cover a whole tree (the parent/child link itself is runtime/child_sessions.py).
 
 - ``cascade``: destroy (unless a child chose ``on_parent_destroy: abandon``),
   ``pause {tree}`` and ``resume {tree}`` are queued for each direct child, each
@@ -11,14 +11,21 @@ cover a whole tree (issue 11; the parent/child link itself is runtime/child_sess
   when it would cross one, it pauses (reason ``budget``) and the subtree of the
   ancestor whose budget it is gets paused too.
 """
+from __future__ import annotations
+
 import logging
+from typing import TYPE_CHECKING
 
 from domain.statuses import SESSION_FINISHED
+
+if TYPE_CHECKING:
+    from runtime.persistence import Persistence
+    from runtime.session import SessionAgent  # which imports this module
 
 log = logging.getLogger("runtime.child_sessions")
 
 
-async def cascade(persist, session_id: str, verb: str, payload: dict) -> int:
+async def cascade(persist: Persistence, session_id: str, verb: str, payload: dict) -> int:
     """Queue ``verb`` for each direct child of a session that it applies to
     (each child cascades on to its own children when it is applied)."""
     count = 0
@@ -54,7 +61,7 @@ def _budget_problem(config: dict, used: dict, next_: dict) -> str | None:
     return None
 
 
-async def tree_over_budget(agent) -> tuple[str, dict] | None:
+async def tree_over_budget(agent: SessionAgent) -> tuple[str, dict] | None:
     """Whether this session's next step would cross the budget of one of its
     ancestors (or its own, counting its descendants).  Returns the reason and
     the session whose budget it is, or None.  Reads the tree only for sessions
@@ -99,7 +106,7 @@ def _descends(session_id: str, ancestor: str, parents: dict) -> bool:
     return False
 
 
-async def pause_for_tree_budget(agent) -> bool:
+async def pause_for_tree_budget(agent: SessionAgent) -> bool:
     """Before a step: pause (reason ``budget``) when it would cross a tree's
     budget, and queue a pause of the whole subtree whose budget it is."""
     found = await tree_over_budget(agent)

@@ -16,7 +16,7 @@ Tool calls never end a turn (their results come back within it), nor do
 pauses, approvals or external tool results.  A session that keeps stepping on
 its own (``when_idle`` ``continue``, the default, as the ``joke`` moniker does)
 has one turn from create to finish, and a message reaching it while it runs is
-part of the current turn (as in seed 000).
+part of the current turn.
 
 :class:`TurnKeeper` is an observer: ``step_persisted`` starts a turn,
 ``snapshot_saved`` ends one.  Each turn row is written twice (start, end;
@@ -37,14 +37,20 @@ begins; steps past the last ended turn whose start row was lost get their turn
 (trigger read from the first such step).  What is lost is at most a write
 nobody had been told about, so the rows converge on what the steps say.
 """
-from domain.statuses import SESSION_FINISHED
+from __future__ import annotations
+
 import asyncio
 import logging
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
+from domain.statuses import SESSION_FINISHED
 from runtime import archive
 from runtime.aio import BackgroundWork
 from runtime import usage as usage_math
+
+if TYPE_CHECKING:
+    from store import Store
 
 log = logging.getLogger("runtime.turn_tracker")
 
@@ -101,7 +107,8 @@ def extractive(steps: list[dict]) -> str:
 
 
 class TurnKeeper:
-    def __init__(self, store, *, llm=archive.llm_summary, llm_monikers=("baml",), concurrency: int = 2):
+    def __init__(self, store: Store, *, llm: archive.LlmSummary = archive.llm_summary, llm_monikers=("baml",),
+                 concurrency: int = 2):
         self.store = store
         self.llm = llm
         self.llm_monikers = set(llm_monikers)

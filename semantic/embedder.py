@@ -12,18 +12,24 @@ endpoint is back.  A row committed long after its ``created_at`` (more than
 the cursor has moved on) is not picked up; rows are committed within
 milliseconds to seconds of being stamped, so this needs a very stalled store.
 """
+from __future__ import annotations
+
 import asyncio
 import logging
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from semantic.embeddings import EmbeddingClient, EmbeddingError
 from store import search as store_search
+
+if TYPE_CHECKING:
+    from store import Store
 
 log = logging.getLogger("semantic.embedder")
 
 
 class Embedder:
-    def __init__(self, store, client: EmbeddingClient, *, every_s: float = 1.0, max_backoff_s: float = 60.0,
+    def __init__(self, store: Store, client: EmbeddingClient, *, every_s: float = 1.0, max_backoff_s: float = 60.0,
                  pages_per_round: int = 20):
         self.store = store
         self.client = client

@@ -6,11 +6,17 @@ Used by ``GET /api/search`` (app.py) and the ``search_history`` tool
 embedded (the endpoint is down), the answer is the full-text one and the
 reason says why: search never fails because of embeddings.
 """
+from __future__ import annotations
+
 import logging
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from semantic.embeddings import EmbeddingClient, EmbeddingError
 from store import search as store_search
+
+if TYPE_CHECKING:
+    from store import Store
 
 log = logging.getLogger("semantic.hybrid")
 
@@ -18,7 +24,7 @@ RRF_K = 60
 
 
 class Semantic:
-    def __init__(self, store, client: EmbeddingClient, rrf_k: int = RRF_K):
+    def __init__(self, store: Store, client: EmbeddingClient, rrf_k: int = RRF_K):
         self.store = store
         self.client = client
         self.rrf_k = rrf_k
