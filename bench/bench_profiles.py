@@ -45,7 +45,7 @@ class FakeAgent(SimpleNamespace):
         self.pending_guidance.append({"action_id": action_id, "kind": kind, "text": text})
         return True
 
-    def _set_status(self, status, reason):
+    def note_status(self, status, reason):
         self.status, self.status_reason = status, reason
 
     def request_pause(self):
