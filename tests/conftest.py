@@ -7,6 +7,7 @@ registries of this process and of every agents.py and app.py a test starts
 (they inherit the environment).
 """
 import os
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,16 @@ def pytest_runtest_makereport(item, call):
             svc = item.funcargs.get(name)
             if svc is not None:
                 report.sections.append((f"{name} logs", svc.logs()))
+
+
+TESTS = Path(__file__).parent
+TIERS = ("unit", "service", "browser", "real_model")  # folders, and the markers of their tests
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its folder's tier (``pytest -m unit``); tests/README.md
+    says what each tier needs."""
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+        if parts and parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))

@@ -1,21 +1,10 @@
-"""The browser tier: tests that drive Debian's chromium through playwright against the real service.
-Every test collected under this folder carries the ``browser`` marker (``pytest -m browser``)."""
+"""The browser tier's fixtures: Debian's chromium, driven through playwright
+against the real service (the ``browser`` marker comes from tests/conftest.py)."""
 import os
-from pathlib import Path
 
 import pytest
 
 from tests.browsing import ARGS, CHROMIUM, refused_by_policy
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(config, items):
-    # This hook sees every collected item, not only this folder's.
-    for item in items:
-        if item.path.is_relative_to(HERE):
-            item.add_marker(pytest.mark.browser)
-
 
 @pytest.fixture(scope="module")
 def browser():
