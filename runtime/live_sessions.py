@@ -1,8 +1,8 @@
 """The live sessions of this process.
 
-``sessions`` maps session_id -> agent (the seed's SESSIONS); ``agent_latest``
-maps agent_id -> its newest session_id (AGENT_LATEST), so that controls naming
-only an agent reach its latest session.
+``sessions`` maps session_id -> agent; ``agent_latest`` maps agent_id -> its
+newest session_id, so that controls naming only an agent reach its latest
+session.
 """
 from runtime.session import SessionAgent
 
