@@ -22,7 +22,8 @@ from runtime.metrics import RuntimeMetrics
 from runtime import fanout_targets, questions
 from domain.events import events_token
 from semantic.embeddings import EmbeddingSettings
-from runtime.record_keeping import RecordKeeping, semantic_search
+from runtime.record_keeping import RecordKeeping
+from semantic import semantic_search
 from runtime.health import HealthServer
 from runtime.rate_limits import RateLimiter, load_config as load_rate_limits
 from runtime.service import AgentService

@@ -30,7 +30,7 @@ from monikers import default_registry
 from semantic.embeddings import EmbeddingSettings
 from runtime.memory import MemoryTrimmer, tune_allocator
 from domain.events import events_token
-from runtime.record_keeping import semantic_search
+from semantic import semantic_search
 from store import Store, lance_log
 from tools.catalog import service_registry
 

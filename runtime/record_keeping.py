@@ -7,32 +7,16 @@ is the maintainer's: store.search.SearchIndexWatch.)
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING
 
 from runtime.archive import Archiver
 from semantic.embedder import Embedder
-from semantic.embeddings import EmbeddingClient
-from semantic.hybrid import Semantic
-from tools import search_history
+from tools import catalog, search_history
 
 if TYPE_CHECKING:
     from runtime.service import AgentService
-    from semantic.embeddings import EmbeddingSettings
     from store import Store
 
-log = logging.getLogger("runtime.record")
-
-
-def semantic_search(store: Store, settings: EmbeddingSettings | None) -> Embedder | None:
-    """With an embeddings endpoint configured: hybrid search on ``store`` (for
-    the API and the search_history tool), and the embedder agents.py runs."""
-    if settings is None:
-        return None
-    client = EmbeddingClient(settings)
-    store.semantic = Semantic(store, client)
-    log.info("semantic search on: model %s (%d dimensions) at %s", settings.model, settings.dim, settings.base_url)
-    return Embedder(store, client, max_backoff_s=settings.max_backoff_s)
 
 
 class RecordKeeping:
@@ -49,7 +33,7 @@ class RecordKeeping:
         # config lists it in ``tools``.
         registry = getattr(service, "tools", None)
         if registry is not None and hasattr(registry, "register") and search_history.NAME not in registry:
-            registry.register(search_history.build(store))
+            registry.register(search_history.build(catalog.history_search(store)))
 
     async def run(self, stopping: asyncio.Event) -> None:
         chores = [self.archiver.run(stopping)]
