@@ -146,11 +146,7 @@ class StepQuery(Page):
     @field_validator("since", mode="before")
     @classmethod
     def _since_is_iso(cls, value):
-        """Only an RFC 3339 date-time, as documented (pydantic alone would also
-        take a number as a Unix time)."""
-        if value is not None and (not isinstance(value, str) or not ISO_DATETIME.fullmatch(value)):
-            raise ValueError("since must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
-        return value
+        return since_is_iso(value)
 
     @field_validator("since")
     @classmethod
@@ -159,6 +155,14 @@ class StepQuery(Page):
         %Y, which is not zero-padded below 1000, and converting an edge date to
         UTC can overflow.  No step is older or newer, so the answer is the same."""
         return clamp_to_calendar(value)
+
+
+def since_is_iso(value):
+    """Only an RFC 3339 date-time, as documented (pydantic alone would also
+    take a number as a Unix time)."""
+    if value is not None and (not isinstance(value, str) or not ISO_DATETIME.fullmatch(value)):
+        raise ValueError("since must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T12:00:00Z")
+    return value
 
 
 def clamp_to_calendar(value: datetime | None) -> datetime | None:

@@ -43,7 +43,7 @@ FIRST_CATCH_UP = timedelta(days=7)
 SCHEDULED_KEPT = 10_000
 
 
-def _clip(text, limit: int = TEXT_CHARS) -> str:
+def clip(text, limit: int = TEXT_CHARS) -> str:
     text = " ".join(str(text or "").split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
@@ -147,7 +147,7 @@ class Archiver:
         text = None
         if snapshot.get("moniker") in self.llm_monikers and steps:
             text = await self._ask_llm(snapshot.get("config") or {}, "session", snapshot.get("task") or "",
-                                       _session_transcript(steps), data)
+                                       session_transcript(steps), data)
         if text is None:
             text = _extractive_session(snapshot, first[0] if first else None, steps, count)
         else:
@@ -162,7 +162,7 @@ class Archiver:
         try:
             out = await self.llm(config, kind, task, transcript)
         except Exception as exc:
-            data["llm_error"] = _clip(f"{type(exc).__name__}: {exc}", 300)
+            data["llm_error"] = clip(f"{type(exc).__name__}: {exc}", 300)
             log.warning("archive: LLM summary failed, writing an extractive one: %s", data["llm_error"])
             return None
         if not out.get("text"):
@@ -212,19 +212,19 @@ class Archiver:
         return None
 
 
-def _session_transcript(steps: list[dict]) -> str:
+def session_transcript(steps: list[dict]) -> str:
     lines = []
     for step in steps:
         for g in step.get("guidance") or []:
             if isinstance(g, dict) and g.get("text"):
-                lines.append(f"[guidance] {_clip(g['text'], 400)}")
+                lines.append(f"[guidance] {clip(g['text'], 400)}")
         body = step.get("text") or (f"ERROR: {step.get('error')}" if step.get("error") else "")
-        lines.append(f"#{step['iteration']} {_clip(body, 600)}")
+        lines.append(f"#{step['iteration']} {clip(body, 600)}")
     return "\n".join(lines)[-TRANSCRIPT_CHARS:]
 
 
 def _conversation_transcript(messages: list[dict]) -> str:
-    lines = [f"{m.get('user_id') or m.get('agent_id') or m.get('sender_type')}: {_clip(m.get('text'), 600)}"
+    lines = [f"{m.get('user_id') or m.get('agent_id') or m.get('sender_type')}: {clip(m.get('text'), 600)}"
              for m in messages]
     return "\n".join(lines)[-TRANSCRIPT_CHARS:]
 
@@ -232,25 +232,25 @@ def _conversation_transcript(messages: list[dict]) -> str:
 def _extractive_session(snapshot: dict, first: dict | None, steps: list[dict], count: int) -> str:
     status = snapshot.get("status")
     reason = snapshot.get("status_reason")
-    parts = [f"Task: {_clip(snapshot.get('task') or '(none)', 300)}.",
+    parts = [f"Task: {clip(snapshot.get('task') or '(none)', 300)}.",
              f"{snapshot.get('moniker')} session, {count} step{'s' if count != 1 else ''}, ended {status}"
              + (f" ({reason})." if reason else ".")]
     if first and first.get("text"):
-        parts.append(f"First output: {_clip(first['text'])}")
+        parts.append(f"First output: {clip(first['text'])}")
     texts = [s for s in steps if s.get("text")]
     if texts and (not first or texts[-1]["id"] != first["id"]):
-        parts.append(f"Last output (step {texts[-1]['iteration']}): {_clip(texts[-1]['text'])}")
+        parts.append(f"Last output (step {texts[-1]['iteration']}): {clip(texts[-1]['text'])}")
     if snapshot.get("last_error"):
-        parts.append(f"Last error: {_clip(snapshot['last_error'], 300)}")
+        parts.append(f"Last error: {clip(snapshot['last_error'], 300)}")
     return "\n".join(parts)
 
 
 def _extractive_conversation(thread: dict, messages: list[dict], count: int, senders: list[str]) -> str:
-    parts = [f"Conversation {_clip(thread.get('title') or '(untitled)', 200)}: {count} messages from "
+    parts = [f"Conversation {clip(thread.get('title') or '(untitled)', 200)}: {count} messages from "
              f"{', '.join(str(s) for s in senders)}.",
-             f"First: {_clip(messages[0].get('text'))}"]
+             f"First: {clip(messages[0].get('text'))}"]
     if len(messages) > 1:
-        parts.append(f"Last: {_clip(messages[-1].get('text'))}")
+        parts.append(f"Last: {clip(messages[-1].get('text'))}")
     return "\n".join(parts)
 
 

@@ -82,16 +82,16 @@ def trigger_of(step: dict | None, snapshot: dict) -> dict:
         first = triggers[0]  # the step's items are in priority order
         return {"trigger_kind": first.get("kind") or "guidance",
                 "trigger_ids": [g["action_id"] for g in triggers if g.get("action_id")],
-                "trigger_text": archive._clip(first.get("text"), 300) if first.get("text") else None}
+                "trigger_text": archive.clip(first.get("text"), 300) if first.get("text") else None}
     answers = [r for r in (((step or {}).get("inputs") or {}).get("tool_results") or [])
                if isinstance(r, dict) and r.get("name") == ASK_USER and r.get("status") == "success"]
     if answers:  # ask_user's answer comes back as its tool result
         answer = answers[0].get("result") if isinstance(answers[0].get("result"), dict) else {}
         return {"trigger_kind": "answer", "trigger_ids": [r["id"] for r in answers if r.get("id")],
-                "trigger_text": archive._clip(answer.get("answer"), 300) if answer.get("answer") else None}
+                "trigger_text": archive.clip(answer.get("answer"), 300) if answer.get("answer") else None}
     if step is not None and step["iteration"] == first_own_iteration(snapshot):
         return {"trigger_kind": "fork" if snapshot.get("forked_from") else "create", "trigger_ids": [],
-                "trigger_text": archive._clip(snapshot.get("task"), 300) if snapshot.get("task") else None}
+                "trigger_text": archive.clip(snapshot.get("task"), 300) if snapshot.get("task") else None}
     return {"trigger_kind": "resume", "trigger_ids": [], "trigger_text": None}
 
 
@@ -99,10 +99,10 @@ def extractive(steps: list[dict]) -> str:
     """The turn's last text; else its last error; else what it did in numbers."""
     for step in reversed(steps):
         if step.get("text"):
-            return archive._clip(step["text"])
+            return archive.clip(step["text"])
     for step in reversed(steps):
         if step.get("error"):
-            return "Error: " + archive._clip(step["error"], 300)
+            return "Error: " + archive.clip(step["error"], 300)
     return f"{len(steps)} step{'s' if len(steps) != 1 else ''} without text"
 
 
@@ -252,9 +252,9 @@ class TurnKeeper:
         if turn.get("trigger_text") and turn["trigger_kind"] in TRIGGER_KINDS:
             task = f"{task}\nThis turn answers ({turn['trigger_kind']}): {turn['trigger_text']}".strip()
         try:
-            out = await self.llm(snapshot.get("config") or {}, "turn", task, archive._session_transcript(steps))
+            out = await self.llm(snapshot.get("config") or {}, "turn", task, archive.session_transcript(steps))
         except Exception as exc:
-            error = archive._clip(f"{type(exc).__name__}: {exc}", 300)
+            error = archive.clip(f"{type(exc).__name__}: {exc}", 300)
             log.warning("turns: LLM summary of session %s turn %d failed, using the last text: %s",
                         turn["session_id"], turn["turn"], error)
             return extractive(steps), "extractive", {"llm_error": error}

@@ -53,12 +53,12 @@ class ToolCallQuery(schemas.Page):
     @field_validator("since", mode="before")
     @classmethod
     def _since_is_iso(cls, value):
-        return schemas.StepQuery._since_is_iso(value)
+        return schemas.since_is_iso(value)
 
     @field_validator("since")
     @classmethod
     def _since_in_range(cls, value: datetime | None) -> datetime | None:
-        return schemas.StepQuery._since_in_range(value)
+        return schemas.clamp_to_calendar(value)
 
 
 class DenyRequest(schemas.Strict):
