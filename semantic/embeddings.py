@@ -1,6 +1,6 @@
-"""Embeddings for semantic search: the endpoint's settings and client, the
-background embedder (agents.py) and the hybrid query (app.py and the
-``search_history`` tool).
+"""The embeddings endpoint: its settings and the client that asks it for
+vectors.  The background embedder of agents.py (embedder.py) and the hybrid
+query of app.py and the ``search_history`` tool (hybrid.py) both use it.
 
 Settings come from the environment, in the style of the LLM's, and both
 processes read the same ones:
