@@ -31,6 +31,13 @@ bp = Blueprint("fork", __name__, url_prefix="/api")
 MAX_STATE_BYTES = 256 * 1024
 
 
+def _json_at_most(value, limit: int, what: str):
+    """``value`` unchanged, unless it serialises to more than ``limit`` bytes."""
+    if value is not None and len(json.dumps(value, default=str)) > limit:
+        raise ValueError(f"{what} must serialise to at most {limit} bytes")
+    return value
+
+
 class ForkRequest(Strict):
     from_iteration: int = Field(ge=0, le=2**62, description="the step whose state and next step the fork starts from")
     state: dict[str, Any] | None = Field(None, description="replaces that step's state")
@@ -42,16 +49,12 @@ class ForkRequest(Strict):
     @field_validator("state")
     @classmethod
     def _state_size(cls, value):
-        if value is not None and len(json.dumps(value, default=str)) > MAX_STATE_BYTES:
-            raise ValueError(f"state must serialise to at most {MAX_STATE_BYTES} bytes")
-        return value
+        return _json_at_most(value, MAX_STATE_BYTES, "state")
 
     @field_validator("config")
     @classmethod
     def _config_size(cls, value):
-        if value is not None and len(json.dumps(value, default=str)) > MAX_CONFIG_BYTES:
-            raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
-        return value
+        return _json_at_most(value, MAX_CONFIG_BYTES, "config")
 
     @field_validator("guidance")
     @classmethod

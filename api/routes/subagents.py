@@ -10,12 +10,12 @@ text, last error and usage.
 from typing import Literal
 
 from flask import Blueprint, jsonify
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.context import ctx
 from api.openapi import operation
 from api.requests import not_found, path_id, query
-from api.schemas import Strict
+from api.schemas import Open, Strict
 from api.sessions import session_view
 
 bp = Blueprint("subagents", __name__, url_prefix="/api")
@@ -30,10 +30,6 @@ MAX_TEXT = 500
 class ChildrenQuery(Strict):
     descendants: Literal["true", "false"] = Field("false", description="true: the whole subtree below the session, "
                                                                       "not only its children")
-
-
-class Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
 
 
 class ChildRow(Open):
