@@ -6,6 +6,7 @@ import pytest
 
 from tests.browsing import ARGS, CHROMIUM, refused_by_policy
 
+
 @pytest.fixture(scope="module")
 def browser():
     """Debian's chromium, one per test module."""
