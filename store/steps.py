@@ -153,6 +153,23 @@ class StepLog:
         return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
                            order=[("created_at", False), ("iteration", False)])
 
+    def after_many(self, iterations: dict[str, int]) -> dict[str, list[dict]]:
+        """The newer steps of many sessions in one query: for each session id of
+        ``iterations``, its steps past the iteration given, ascending (an
+        adoption's chunk: each snapshot's iteration).  One range of the
+        ``session_iteration`` keys per session, OR-ed, so the read stays on the
+        index however long the sessions' histories are."""
+        found: dict[str, list[dict]] = {sid: [] for sid in iterations}
+        windows = [self._window(sid, None, max(after + 1, 0), LAST_ITERATION)
+                   for sid, after in iterations.items() if after < LAST_ITERATION]
+        if not windows:
+            return found
+        for row in query.rows(self.table, self.name, filters.any_of(*windows)):
+            found[row["session_id"]].append(row)
+        for rows in found.values():
+            rows.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]))
+        return found
+
     def delete_sessions(self, session_ids: list[str]) -> None:
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
