@@ -97,16 +97,23 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     # ---- recovery -------------------------------------------------------
 
     @classmethod
-    def reconcile(cls, snapshot: dict, latest_step: dict | None) -> tuple[dict, dict | None]:
+    def reconcile(cls, snapshot: dict, newer_steps: list[dict]) -> tuple[dict, dict | None]:
         """Bring a snapshot up to its newest persisted step, and say what to
         record for a step that was in flight when its worker died.
 
-        Returns the repaired snapshot and, when a step was interrupted, the
-        step row to append for it (its iteration is then used up).
+        ``newer_steps`` are the persisted steps past the snapshot's iteration,
+        oldest first: the snapshot is saved behind the steps (``save_behind``),
+        so a crash can leave it behind them, and each one is folded in, in
+        order, as if its snapshot had been saved.  Returns the repaired
+        snapshot and, when a step was interrupted, the step row to append for
+        it (its iteration is then used up).
         """
+        if isinstance(newer_steps, dict):  # transition: a caller still passing the latest step alone
+            newer_steps = [newer_steps]
         snapshot = dict(snapshot)
-        if latest_step and latest_step["iteration"] > snapshot["iteration"]:
-            snapshot = _caught_up(snapshot, latest_step)
+        for step in sorted(newer_steps or (), key=lambda s: s["iteration"]):
+            if step["iteration"] > snapshot["iteration"]:
+                snapshot = _caught_up(snapshot, step)
         if not snapshot.get("step_started_at") or snapshot["status"] in SESSION_FINISHED:
             return snapshot, None
         iteration = snapshot["iteration"] + 1

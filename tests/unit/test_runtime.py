@@ -108,17 +108,37 @@ def test_rehydrate_reconciles_a_crash_between_step_and_snapshot(store):
 
 def test_reconcile_marks_an_error_step_newer_than_the_snapshot():
     snap = {"session_id": "s", "agent_id": "a", "iteration": 0, "status": "running", "config": {}}
-    fixed, interrupted = SessionAgent.reconcile(snap, {"iteration": 1, "status": "error", "error": "boom"})
+    fixed, interrupted = SessionAgent.reconcile(snap, [{"iteration": 1, "status": "error", "error": "boom"}])
     assert fixed["status"] == "error" and fixed["last_error"] == "boom" and fixed["iteration"] == 1
     assert interrupted is None
-    assert SessionAgent.reconcile(snap, {"iteration": 0, "status": "ok"}) == (snap, None)
+    assert SessionAgent.reconcile(snap, [{"iteration": 0, "status": "ok"}]) == (snap, None)
+
+
+def test_reconcile_folds_every_step_newer_than_the_snapshot():
+    """The snapshot is saved behind the steps: a crash can leave it several
+    steps back, and each of them counts (usage, guidance used, state)."""
+    snap = {"session_id": "s", "agent_id": "a", "iteration": 2, "status": "running", "config": {},
+            "state": {"n": 2}, "usage": {"input_tokens": 20, "calls": 2},
+            "pending_guidance": [{"action_id": "g1", "text": "one"}, {"action_id": "g2", "text": "two"}]}
+
+    def step(i, guidance=None):
+        return {"iteration": i, "status": "ok", "step_token": str(i), "next_step_token": str(i + 1),
+                "state": {"n": i}, "text": f"t{i}", "usage": {"input_tokens": 10, "calls": [{}]},
+                "guidance": guidance}
+
+    newer = [step(5), step(3, [{"action_id": "g1"}]), step(4, [{"action_id": "g2"}])]  # any order
+    fixed, interrupted = SessionAgent.reconcile(snap, newer)
+    assert interrupted is None
+    assert fixed["iteration"] == 5 and fixed["state"] == {"n": 5} and fixed["next_step_token"] == "6"
+    assert fixed["usage"]["input_tokens"] == 50 and fixed["usage"]["calls"] == 5
+    assert fixed["pending_guidance"] == [] and fixed["used_guidance"] == ["g1", "g2"]
 
 
 def test_reconcile_records_a_step_in_flight_as_interrupted_and_tells_the_next_step():
     snap = {"session_id": "s", "agent_id": "a", "iteration": 4, "status": "running", "config": {},
             "next_step_token": "5", "state": {"k": 1}, "step_started_at": "2026-01-01T00:00:00Z",
             "pending_guidance": [{"action_id": "g1", "text": "hurry"}]}
-    fixed, interrupted = SessionAgent.reconcile(snap, None)
+    fixed, interrupted = SessionAgent.reconcile(snap, [])
     assert interrupted["iteration"] == 5 and interrupted["status"] == "interrupted"
     assert interrupted["step_token"] == "5" and "outcome unknown" in interrupted["error"]
     assert fixed["iteration"] == 5 and fixed["next_step_token"] == "5" and fixed["step_started_at"] is None
