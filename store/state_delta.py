@@ -1,0 +1,141 @@
+"""A step's state as a delta against the step before it, and back.
+
+Every ``agent_steps`` row used to hold its session's whole state, so a state
+that grows (a model keeping notes) made the history grow with the square of
+the steps: 1,000 steps growing by 1 KB each took 349 MB for 0.95 MB of new
+information.  A row may instead hold a *delta*: what changed since the
+previous iteration's state.  This module is that delta (pure functions, no
+storage) and the rule for when a row holds the whole state instead
+(:class:`Chain`); store/steps.py writes and reads the rows.
+
+A delta is JSON, one op per changed value, nested where dicts nest:
+
+- ``["=", value]``: the value is replaced;
+- ``["{", {key: op, ...}, [removed keys]]``: a dict keeps its other keys
+  (the removed list is left out when empty);
+- ``["[", n, [items]]``: a list keeps its first ``n`` items and the items
+  follow (an append is ``n = len(old)``);
+- ``["s", n, "text"]``: the same for a string (notes kept as one text).
+
+It is not JSON Patch (RFC 6902): paths repeated per op and one op per list
+item made an appended note cost more than the note, and the ``jsonpatch``
+package diffs in pure Python at several times the cost of this.
+
+States are compared as they read back: JSON text with sorted keys
+(store/codec.py).  ``==`` cannot tell ``1`` from ``1.0`` or ``True``, so
+:func:`delta_for` checks its work: the delta, applied to the old state, must
+give the new state's exact text, or there is no delta and the row holds the
+whole state.  So a wrong delta is never written, whatever the state holds.
+"""
+import json
+
+from store import codec
+
+MIN_STATE_BYTES = 2048  # smaller states are stored whole: a delta would save little, and each read stays one row
+MAX_CHAIN_ROWS = 512  # deltas in a row after a whole state, at most: what reading one step may have to read
+CHAIN_READ_RATIO = 2.0  # rebuilding a state may read at most this many times its own size
+MIN_TEXT_PREFIX = 64  # a string shorter than this is replaced, not cut and extended
+
+
+# ---- the delta ------------------------------------------------------------------
+
+
+def diff(old, new) -> list:
+    """The op that turns ``old`` into ``new`` (both JSON values)."""
+    if type(old) is dict and type(new) is dict:
+        return _diff_dict(old, new)
+    if type(old) is list and type(new) is list:
+        n = _common_prefix(old, new)
+        return ["[", n, new[n:]] if n else ["=", new]
+    if type(old) is str and type(new) is str and len(old) >= MIN_TEXT_PREFIX:
+        n = _common_prefix(old, new)
+        return ["s", n, new[n:]] if n >= MIN_TEXT_PREFIX else ["=", new]
+    return ["=", new]
+
+
+def _diff_dict(old: dict, new: dict) -> list:
+    changed = {key: diff(old[key], value) if key in old else ["=", value]
+               for key, value in new.items() if key not in old or old[key] != value}
+    removed = [key for key in old if key not in new]
+    return ["{", changed, removed] if removed else ["{", changed]
+
+
+def _common_prefix(old, new) -> int:
+    """How many leading items (or characters) ``old`` and ``new`` share.  The
+    prefix is found by halving with slice comparisons, which run in C: an
+    append, the common case, is settled by the first one."""
+    lo, hi = 0, min(len(old), len(new))
+    if old[:hi] == new[:hi]:
+        return hi
+    while lo < hi:  # old[:lo] == new[:lo] and old[:hi] != new[:hi]
+        mid = (lo + hi + 1) // 2
+        if old[:mid] == new[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def apply(base, op):
+    """``base`` changed by ``op``.  Nothing is changed in place: what the op does
+    not touch is shared with ``base`` (treat both as read-only).  A dict that
+    gains keys keeps them in sorted order, as the whole state read back has them."""
+    kind = op[0]
+    if kind == "=":
+        return op[1]
+    if kind == "[" or kind == "s":
+        return base[:op[1]] + op[2]
+    if kind != "{":
+        raise ValueError(f"not a state delta op: {kind!r}")
+    out = dict(base)
+    for key in op[2] if len(op) > 2 else ():
+        out.pop(key, None)
+    added = False
+    for key, sub in op[1].items():
+        added = added or key not in out
+        out[key] = apply(out.get(key), sub)
+    return dict(sorted(out.items())) if added else out
+
+
+# ---- when a row holds a delta ----------------------------------------------------
+
+
+class Chain:
+    """The newest row a session's writer knows is stored, as the base of the next:
+    its iteration, its state as it reads back, and the run of deltas it ends
+    (the whole state they start from, and what they weigh)."""
+
+    __slots__ = ("iteration", "state", "base_iteration", "base_bytes", "delta_bytes", "rows")
+
+    def __init__(self, iteration: int, state, base_iteration: int, base_bytes: int,
+                 delta_bytes: int = 0, rows: int = 0):
+        self.iteration, self.state = iteration, state
+        self.base_iteration, self.base_bytes = base_iteration, base_bytes
+        self.delta_bytes, self.rows = delta_bytes, rows
+
+    @classmethod
+    def whole(cls, iteration: int, text: str) -> "Chain":
+        """A row that holds its whole state (``text``) starts a chain."""
+        return cls(iteration, json.loads(text), iteration, len(text))
+
+
+def delta_for(chain: Chain | None, iteration: int, state, text: str) -> tuple[str, Chain] | None:
+    """The delta to store for ``state`` at ``iteration`` (``text``: its whole
+    JSON), and the chain it extends; None when the row should hold the whole
+    state: no base just before it, a small state, a chain at its length, a
+    delta not smaller than the state, or a rebuild that would read more than
+    ``CHAIN_READ_RATIO`` times the state (so storage stays within about twice
+    what changed plus one whole state per ``MAX_CHAIN_ROWS`` rows, and a read
+    within a bounded range of rows and bytes)."""
+    if (chain is None or chain.iteration != iteration - 1 or len(text) < MIN_STATE_BYTES
+            or chain.rows >= MAX_CHAIN_ROWS or type(state) not in (dict, list)):
+        return None
+    delta = codec.dumps(diff(chain.state, state))
+    read_bytes = chain.base_bytes + chain.delta_bytes + len(delta)
+    if len(delta) >= len(text) or read_bytes > CHAIN_READ_RATIO * len(text):
+        return None
+    rebuilt = apply(chain.state, json.loads(delta))
+    if codec.dumps(rebuilt) != text:  # e.g. 1 became 1.0 or True, which == does not see
+        return None
+    return delta, Chain(iteration, rebuilt, chain.base_iteration, chain.base_bytes,
+                        chain.delta_bytes + len(delta), chain.rows + 1)
