@@ -129,9 +129,13 @@ async def measure_naive(n_agents: int, seconds: float) -> dict:
 # ---- driver ---------------------------------------------------------------------
 
 
-async def per_step_single(fn, seconds: float) -> float:
-    result = await fn(1, seconds)
+def ms_per_step(result: dict) -> float:
+    """One agent's wall time per step, from a measurement's steps/s."""
     return round(1000 / max(result["steps_per_s"], 1e-9), 2)
+
+
+async def per_step_single(fn, seconds: float) -> float:
+    return ms_per_step(await fn(1, seconds))
 
 
 def run(counts: list[int], seconds: float, single_s: float = 3.0) -> dict:
@@ -145,7 +149,7 @@ def run(counts: list[int], seconds: float, single_s: float = 3.0) -> dict:
         nv = asyncio.run(measure_naive(n, seconds))
         result["runs"].append({"agents": n, "agentsvc": ours, "langgraph": lg, "naive": nv})
     result["per_step_ms_single_agent"] = {
-        "agentsvc": round(1000 / max(measure_agentsvc(1, single_s, warmup_s=1.0)["steps_per_s"], 1e-9), 2),
+        "agentsvc": ms_per_step(measure_agentsvc(1, single_s, warmup_s=1.0)),
         "langgraph": asyncio.run(per_step_single(measure_langgraph, single_s)),
         "naive": asyncio.run(per_step_single(measure_naive, single_s))}
     return result

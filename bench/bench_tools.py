@@ -108,15 +108,21 @@ def ratio(a, b):
     return round(a / b, 2) if a and b else None
 
 
-def run(agents: int, seconds: float, warmup_s: float) -> dict:
-    result = {"benchmark": "tools", "machine": machine()}
+def single(seconds: float, warmup_s: float) -> dict:
+    """One session without tools, then one with a no-op tool call per step: their
+    step cycles and the ratios tool/plain (bench_guard calls this alone)."""
     progress("one session without tools")
     plain = measure("plain", 1, seconds, warmup_s)
     progress("one session with a no-op tool call per step")
     tool = measure("tool", 1, seconds, warmup_s)
-    result["single"] = {"plain": plain, "tool": tool,
-                        "ratio_p50": ratio(tool["cycle"]["p50_ms"], plain["cycle"]["p50_ms"]),
-                        "ratio_p99": ratio(tool["cycle"]["p99_ms"], plain["cycle"]["p99_ms"])}
+    return {"plain": plain, "tool": tool,
+            "ratio_p50": ratio(tool["cycle"]["p50_ms"], plain["cycle"]["p50_ms"]),
+            "ratio_p99": ratio(tool["cycle"]["p99_ms"], plain["cycle"]["p99_ms"])}
+
+
+def run(agents: int, seconds: float, warmup_s: float) -> dict:
+    result = {"benchmark": "tools", "machine": machine()}
+    result["single"] = single(seconds, warmup_s)
     progress(f"{agents} sessions without tools")
     many_plain = measure("plain", agents, seconds, warmup_s)
     progress(f"{agents} sessions with a no-op tool call per step")
