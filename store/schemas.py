@@ -86,6 +86,9 @@ AGENT_STEPS = _schema(
     ("inputs", pa.string(), True),  # {tool_results, inbox}: what this step's frame_in consumed
     ("observers", pa.string(), True),  # {before, after, flow, counters}: what the profile's observers and flow rules did
     ("session_iteration", pa.string(), True),  # derived, internal: see session_iteration() below
+    # internal: set when ``state`` holds a delta against the previous iteration's state rather than the
+    # whole state; the iteration of the row with the whole state its run starts from (store/steps.py)
+    ("state_base", pa.int64(), True),
 )
 
 # One row per tool call a step asked for (StepFrame-v1), rewritten whole at each

@@ -28,6 +28,9 @@ give the new state's exact text, or there is no delta and the row holds the
 whole state.  So a wrong delta is never written, whatever the state holds.
 """
 import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
 
 from store import codec
 
@@ -139,3 +142,77 @@ def delta_for(chain: Chain | None, iteration: int, state, text: str) -> tuple[st
         return None
     return delta, Chain(iteration, rebuilt, chain.base_iteration, chain.base_bytes,
                         chain.delta_bytes + len(delta), chain.rows + 1)
+
+
+# ---- reading a chain back --------------------------------------------------------
+
+
+MISSING = object()  # a delta whose chain is broken (never written so; see rebuild)
+
+
+def rebuild(stored: dict, first: int, last: int) -> dict:
+    """The states of iterations ``first``..``last`` from their stored rows,
+    ``{iteration: (state_base, stored state)}`` (a whole state where state_base
+    is None, else a delta).  A delta is applied to the previous iteration's
+    state; one whose previous state is not there rebuilds to :data:`MISSING`.
+    States of neighbouring iterations share what did not change between them."""
+    out, state, known = {}, None, False
+    for iteration in range(first, last + 1):
+        if iteration not in stored:
+            known = False
+            continue
+        base, value = stored[iteration]
+        if base is None:
+            state, known = value, True
+        elif known:
+            state = apply(state, value)
+        out[iteration] = state if known else MISSING
+    return out
+
+
+# ---- what the writer knows -------------------------------------------------------
+
+
+class LastStates:
+    """Per session, the chain its newest step row ends and that row's commit
+    future: a delta is written only against a row this process stored itself,
+    at the iteration just before, whose commit has succeeded (a failed or
+    fenced commit never becomes a base).  Bounded: least recently written
+    sessions are forgotten first (their next row then holds its whole state)."""
+
+    def __init__(self, max_sessions: int = 10_000, max_bytes: int = 128 * 1024 * 1024):
+        self.max_sessions, self.max_bytes = max_sessions, max_bytes
+        self._by_session: OrderedDict[str, tuple[Chain, Future, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def base(self, session_id: str) -> Chain | None:
+        with self._lock:
+            found = self._by_session.get(session_id)
+        if found is None:
+            return None
+        chain, committed, _ = found
+        if not committed.done() or committed.cancelled() or committed.exception() is not None:
+            return None
+        return chain
+
+    def remember(self, session_id: str, chain: Chain | None, committed: Future, weight: int) -> None:
+        """The row just submitted for ``session_id`` (``chain`` None: it starts no chain)."""
+        with self._lock:
+            self._drop(session_id)
+            if chain is None:
+                return
+            self._by_session[session_id] = (chain, committed, weight)
+            self._bytes += weight
+            while len(self._by_session) > self.max_sessions or self._bytes > self.max_bytes:
+                self._drop(next(iter(self._by_session)))
+
+    def forget(self, session_ids) -> None:
+        with self._lock:
+            for session_id in session_ids:
+                self._drop(session_id)
+
+    def _drop(self, session_id: str) -> None:
+        found = self._by_session.pop(session_id, None)
+        if found is not None:
+            self._bytes -= found[2]

@@ -1,12 +1,24 @@
-"""agent_steps: append-only history, one row per iteration of a session."""
+"""agent_steps: append-only history, one row per iteration of a session.
+
+A row's ``state`` is either the whole state or, when ``state_base`` is set, a
+delta against the previous iteration's state (store/state_delta.py), so that
+a growing state costs what changed rather than the whole state per step.
+``state_base`` is the iteration of the row holding the whole state the run of
+deltas starts from.  Every read here hands back whole states: a delta is
+rebuilt from its run (one more read of the rows it needs), and the
+``state_base`` column never leaves this module.  Rows written before the
+column existed read as whole states (it is null)."""
 from domain.statuses import STEP_STATUSES
+import logging
 from concurrent.futures import Future
 from datetime import datetime
 
 from ulid import ULID
 
-from store import codec, filters, query
+from store import codec, filters, query, state_delta
 from store.schemas import ITERATION_DIGITS, session_iteration
+
+log = logging.getLogger("store.steps")
 
 STATUSES = STEP_STATUSES
 LAST_ITERATION = 10 ** ITERATION_DIGITS - 1
@@ -19,6 +31,7 @@ class StepLog:
     def __init__(self, table, writer):
         self.table = table
         self.writer = writer
+        self.last_states = state_delta.LastStates()  # the bases of the next deltas (see submit)
 
     def append(self, step: dict) -> dict:
         row, committed = self.submit(step)
@@ -30,7 +43,22 @@ class StepLog:
         stored, and a future that resolves once it is durable (or raises
         ``store.writer.Fenced`` when ``guard()`` is false at commit time)."""
         row = {"id": str(ULID()), "created_at": codec.utcnow(), **step}
-        committed = self.writer.submit_append(self.name, [row], guard)
+        state = row.get("state")
+        if type(state) not in (dict, list):  # stored as it always was (a string is not even JSON-encoded)
+            self.last_states.forget([row["session_id"]])
+            return codec.decode(self.name, codec.encode(self.name, row)), self.writer.submit_append(
+                self.name, [row], guard)
+        row["state"] = text = codec.dumps(state)  # encoded once, here (the committer leaves text as it is)
+        written, chain = row, None
+        if len(text) >= state_delta.MIN_STATE_BYTES:
+            found = state_delta.delta_for(self.last_states.base(row["session_id"]), row["iteration"], state, text)
+            if found:
+                delta, chain = found
+                written = {**row, "state": delta, "state_base": chain.base_iteration}
+            else:
+                chain = state_delta.Chain.whole(row["iteration"], text)
+        committed = self.writer.submit_append(self.name, [written], guard)
+        self.last_states.remember(row["session_id"], chain, committed, len(text))
         return codec.decode(self.name, codec.encode(self.name, row)), committed
 
     def search(self, *, session_id: str | None = None, agent_id: str | None = None,
@@ -50,7 +78,7 @@ class StepLog:
                                      newest_first=newest_first, last_iteration=last_iteration)
         where, order = self._filtered(session_id, agent_id, min_iteration, max_iteration, since, status,
                                       newest_first)
-        return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
+        return self._with_states(query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset))
 
     def session_page(self, session_id: str, *, agent_id: str | None = None, min_iteration: int | None = None,
                      max_iteration: int | None = None, limit: int = 100, offset: int = 0,
@@ -85,7 +113,7 @@ class StepLog:
         settled = not recent and (last_iteration is None or hi <= last_iteration)
         found = self._read_window(where, lo, hi, settled=settled)
         found.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]), reverse=newest_first)
-        return found[:limit]
+        return self._with_states(found[:limit])
 
     def _read_window(self, where: str, lo: int, hi: int, *, settled: bool) -> list[dict]:
         """The rows of iterations ``lo``..``hi``.  A ``settled`` window (not at the
@@ -149,9 +177,11 @@ class StepLog:
                 return None
             where = (self._window(session_id, None, max(after_iteration + 1, 0), LAST_ITERATION)
                      if after_iteration is not None else filters.eq_id("session_id", session_id))
-            return query.first(self.table, self.name, where, order=[("iteration", False), ("created_at", False)])
-        return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
-                           order=[("created_at", False), ("iteration", False)])
+            found = query.first(self.table, self.name, where, order=[("iteration", False), ("created_at", False)])
+        else:
+            found = query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
+                                order=[("created_at", False), ("iteration", False)])
+        return self._with_states([found])[0] if found else None
 
     def after_many(self, iterations: dict[str, int]) -> dict[str, list[dict]]:
         """The newer steps of many sessions in one query: for each session id of
@@ -164,13 +194,59 @@ class StepLog:
                    for sid, after in iterations.items() if after < LAST_ITERATION]
         if not windows:
             return found
-        for row in query.rows(self.table, self.name, filters.any_of(*windows)):
+        for row in self._with_states(query.rows(self.table, self.name, filters.any_of(*windows))):
             found[row["session_id"]].append(row)
         for rows in found.values():
             rows.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]))
         return found
 
+    # ---- whole states from deltas ------------------------------------------------
+
+    def _with_states(self, rows: list[dict]) -> list[dict]:
+        """``rows`` with whole states: each delta is rebuilt from its run of rows,
+        read in one query for all of them (the rows in hand are not read again).
+        Rows of one answer may share the parts of their states that did not
+        change between them: read them, do not change them in place."""
+        bases = [row.pop("state_base", None) for row in rows]
+        chained = [(row, base) for row, base in zip(rows, bases) if base is not None]
+        if not chained:
+            return rows
+        in_hand = {(row["session_id"], row["iteration"]): (base, row["state"]) for row, base in zip(rows, bases)}
+        runs = _runs(chained)
+        stored = self._chain_rows(runs, in_hand)
+        for session_id, first, last in runs:
+            states = state_delta.rebuild(stored.get(session_id, {}), first, last)
+            for row, _ in chained:
+                if row["session_id"] == session_id and first <= row["iteration"] <= last:
+                    row["state"] = states.get(row["iteration"], state_delta.MISSING)
+        for row, _ in chained:
+            if row["state"] is state_delta.MISSING:  # never written so: a delta's base is durable before it
+                log.error("step %d of session %s: the rows its state is rebuilt from are missing",
+                          row["iteration"], row["session_id"])
+                row["state"] = None
+        return rows
+
+    def _chain_rows(self, runs, in_hand: dict) -> dict[str, dict]:
+        """``{session_id: {iteration: (state_base, state)}}`` over the runs: the rows
+        in hand, and the others read (only the columns a rebuild needs)."""
+        stored: dict[str, dict] = {}
+        windows, wanted = [], 0
+        for session_id, first, last in runs:
+            missing = [i for i in range(first, last + 1) if (session_id, i) not in in_hand]
+            for lo, hi in _spans(missing):
+                windows.append(self._window(session_id, None, lo, hi))
+                wanted += hi - lo + 1
+            for i in range(first, last + 1):
+                if (session_id, i) in in_hand:
+                    stored.setdefault(session_id, {})[i] = in_hand[session_id, i]
+        if windows:
+            for row in query.rows(self.table, self.name, filters.any_of(*windows), limit=wanted + WINDOW_SLACK,
+                                  columns=["session_id", "iteration", "state", "state_base"]):
+                stored.setdefault(row["session_id"], {})[row["iteration"]] = (row["state_base"], row["state"])
+        return stored
+
     def delete_sessions(self, session_ids: list[str]) -> None:
+        self.last_states.forget(session_ids)
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
 
@@ -178,3 +254,27 @@ class StepLog:
         if session_id:
             return query.count(self.table, filters.eq_id("session_id", session_id))
         return query.count(self.table)
+
+
+def _spans(iterations: list[int]) -> list[tuple[int, int]]:
+    """Sorted iterations as runs of consecutive ones, ``(first, last)``."""
+    spans: list[tuple[int, int]] = []
+    for i in iterations:
+        if spans and spans[-1][1] == i - 1:
+            spans[-1] = (spans[-1][0], i)
+        else:
+            spans.append((i, i))
+    return spans
+
+
+def _runs(chained: list[tuple[dict, int]]) -> list[tuple[str, int, int]]:
+    """The iterations the deltas of ``chained`` (rows and their bases) are rebuilt
+    from, as runs ``(session_id, base, last)``, overlapping ones merged."""
+    spans: dict[str, list[list[int]]] = {}
+    for row, base in sorted(chained, key=lambda pair: (pair[0]["session_id"], pair[1])):
+        session = spans.setdefault(row["session_id"], [])
+        if session and base <= session[-1][1] + 1:
+            session[-1][1] = max(session[-1][1], row["iteration"])
+        else:
+            session.append([base, row["iteration"]])
+    return [(session_id, lo, hi) for session_id, session in spans.items() for lo, hi in session]
