@@ -14,9 +14,10 @@ Figures, each on a fresh database directory (each commit adds a fragment and
 a version, so a longer run gets slower; ``fragments_after`` says how many):
 
 - ``lone``: one single-row ``add`` to agent_steps per step, serially: ms per
-  add (p50/p99), for three ways of opening the database: LanceDB's defaults,
-  ``read_consistency_interval=0`` alone, and as store/db.py opens it (that
-  interval, a capped ``lancedb.Session``, the scalar indexes, the primary key).
+  add (p50/p99), for four ways of opening the database: LanceDB's defaults,
+  ``read_consistency_interval=0`` alone, that and the store's capped
+  ``lancedb.Session`` (``session``), and as store/db.py opens it (both, plus
+  the scalar indexes and the primary key: ``store``).
 - ``with_snapshot``: the same plus one ``merge_insert`` upsert of the
   session's snapshot row into agent_state (the store's conditional upsert),
   ``serial`` (add, then upsert) and ``concurrent`` (the two in two threads
@@ -42,6 +43,7 @@ from ulid import ULID
 
 from bench.common import emit, machine, progress, run_in_process, summary, wait_until
 from store import Store, codec
+from store.db import DEFAULT_CACHE_MB, lance_session
 from store.schemas import AGENT_STATE, AGENT_STEPS
 from store.state import TIME_COLUMNS
 from store.writer import UPSERT_CONDITIONS
@@ -117,7 +119,7 @@ def upsert(table, rows: list[dict]) -> None:
 
 
 class Opened:
-    """agent_steps and agent_state in a fresh directory, opened one of three ways."""
+    """agent_steps and agent_state in a fresh directory, opened one of four ways."""
 
     def __init__(self, root: str, how: str):
         self.store = None
@@ -125,8 +127,9 @@ class Opened:
             self.store = Store(f"{root}/db")
             self.steps, self.state = self.store.tables[STEPS], self.store.tables[STATE]
             return
-        interval = timedelta(0) if how == "consistency" else None
-        db = lancedb.connect(f"{root}/db", read_consistency_interval=interval)
+        interval = timedelta(0) if how in ("consistency", "session") else None
+        session = lance_session(DEFAULT_CACHE_MB) if how == "session" else None
+        db = lancedb.connect(f"{root}/db", read_consistency_interval=interval, session=session)
         self.steps = db.create_table(STEPS, schema=AGENT_STEPS)
         self.state = db.create_table(STATE, schema=AGENT_STATE)
         self.state.set_unenforced_primary_key("session_id")
@@ -229,7 +232,7 @@ def run(steps: int = 300, batches: int = 20, quick: bool = False) -> dict:
     rows = Rows(capture_rows())
     result["captured"] = {"step_row_columns": sorted(rows.step), "snapshot_row_columns": sorted(rows.snapshot)}
     result["lone"] = {}
-    for how in ("defaults", "consistency", "store"):
+    for how in ("defaults", "consistency", "session", "store"):
         progress(f"lone writer, {steps} single-row adds, opened: {how}")
         result["lone"][how] = lone(rows, how, steps)
     result["with_snapshot"] = {}
