@@ -113,7 +113,8 @@ def find(result, keys: tuple[str, ...]):
     return None
 
 
-ADOPTION_KEYS = ("all_stepped_s", "all_stepping_s", "to_all_stepping_s", "stepping_s", "seconds_to_all_stepping", "all_adopted_s")
+ADOPTION_KEYS = ("all_stepped_s", "all_stepping_s", "to_all_stepping_s", "stepping_s", "seconds_to_all_stepping",
+                 "all_adopted_s")
 HISTORY_KEYS = ("disk_over_new", "disk_over_new_information", "disk_ratio", "ratio")
 
 
@@ -176,10 +177,20 @@ def head_commit() -> str | None:
 
 def markdown(result: dict) -> str:
     """The rows of BENCHMARKS.md's "Current figures" table, to paste over the old ones."""
-    when = f"{result['machine']['date'][:10]}, {result['commit'] or '?'}"
-    return "\n".join(f"| {what} | {bound} | {_fmt(result['figures'][key])} ({when}) | "
-                     f"{_fmt(result['langgraph'].get(key))} | {result['verdict'][key]} |"
-                     for key, (what, bound) in TARGETS.items())
+    made = result["machine"]
+    when = f"{made['date'][:10]}, {result['commit'] or '?'}, load {made['loadavg_1m_at_start']}"
+    rows = [f"| {what} | {bound} | {_fmt(result['figures'][key])} ({when}) | "
+            f"{_fmt(result['langgraph'].get(key))} | {result['verdict'][key]} |"
+            for key, (what, bound) in TARGETS.items()]
+    floor = (result["parts"].get("floor") or {}).get("floor")
+    if floor:
+        rows.insert(2, f"| LanceDB alone, same writes: 1 agent, ms per step (add; add ‖ snapshot upsert) | floor | "
+                       f"{_fmt(floor['one_agent_ms_per_step_add_only'])}; "
+                       f"{_fmt(floor['one_agent_ms_per_step_with_snapshot_concurrent'])} ({when}) | — | — |")
+        rows.insert(6, f"| LanceDB alone: steps/s at 100 / 1,000 rows a commit (add ‖ snapshot upsert) | floor | "
+                       f"{_fmt(floor['steps_per_s_100_rows_per_commit'])} / "
+                       f"{_fmt(floor['steps_per_s_1000_rows_per_commit'])} ({when}) | — | — |")
+    return "\n".join(rows)
 
 
 def _fmt(value) -> str:
