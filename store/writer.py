@@ -10,16 +10,25 @@ manifest size and query latency from growing with the number of writers
 (measured: 10,000 single-row commits made 4.4 GB and 1.8 s queries).
 
 A caller is told its write succeeded only after the commit that holds it, so a
-crash can lose only writes nobody was told about.
+crash can lose only writes nobody was told about.  Callers on an asyncio event
+loop pass it (``loop=``) and get an asyncio future instead of a thread-safe
+one: a commit then settles all of that loop's futures with one wake-up of the
+loop, where a thousand agents waiting on ``asyncio.wrap_future`` cost a
+thousand (profiled at 1,000 agents: thread futures and their chaining were a
+third of the event loop's time per step).
 
-Commits of one table are also *paced*: after a commit, the next one waits
-until ``min_interval_s`` has passed, gathering whatever arrives meanwhile.  An
-idle table still commits a lone write at once; a busy one commits at most
-``1 / min_interval_s`` times a second whatever the number of writers.  Every
-commit is a table version that maintenance must later compact and clean up,
-so this cap is what keeps maintenance ahead of the writers (in the sustained-load
-soak at ~50 commits/s, versions piled up faster than cleanup removed them;
-BENCHMARKS.md §4b).
+Group commit is *adaptive*: a lone writer is never made to wait, and many
+writers share a commit.  After each commit the committer remembers how many
+writes it carried (the writers active now: each session has one step in
+flight at a time).  When that was one, the next write is committed as soon as
+it arrives, so a lone agent's step costs one commit and nothing more.  When it
+was more, the committer gathers until that many writes are queued again or
+``min_interval_s`` has passed since the last commit, whichever comes first, so
+a hundred agents stepping together share one commit instead of racing for a
+hundred.  Every commit is a table version that maintenance must later compact
+and clean up; under contention the interval keeps the commit rate bounded
+(in the sustained-load soak at ~50 commits/s, versions once piled up faster
+than cleanup removed them; BENCHMARKS.md §4b).  An idle table commits at once.
 
 Updates and deletes (conditional, by filter) run directly, under the same
 per-table lock as the committer, because their outcome depends on the rows
@@ -28,6 +37,7 @@ committed (an empty add, or an update or delete matching nothing, still writes
 a table version), and nothing is written with ``mode="overwrite"`` (it replaces
 the whole table, dropping what other processes committed meanwhile).
 """
+import asyncio
 import logging
 import random
 import threading
@@ -102,10 +112,39 @@ class _Request:
     request (its future raises :class:`Fenced`), e.g. a step row of a worker
     whose write lease ran out while the row waited (runtime/fence.py)."""
 
-    __slots__ = ("kind", "rows", "key", "future", "guard")
+    __slots__ = ("kind", "rows", "key", "future", "guard", "loop")
 
-    def __init__(self, kind: str, rows: list, key, guard=None):
-        self.kind, self.rows, self.key, self.future, self.guard = kind, rows, key, Future(), guard
+    def __init__(self, kind: str, rows: list, key, guard=None, loop: asyncio.AbstractEventLoop | None = None):
+        self.kind, self.rows, self.key, self.guard, self.loop = kind, rows, key, guard, loop
+        self.future = loop.create_future() if loop is not None else Future()
+
+    def taken(self) -> bool:
+        """Mark a thread future running (it can no longer be cancelled under us);
+        False when its caller gave up on it already, so it is dropped unwritten.
+        An asyncio future's write goes ahead whatever happened to its waiter."""
+        return self.loop is not None or self.future.set_running_or_notify_cancel()
+
+
+def _settle(requests: list[_Request], result=None, exc: BaseException | None = None) -> None:
+    """Resolve the requests' futures: thread futures at once, asyncio futures
+    with one call into each loop for all of its futures."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    for request in requests:
+        if request.loop is None:
+            request.future.set_exception(exc) if exc is not None else request.future.set_result(result)
+        else:
+            by_loop.setdefault(request.loop, []).append(request.future)
+    for loop, futures in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_on_loop, futures, result, exc)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _settle_on_loop(futures: list[asyncio.Future], result, exc: BaseException | None) -> None:
+    for future in futures:
+        if not future.done():  # a waiter that was cancelled left its future cancelled
+            future.set_exception(exc) if exc is not None else future.set_result(result)
 
 
 class _TableCommitter:
@@ -120,6 +159,7 @@ class _TableCommitter:
         self.min_interval_s = min_interval_s
         self.lock = threading.Lock()  # held while committing; updates and maintenance take it too
         self._last_commit = 0.0
+        self._writers = 1  # writes carried by the last commit: how many to gather for the next
         self._queue: deque[_Request] = deque()
         self._wakeup = threading.Condition()
         self._closed = False
@@ -146,33 +186,35 @@ class _TableCommitter:
                 self._wakeup.wait()
             if not self._queue:
                 return None
+            self._gather()
             taken, rows = [], 0
             while self._queue and (not taken or rows + len(self._queue[0].rows) <= self.max_batch_rows):
                 request = self._queue.popleft()
-                # Once running, a future can no longer be cancelled under us; one
-                # already cancelled (its caller gave up) is dropped unwritten.
-                if request.future.set_running_or_notify_cancel():
+                if request.taken():
                     taken.append(request)
                     rows += len(request.rows)
             return taken
 
+    def _gather(self) -> None:
+        """Under contention, wait (holding ``_wakeup``) until as many writes are
+        queued as the last commit carried, or until ``min_interval_s`` has
+        passed since it, whichever is first.  A lone writer (the last commit
+        carried one write) and an idle table do not wait at all."""
+        deadline = self._last_commit + self.min_interval_s
+        while len(self._queue) < self._writers and not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._wakeup.wait(left)
+
     def _run(self) -> None:
         while (taken := self._take()) is not None:
+            self._writers = len(taken)
             for group in _consecutive_groups(taken):
                 try:
                     self._commit(group)
                 except Exception:  # the thread must outlive any one bad batch
                     log.exception("committer of %s: unexpected error", self.name)
-            self._pace()
-
-    def _pace(self) -> None:
-        """Wait out the rest of ``min_interval_s`` since the last commit, so the
-        next commit carries everything queued meanwhile.  A close cuts it short."""
-        wait = self._last_commit + self.min_interval_s - time.monotonic()
-        if wait > 0:
-            with self._wakeup:
-                if not self._closed:
-                    self._wakeup.wait_for(lambda: self._closed, timeout=wait)
 
     def _commit(self, group: list[_Request]) -> None:
         if any(request.guard is not None for request in group):
@@ -190,12 +232,10 @@ class _TableCommitter:
                 self._last_commit = time.monotonic()
         except Exception as exc:
             log.error("commit of %d %s rows to %s failed: %s", len(rows), kind, self.name, exc)
-            for request in group:
-                request.future.set_exception(exc)
+            _settle(group, exc=exc)
             return
         self.stats.record(self.name, len(group), len(rows), time.perf_counter() - started)
-        for request in group:
-            request.future.set_result(refused or None)
+        _settle(group, refused or None)
 
     def _write(self, kind: str, key, rows: list) -> bool:
         """Commit one group; True when a conditional upsert refused some of its rows."""
@@ -216,12 +256,11 @@ class _TableCommitter:
 
 def _guarded(group: list[_Request]) -> list[_Request]:
     """The requests whose guard allows them to be committed now; the others fail."""
-    kept = []
+    kept, dropped = [], []
     for request in group:
-        if request.guard is None or request.guard():
-            kept.append(request)
-        else:
-            request.future.set_exception(Fenced("write dropped: the writer's lease ran out"))
+        (kept if request.guard is None or request.guard() else dropped).append(request)
+    if dropped:
+        _settle(dropped, exc=Fenced("write dropped: the writer's lease ran out"))
     return kept
 
 
@@ -267,14 +306,15 @@ class Writer:
 
     # ---- group-committed ------------------------------------------------
 
-    def submit_append(self, table: str, rows: list[dict], guard=None) -> Future:
+    def submit_append(self, table: str, rows: list[dict], guard=None, loop=None) -> Future:
         """Queue rows for the next commit of ``table``; the future resolves once committed
-        (or raises :class:`Fenced` when ``guard()`` is false at commit time)."""
-        return self._submit(table, "append", rows, None, guard)
+        (or raises :class:`Fenced` when ``guard()`` is false at commit time).  With
+        ``loop`` (the caller's running event loop) it is an asyncio future of that loop."""
+        return self._submit(table, "append", rows, None, guard, loop)
 
-    def submit_upsert(self, table: str, key: str, rows: list[dict]) -> Future:
+    def submit_upsert(self, table: str, key: str, rows: list[dict], loop=None) -> Future:
         """Queue insert-or-replace of whole rows by ``key`` (the table's declared primary key)."""
-        return self._submit(table, "upsert", rows, key)
+        return self._submit(table, "upsert", rows, key, None, loop)
 
     def submit_update_ids(self, table: str, column: str, ids: list[str], values_sql: dict) -> Future:
         """Queue ``UPDATE table SET values_sql WHERE column IN ids``; consecutive
@@ -288,12 +328,13 @@ class Writer:
     def upsert(self, table: str, key: str, rows: list[dict]) -> None:
         self.submit_upsert(table, key, rows).result()
 
-    def _submit(self, table: str, kind: str, rows: list[dict], key: str | None, guard=None) -> Future:
+    def _submit(self, table: str, kind: str, rows: list[dict], key: str | None, guard=None,
+                loop: asyncio.AbstractEventLoop | None = None) -> Future:
         if not rows:
-            done = Future()
+            done = loop.create_future() if loop is not None else Future()
             done.set_result(None)
             return done
-        return self._committers[table].submit(_Request(kind, list(rows), key, guard))
+        return self._committers[table].submit(_Request(kind, list(rows), key, guard, loop))
 
     # ---- direct, conditional --------------------------------------------
 

@@ -220,6 +220,47 @@ def test_group_commit_coalesces_concurrent_writes_and_survives_cancelled_callers
     assert store.steps.count("after") == 1
 
 
+def test_writes_from_an_event_loop_settle_its_futures_in_one_wake_up_each_commit(store):
+    """``loop=``: the futures are the loop's own, a commit resolves all of
+    them, a fenced write raises there, and a waiter that gave up breaks nothing."""
+    import asyncio
+    from store.writer import Fenced
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        def row(i):
+            return {"id": f"aio-{i}", "created_at": codec.utcnow(), **step(i, session_id="aio")}
+
+        futures = [store.writer.submit_append("agent_steps", [row(i)], loop=loop) for i in range(50)]
+        assert all(isinstance(f, asyncio.Future) for f in futures)
+        futures[3].cancel()
+        fenced = store.writer.submit_append("agent_steps", [row(99)], guard=lambda: False, loop=loop)
+        outcomes = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 30)
+        assert [o for n, o in enumerate(outcomes) if n != 3] == [None] * 49
+        with pytest.raises(Fenced):
+            await asyncio.wait_for(fenced, 30)
+        assert await store.writer.submit_append("agent_steps", [], loop=loop) is None  # nothing to write
+
+    asyncio.run(scenario())
+    assert store.steps.count("aio") == 50  # the cancelled waiter's row was written all the same
+
+
+def test_a_lone_writer_is_never_paced(tmp_path):
+    """Adaptive group commit: one writer at a time commits at once, however long
+    the interval that spaces commits out under contention."""
+    paced = Store(str(tmp_path / "db"), min_commit_interval_s=3600)
+    done = threading.Event()
+
+    def write():
+        for i in range(5):
+            paced.steps.append(step(i, session_id="lone"))
+        done.set()
+
+    threading.Thread(target=write, daemon=True).start()
+    assert done.wait(600), "a lone writer waited for the interval between commits"
+    assert paced.steps.count("lone") == 5
+
+
 def test_upserts_in_one_batch_keep_the_last_row_per_key(store):
     futures = [store.states.submit(snapshot(session_id=f"s{i % 3}", iteration=i)) for i in range(30)]
     for f in futures:
