@@ -5,10 +5,12 @@ Each iteration: build frame_in {step, state, guidance?} -> call the moniker
 the step row -> save the snapshot -> continue with next_step and iteration + 1,
 until done, a limit, a budget, stop, or an error.
 
-Order of writes matters for crash safety: the step row is appended *before* the
-snapshot is saved.  A crash between the two leaves a step newer than the
-snapshot, which :meth:`SessionAgent.reconcile` repairs on restart, so an
-iteration is never run twice nor skipped.  A step that ran long enough to be
+Order of writes matters for crash safety: the step row is durable *before* the
+next step starts, and the snapshot is saved behind the steps, without the
+step waiting for it (:meth:`SessionAgent.save_behind`).  A crash leaves steps
+newer than the snapshot, which :meth:`SessionAgent.reconcile` folds in on
+restart, so an iteration is never run twice nor skipped.  A change that is
+not a step (a status, a pause, guidance) is saved and waited for.  A step that ran long enough to be
 marked in flight (``step_started_at``) and whose worker then died is recorded
 as ``interrupted`` by :meth:`SessionAgent.reconcile`, and the next step is told.
 """
@@ -83,6 +85,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
+        self._save_again = False  # a step ended while it was: save once more when it lands
         # StepFrame-v1 tool calls (runtime/tool_runner.py): the step whose calls
         # are open or whose results no step has consumed yet, and those results.
         self.tools = tools or ToolRunner(ToolRegistry(), persist, self.observers)
@@ -158,17 +161,29 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.observers.notify("snapshot_saved", snapshot)
 
     async def save_behind(self) -> None:
-        """Start saving the snapshot without waiting for its commit (the runner, after a step).
+        """Have the snapshot saved without waiting for its commit (the runner, after a step).
 
-        The step row is durable already, so a crash before this snapshot lands
-        leaves a snapshot one step behind its newest step, which ``reconcile``
-        repairs on restart.  Waiting for it here would make every step wait for
-        two commits in a row.  At most one such save is in flight: the next one
-        waits for it, so a slow store cannot pile up snapshots, and its errors
-        reach the runner.
+        The step row is durable already, so a crash before the snapshot lands
+        leaves it behind the newest steps, which ``reconcile`` folds in on
+        restart.  Waiting here would make every step wait for a second commit.
+        Saves are *coalesced*: at most one is in flight, and a step that ends
+        while it is leaves a note to save once more when it lands (with the
+        memory as it is then), so a lone agent's step costs one commit and a
+        slow store cannot pile up snapshots.  A failed save's error reaches the
+        runner at its next step.
         """
-        await self.flush_saves()
-        self._saving = asyncio.ensure_future(self.save())
+        if self._saving is not None and not self._saving.done():
+            self._save_again = True
+            return
+        await self.flush_saves()  # raises what the last one raised, if anything
+        self._saving = asyncio.ensure_future(self._save_until_current())
+
+    async def _save_until_current(self) -> None:
+        while True:
+            self._save_again = False
+            await self.save()
+            if not self._save_again or self.lost:
+                return
 
     async def flush_saves(self) -> None:
         """Wait for the save started by :meth:`save_behind`, if any."""
