@@ -54,6 +54,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.observers = observers or Observers()
         self.heartbeat_s = heartbeat_s
         self.config = SessionConfig.model_validate(snapshot.get("config") or {})
+        self._config_dump = self.config.model_dump()  # a session's config never changes: dumped once
         self.agent_id: str = snapshot["agent_id"]
         self.session_id: str = snapshot["session_id"]
         self.task_text: str = snapshot.get("task") or ""
@@ -139,7 +140,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     def snapshot(self) -> dict:
         return {
             "session_id": self.session_id, "agent_id": self.agent_id, "moniker": self.moniker.name,
-            "task": self.task_text, "config": self.config.model_dump(), "status": self.status,
+            "task": self.task_text, "config": dict(self._config_dump), "status": self.status,
             "status_reason": self.status_reason, "status_changed_at": self.status_changed_at,
             "iteration": self.iteration, "step_token": self.step_token, "next_step_token": self.next_step_token,
             "state": self.state, "result": self.result, "pending_guidance": self.pending_guidance,
@@ -310,7 +311,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         frame_in = FrameIn(step=self.next_step_token, state=self.state, guidance=inbox_order.guidance_text(guidance),
                            tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
-                          iteration=iteration, config=self.config.model_dump(), tools=self.tools.allowed(self.config),
+                          iteration=iteration, config=dict(self._config_dump), tools=self.tools.allowed(self.config),
                           system_prompt=self.hooks.system_prompt(self, iteration),
                           on_output=live_output.emitter(self.observers, agent_id=self.agent_id,
                                                         session_id=self.session_id,

@@ -38,16 +38,17 @@ class StepLog:
         committed.result()
         return row
 
-    def submit(self, step: dict, guard=None) -> tuple[dict, Future]:
+    def submit(self, step: dict, guard=None, loop=None) -> tuple[dict, Future]:
         """Queue a step row for the next group commit: the row as it will be
         stored, and a future that resolves once it is durable (or raises
-        ``store.writer.Fenced`` when ``guard()`` is false at commit time)."""
+        ``store.writer.Fenced`` when ``guard()`` is false at commit time); an
+        asyncio future of ``loop`` when the caller gives its event loop."""
         row = {"id": str(ULID()), "created_at": codec.utcnow(), **step}
         state = row.get("state")
         if type(state) not in (dict, list):  # stored as it always was (a string is not even JSON-encoded)
             self.last_states.forget([row["session_id"]])
             return codec.decode(self.name, codec.encode(self.name, row)), self.writer.submit_append(
-                self.name, [row], guard)
+                self.name, [row], guard, loop)
         row["state"] = text = codec.dumps(state)  # encoded once, here (the committer leaves text as it is)
         written, chain = row, None
         if len(text) >= state_delta.MIN_STATE_BYTES:
@@ -57,7 +58,7 @@ class StepLog:
                 written = {**row, "state": delta, "state_base": chain.base_iteration}
             else:
                 chain = state_delta.Chain.whole(row["iteration"], text)
-        committed = self.writer.submit_append(self.name, [written], guard)
+        committed = self.writer.submit_append(self.name, [written], guard, loop)
         self.last_states.remember(row["session_id"], chain, committed, len(text))
         return codec.decode(self.name, codec.encode(self.name, row)), committed
 
