@@ -28,11 +28,14 @@ give the new state's exact text, or there is no delta and the row holds the
 whole state.  So a wrong delta is never written, whatever the state holds.
 """
 import json
+import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 
 from store import codec
+
+log = logging.getLogger("store.state_delta")
 
 MIN_STATE_BYTES = 2048  # smaller states are stored whole: a delta would save little, and each read stays one row
 MAX_CHAIN_ROWS = 512  # deltas in a row after a whole state, at most: what reading one step may have to read
@@ -133,7 +136,11 @@ def delta_for(chain: Chain | None, iteration: int, state, text: str) -> tuple[st
     if (chain is None or chain.iteration != iteration - 1 or len(text) < MIN_STATE_BYTES
             or chain.rows >= MAX_CHAIN_ROWS or type(state) not in (dict, list)):
         return None
-    delta = codec.dumps(diff(chain.state, state))
+    try:
+        delta = codec.dumps(diff(chain.state, state))
+    except Exception:  # e.g. keys that cannot be sorted: the whole state is written (or fails) as before
+        log.debug("no delta for iteration %d", iteration, exc_info=True)
+        return None
     read_bytes = chain.base_bytes + chain.delta_bytes + len(delta)
     if len(delta) >= len(text) or read_bytes > CHAIN_READ_RATIO * len(text):
         return None
