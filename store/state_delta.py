@@ -182,9 +182,10 @@ def rebuild(stored: dict, first: int, last: int) -> dict:
 
 class LastStates:
     """Per session, the chain its newest step row ends and that row's commit
-    future: a delta is written only against a row this process stored itself,
-    at the iteration just before, whose commit has succeeded (a failed or
-    fenced commit never becomes a base).  Bounded: least recently written
+    future (concurrent or asyncio: both say done, cancelled, exception): a
+    delta is written only against a row this process stored itself, at the
+    iteration just before, whose commit has succeeded (a failed, fenced or
+    cancelled commit never becomes a base, even if the row did land).  Bounded: least recently written
     sessions are forgotten first (their next row then holds its whole state)."""
 
     def __init__(self, max_sessions: int = 10_000, max_bytes: int = 128 * 1024 * 1024):
