@@ -100,8 +100,22 @@ class Persistence:
         return found[0] if found else None
 
     # tool calls
-    async def save_tool_calls(self, rows: list[dict]) -> None:
-        await asyncio.wrap_future(self.store.tool_calls.submit(rows))
+    async def save_tool_calls(self, rows: list[dict], new: bool = False) -> None:
+        """Write whole rows (an upsert by id).  ``new``: the first write of each of
+        these calls, appended (half an upsert's cost); fenced like a step row, so
+        a worker that lost the session cannot add a second row for a call."""
+        fence = self.fence
+        if not new or fence is None:
+            await asyncio.wrap_future(self.store.tool_calls.submit(rows, new=new))
+            return
+        while True:
+            for session_id in {r["session_id"] for r in rows}:
+                await fence.check(session_id)
+            try:
+                await asyncio.wrap_future(self.store.tool_calls.submit(rows, new=True, guard=fence.valid))
+                return
+            except Fenced:
+                continue  # the lease ran out while the rows waited: check ownership, then retry
 
     async def tool_calls_of_step(self, session_id: str, iteration: int) -> list[dict]:
         return await asyncio.to_thread(self.store.tool_calls.of_step, session_id, iteration)

@@ -3,31 +3,55 @@
 After the runner has persisted a step whose frame_out asked for tools, a
 :class:`ToolPhase` takes the step's calls through their rows in ``tool_calls``:
 
-1. **Plan.**  Each call gets a row, written before any tool starts: ``pending``
-   when it may run; ``waiting_approval`` when the tool (or the session's
-   ``approve`` list) wants a human's yes; ``waiting_result`` for an external
-   tool; or straight ``denied`` (not in the session's ``tools``) / ``failed``
-   (unknown tool, args that fail its schema or are too large), with a message
-   that tells the model what was wrong.
+1. **Plan.**  Each call gets a status: ``pending`` when it may run;
+   ``waiting_approval`` when the tool (or the session's ``approve`` list) wants
+   a human's yes; ``waiting_result`` for an external tool; or straight
+   ``denied`` (not in the session's ``tools``) / ``failed`` (unknown tool, args
+   that fail its schema or are too large), with a message that tells the model
+   what was wrong.  Every row but a ``pending`` one is written (durable) before
+   any tool starts.
 2. **Run.**  Pending calls start concurrently, at most ``tool_concurrency`` at
-   once.  A row is written ``running`` (durable) before its tool starts, so a
-   row still ``pending`` after a crash certainly never ran.  A tool that
-   raises or runs past its timeout ends ``failed``; nothing a tool does can end
-   the session.  Results over the cap are truncated with a note.
+   once.  A tool that is not ``idempotent`` has its row written ``running``
+   (durable) before it starts, so a call whose row is missing or still
+   ``pending`` after a crash certainly never ran.  A tool that raises or runs
+   past its timeout ends ``failed``; nothing a tool does can end the session.
+   Results over the cap are truncated with a note.
 3. **Wait.**  While calls wait for approval or a result, the session's status
    is ``waiting`` (reason ``approval`` or ``tool_result``) and no step runs.
    Approve / deny / result arrive as actions (:class:`ToolControls`), which
    write the row first and then hand it to the phase.
-4. **End.**  When every call has ended, the results (in call order) become the
-   next frame_in's ``tool_results``.
+4. **End.**  Each call's ended row is durable before the phase ends; the
+   results (in call order) become the next frame_in's ``tool_results``.
 
-Crash safety: the step row lists its calls (with ids), so a phase can always be
-rebuilt from it and the rows (:meth:`ToolPhase.recover`).  A row found
+Crash safety: the step row lists its calls (with ids and ``created_at``), so a
+phase can always be rebuilt from it and the rows (:meth:`ToolPhase.recover`):
+a call with no row is planned again, as it was the first time.  A row found
 ``running`` was interrupted by a dying worker: an ``idempotent`` tool runs
 again; any other ends ``unknown`` and the model is told to check before
 repeating it.  Destroy stops waiting at once and cancels running tools after
 its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
 too but leaves their rows ``running``, so a restart treats them as interrupted.
+
+Why a tool step costs about one commit more than a plain step, not three
+(each commit of ``tool_calls`` is a LanceDB commit the next move waited for):
+
+- A ``pending`` row is not written when its call starts at once: the step row
+  already says the call exists, and recovery plans a missing row exactly as a
+  pending one, so the row would add a wait and no fact.  A call that must wait
+  for a tool slot gets its ``pending`` row written, so readers see it.
+- An ``idempotent`` tool starts without a durable ``running`` row: recovery
+  runs it again whether its row says ``running``, ``pending`` or nothing.  For
+  readers (the API, the dashboard) its ``running`` row is written, behind,
+  once it has run for :data:`RUNNING_ROW_AFTER_S`; a no-op ends long before.
+- A call's first row is *appended*, not upserted: LanceDB's merge_insert joins
+  on the key and costs about twice an append, more as the table grows.  An
+  append is fenced like a step row (runtime/persistence.py), so a worker that
+  lost the session cannot add a second row for a call its new owner re-ran.
+
+The observers (live events, metrics) hear of every status, in order: of a
+written row once it is durable; of ``pending`` and of an idempotent call's
+``running``, which recovery would reach again from the step row, when the
+call takes that status.
 """
 from __future__ import annotations
 
@@ -57,6 +81,7 @@ log = logging.getLogger("runtime.tools")
 MAX_ARGS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 64 * 1024
 CANCEL_GRACE_S = 2.0
+RUNNING_ROW_AFTER_S = 0.2  # an idempotent tool running this long gets its ``running`` row written (for readers)
 UNKNOWN_OUTCOME = ("outcome unknown: the worker running this tool stopped before it finished; "
                    "check whether it took effect before repeating it")
 CANCELLED = "cancelled: the session was destroyed while this call was {status}"
@@ -105,14 +130,20 @@ class ToolRunner:
         self.persist = persist
         self.observers = observers or Observers()
 
-    async def write(self, rows: list[dict]) -> None:
-        """Make rows durable, then tell the observers (live events, metrics)."""
+    async def write(self, rows: list[dict], new: bool = False) -> None:
+        """Make rows durable, then tell the observers (live events, metrics).
+        ``new``: no row of these calls was written before (they are appended)."""
         if not rows:
             return
         rows = [dict(r, updated_at=now()) for r in rows]  # live events carry it: the newest row per id wins
-        await self.persist.save_tool_calls(rows)
+        await self.persist.save_tool_calls(rows, new=new)
+        await self.announce(rows)
+
+    async def announce(self, rows: list[dict]) -> None:
+        """Tell the observers of rows' new status (after writing them, or for a
+        status not written, see the module docstring)."""
         for row in rows:
-            await self.observers.notify("tool_call_updated", dict(row))
+            await self.observers.notify("tool_call_updated", dict(row, updated_at=row.get("updated_at") or now()))
 
     def allowed(self, config) -> list[dict]:
         """The descriptions of the tools a session may call and that are
@@ -121,12 +152,15 @@ class ToolRunner:
 
     # ---- planning -------------------------------------------------------
 
-    def plan(self, agent: SessionAgent, iteration: int, calls: list[dict]) -> list[dict]:
+    def plan(self, agent: SessionAgent, iteration: int, calls: list[dict], created_at=None) -> list[dict]:
         """Rows for a step's calls (``[{id, call_id, name, args}]`` as on the
-        step row), each with the status it starts in."""
+        step row), each with the status it starts in.  ``created_at``: the step
+        row's, so a call planned again after a crash keeps its time (the
+        ``wait`` tool counts from it)."""
+        created_at = _as_time(created_at) or now()
         rows = []
         for seq, call in enumerate(calls):
-            row = {"id": call["id"], "created_at": now(), "agent_id": agent.agent_id,
+            row = {"id": call["id"], "created_at": created_at, "agent_id": agent.agent_id,
                    "session_id": agent.session_id, "iteration": iteration, "seq": seq,
                    "call_id": call.get("call_id"), "name": call["name"], "args": call.get("args") or {},
                    "status": "pending", "result": None, "error": None, "attempts": 0, "started_at": None,
@@ -189,12 +223,19 @@ class ToolRunner:
 
     # ---- running one call -----------------------------------------------
 
-    async def execute(self, agent: SessionAgent, row: dict) -> dict:
-        """Run one pending call to its end; returns the ended row (durable)."""
+    async def execute(self, agent: SessionAgent, row: dict, stored: bool = True) -> dict:
+        """Run one pending call to its end; returns the ended row (durable).
+        ``stored``: the call has a row in the table already."""
         tool = self.registry.get(row["name"]) if row["name"] in self.registry else None
         row = dict(row, status="running", attempts=int(row.get("attempts") or 0) + 1, started_at=now(),
                    finished_at=None, error=None)
-        await self.write([row])  # durable before the tool starts: a pending row never ran
+        shown = None
+        if tool is not None and tool.idempotent:  # run again after a crash anyway: no wait for a row
+            await self.announce([row])
+            shown = _RunningRow(self, row, new=not stored)
+        else:
+            await self.write([row], new=not stored)  # durable before the tool starts: a pending row never ran
+            stored = True
         started = time.perf_counter()
         try:
             if tool is None:
@@ -202,18 +243,20 @@ class ToolRunner:
             result = await self._call(tool, agent, row)
             if _deferred(result):  # started; its result is delivered later (tools.tool_registry.Deferred)
                 row.update(status="waiting_result", result=capped_result(result.partial))
-                await self.write([row])
+                await self.write([row], new=not await _written(shown, stored))
                 log.info("tool call %s %s waiting_result session=%s", row["id"], row["name"], row["session_id"])
                 return row
             row.update(status="success", result=capped_result(result))
         except asyncio.CancelledError:
+            if shown is not None:
+                shown.drop()
             raise
         except TimeoutError:
             row.update(status="failed", error=f"tool {row['name']!r} timed out after {tool.timeout_s}s")
         except Exception as exc:
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:4000])
         row.update(finished_at=now(), duration_ms=(time.perf_counter() - started) * 1000)
-        await self.write([row])
+        await self.write([row], new=not await _written(shown, stored))
         log.info("tool call %s %s %s in %.1f ms session=%s iteration=%d", row["id"], row["name"], row["status"],
                  row["duration_ms"], row["session_id"], row["iteration"])
         return row
@@ -240,6 +283,44 @@ class ToolRunner:
                 await asyncio.wait({task}, timeout=CANCEL_GRACE_S)  # one that ignores cancel is abandoned
 
 
+class _RunningRow:
+    """An idempotent call's ``running`` row, written behind for readers only
+    once its tool has run for RUNNING_ROW_AFTER_S (recovery never needs it)."""
+
+    def __init__(self, runner: ToolRunner, row: dict, new: bool):
+        self.writing = False
+        self.task = asyncio.ensure_future(self._write_later(runner, row, new))
+
+    async def _write_later(self, runner: ToolRunner, row: dict, new: bool) -> None:
+        await asyncio.sleep(RUNNING_ROW_AFTER_S)
+        self.writing = True
+        await runner.persist.save_tool_calls([dict(row, updated_at=now())], new=new)
+
+    async def settle(self) -> bool:
+        """Before the call's next write: True when this row was written (the next
+        write must then come after it, and replace it)."""
+        if not self.writing:
+            self.task.cancel()
+            return False
+        await self.task
+        return True
+
+    def drop(self) -> None:
+        self.task.cancel()  # a write already submitted still lands: the row then says running, as before
+
+
+async def _written(shown: _RunningRow | None, stored: bool) -> bool:
+    """Whether the call has a row in the table once its running row (if any) settled."""
+    written = await shown.settle() if shown is not None else False
+    return stored or written
+
+
+def _as_time(value) -> datetime | None:
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value if isinstance(value, datetime) else None
+
+
 class ToolPhase:
     """The calls of one step, from their rows to their results."""
 
@@ -247,8 +328,10 @@ class ToolPhase:
         self.runner = runner
         self.agent = agent
         self.iteration = step["iteration"]
+        self.created_at = step.get("created_at")
         self.calls = list(step.get("tool_calls") or [])
         self.rows: dict[str, dict] = {}
+        self.stored: set[str] = set()  # ids of the calls that have a row in the table
         self.delivered: dict[str, dict] = {}  # rows changed by controls before the phase had loaded
         self.changed = asyncio.Event()
         self.tasks: dict[str, asyncio.Task] = {}
@@ -294,22 +377,29 @@ class ToolPhase:
         """Rows for the step's calls: planned now (``fresh``: the step was just
         persisted), or read back and recovered after a restart."""
         if fresh:
-            rows = self.runner.plan(self.agent, self.iteration, self.calls)
+            rows = self.runner.plan(self.agent, self.iteration, self.calls, self.created_at)
             changed = rows
         else:
             stored = {r["id"]: r for r in await self.runner.persist.tool_calls_of_step(
                 self.agent.session_id, self.iteration)}
+            self.stored = set(stored)
             rows, changed = self.recover(stored)
         self.rows = {r["id"]: r for r in rows}
         self.rows.update({k: v for k, v in self.delivered.items() if k in self.rows})
         self.loaded = True
-        await self.runner.write([self.rows[r["id"]] for r in changed])
+        changed = [self.rows[r["id"]] for r in changed]
+        pending = [r for r in changed if r["status"] == "pending"]  # not written: see the module docstring
+        await self.runner.write([r for r in changed if r["status"] != "pending" and r["id"] in self.stored])
+        await self.runner.write([r for r in changed if r["status"] != "pending" and r["id"] not in self.stored],
+                                new=True)
+        self.stored |= {r["id"] for r in changed if r["status"] != "pending"}
+        await self.runner.announce(pending)
         # e.g. runtime/questions.py: post open questions a crash left unposted, arm their timeouts
         await self.runner.observers.notify("tool_phase_loaded", self.agent, list(self.rows.values()))
 
     def recover(self, stored: dict[str, dict]) -> tuple[list[dict], list[dict]]:
         missing = [c for c in self.calls if c["id"] not in stored]
-        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, missing)}
+        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, missing, self.created_at)}
         rows, changed = [], list(planned.values())
         for call in self.calls:
             row = stored.get(call["id"]) or planned[call["id"]]
@@ -354,8 +444,12 @@ class ToolPhase:
                 self.tasks[call["id"]] = asyncio.create_task(self._run_one(row), name=f"tool:{row['id']}")
 
     async def _run_one(self, row: dict) -> None:
+        if self.agent.tool_slots.locked() and row["id"] not in self.stored:  # it waits: let readers see it
+            await self.runner.write([row], new=True)
+            self.stored.add(row["id"])
         async with self.agent.tool_slots:
-            ended = await self.runner.execute(self.agent, row)
+            ended = await self.runner.execute(self.agent, row, stored=row["id"] in self.stored)
+        self.stored.add(ended["id"])
         self.rows[ended["id"]] = ended
 
     async def _wait_for_change(self) -> None:

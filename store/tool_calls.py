@@ -1,10 +1,9 @@
 """tool_calls: one row per tool call a step asked for (StepFrame-v1).
 
-A row is written ``pending`` (or straight to its final ``denied``/``failed``
-when the call cannot run, or to ``waiting_approval``/``waiting_result``) once
-the step that made it is durable, and rewritten whole at each change of status
-by the worker that owns the session (an upsert on the declared primary key
-``id``; app.py never writes here, it queues actions).  Reads decode the JSON
+A row is written once the step that made it is durable (when and in which
+status: runtime/tool_runner.py), appended the first time and rewritten whole at
+each later change of status by the worker that owns the session (an upsert on
+the declared primary key ``id``; app.py never writes here, it queues actions).  Reads decode the JSON
 columns (``args``, ``result``, ``usage``).
 """
 from concurrent.futures import Future
@@ -37,11 +36,17 @@ class ToolCallTable:
         self.table = table
         self.writer = writer
 
-    def submit(self, rows: list[dict]) -> Future:
-        """Queue insert-or-replace of whole rows; the future resolves once durable."""
+    def submit(self, rows: list[dict], new: bool = False, guard=None) -> Future:
+        """Queue insert-or-replace of whole rows; the future resolves once durable.
+        ``new``: the caller knows no row of these calls exists yet, so they are
+        appended (an append costs about half a merge_insert, which joins on the
+        key, and does not grow with the table); ``guard`` as for any append
+        (store/writer.py)."""
         now = codec.utcnow()
         rows = [_times(dict(r, updated_at=r["updated_at"] if isinstance(r.get("updated_at"), datetime) else now))
                 for r in rows]  # the writer's own time of the change, when it gives one (live events carry it)
+        if new:
+            return self.writer.submit_append(self.name, rows, guard)
         return self.writer.submit_upsert(self.name, self.key, rows)
 
     def save(self, rows: list[dict]) -> None:
