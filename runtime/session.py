@@ -46,6 +46,11 @@ INTERRUPTED_NOTE = ("The previous attempt at step {step!r} was interrupted when 
 
 
 class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
+    # While a session steps, its snapshot is saved behind the steps at most this
+    # often; a change of status is saved at once.  The steps are the record, and
+    # a crash loses nothing: reconcile folds the newer steps in (DESIGN.md §7).
+    snapshot_every_s = 1.0
+
     def __init__(self, *, snapshot: dict, moniker: Moniker, persist: Persistence, observers: Observers | None = None,
                  owner: str | None = None, heartbeat_s: float = 5.0, tools: ToolRunner | None = None):
         super().__init__()
@@ -87,6 +92,10 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
         self._save_again = False  # a step ended while it was: save once more when it lands
+        self._save_now = asyncio.Event()  # cut a save's wait short (a status change)
+        self._flushing = False  # flush_saves is waiting: save without waiting
+        self._saved_at = float("-inf")  # event-loop time of the last save
+        self._saved_status: tuple[str, str | None] | None = None  # the status that save held
         # StepFrame-v1 tool calls (runtime/tool_runner.py): the step whose calls
         # are open or whose results no step has consumed yet, and those results.
         self.tools = tools or ToolRunner(ToolRegistry(), persist, self.observers)
@@ -159,6 +168,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await child_sessions.report_if_finished(self)  # a child's outcome is queued before its final snapshot
             snapshot = self.snapshot()
             await self.persist.save_snapshot(snapshot)
+            self._saved_at = asyncio.get_running_loop().time()
+            self._saved_status = (snapshot["status"], snapshot["status_reason"])
             await self.observers.notify("snapshot_saved", snapshot)
 
     async def save_behind(self) -> None:
@@ -167,30 +178,49 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         The step row is durable already, so a crash before the snapshot lands
         leaves it behind the newest steps, which ``reconcile`` folds in on
         restart.  Waiting here would make every step wait for a second commit.
-        Saves are *coalesced*: at most one is in flight, and a step that ends
-        while it is leaves a note to save once more when it lands (with the
-        memory as it is then), so a lone agent's step costs one commit and a
-        slow store cannot pile up snapshots.  A failed save's error reaches the
-        runner at its next step.
+        Saves are *coalesced* and *spaced*: at most one is in flight or
+        waiting; it waits until ``snapshot_every_s`` has passed since the last
+        save (not at all when the status changed), and a step that ends
+        meanwhile asks for one more save of the memory as it is then.  So a
+        lone agent's step costs one commit, a thousand agents do not write a
+        snapshot per step, and a slow store cannot pile up snapshots.  A failed
+        save's error reaches the runner at its next step.
         """
         if self._saving is not None and not self._saving.done():
             self._save_again = True
+            if self._status_unsaved():
+                self._save_now.set()
             return
         await self.flush_saves()  # raises what the last one raised, if anything
         self._saving = asyncio.ensure_future(self._save_until_current())
 
+    def _status_unsaved(self) -> bool:
+        return self._saved_status != (self.status, self.status_reason)
+
     async def _save_until_current(self) -> None:
         while True:
+            wait = self._saved_at + self.snapshot_every_s - asyncio.get_running_loop().time()
+            if wait > 0 and not self._status_unsaved() and not self._flushing:
+                self._save_now.clear()
+                try:
+                    await asyncio.wait_for(self._save_now.wait(), wait)
+                except TimeoutError:
+                    pass
             self._save_again = False
             await self.save()
             if not self._save_again or self.lost:
                 return
 
     async def flush_saves(self) -> None:
-        """Wait for the save started by :meth:`save_behind`, if any."""
+        """Save now what :meth:`save_behind` left waiting, and wait for it."""
         saving, self._saving = self._saving, None
         if saving is not None:
-            await saving
+            self._flushing = True
+            self._save_now.set()
+            try:
+                await saving
+            finally:
+                self._flushing = False
 
     async def set_status(self, status: str, reason: str | None = None) -> None:
         self.note_status(status, reason)

@@ -330,6 +330,41 @@ def test_a_step_never_waits_for_a_snapshot_and_saves_are_coalesced():
     asyncio.run(scenario())
 
 
+class CountedSnapshots:
+    """Step rows and snapshots commit at once, each kept (the store cannot be slower than this)."""
+
+    def __init__(self):
+        self.steps, self.snapshots = [], []
+
+    async def append_step(self, row):
+        self.steps.append(row["iteration"])
+        return row
+
+    async def save_snapshot(self, row):
+        self.snapshots.append((row["iteration"], row["status"], row["status_reason"]))
+
+
+def test_snapshots_of_a_fast_session_are_spaced_and_its_end_is_saved_at_once():
+    """Saved behind the steps, a snapshot is written at most every
+    ``snapshot_every_s`` while the session steps; a change of status (its end)
+    is written at once, and the last one holds the last step."""
+    from monikers import default_registry
+
+    async def scenario():
+        persist = CountedSnapshots()
+        agent = SessionAgent(moniker=default_registry().get("echo"), persist=persist, snapshot={
+            "agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
+            "config": {"interval_s": 0, "max_steps": 300}, "created_at": datetime.now(timezone.utc)})
+        agent.snapshot_every_s = 3600  # only the first save and the end's may be written
+        agent.start()
+        await asyncio.wait_for(agent.runner, 120)
+        assert len(persist.steps) == 300
+        assert persist.snapshots[-1] == (299, "done", "max_steps")
+        assert len(persist.snapshots) <= 3, persist.snapshots
+
+    asyncio.run(scenario())
+
+
 class KeptInMemory:
     """Step rows and snapshots commit at once, in memory."""
 
