@@ -43,13 +43,14 @@ class StepLog:
         stored, and a future that resolves once it is durable (or raises
         ``store.writer.Fenced`` when ``guard()`` is false at commit time); an
         asyncio future of ``loop`` when the caller gives its event loop."""
-        row = {"id": str(ULID()), "created_at": codec.utcnow(), **step}
-        state = row.get("state")
+        # Encoded once, here: the committer leaves a JSON column that is text
+        # as it is, and the caller gets the row decoded from the same text.
+        state = step.get("state")
+        row = codec.encode(self.name, {"id": str(ULID()), "created_at": codec.utcnow(), **step})
         if type(state) not in (dict, list):  # stored as it always was (a string is not even JSON-encoded)
             self.last_states.forget([row["session_id"]])
-            return codec.decode(self.name, codec.encode(self.name, row)), self.writer.submit_append(
-                self.name, [row], guard, loop)
-        row["state"] = text = codec.dumps(state)  # encoded once, here (the committer leaves text as it is)
+            return codec.decode(self.name, row), self.writer.submit_append(self.name, [row], guard, loop)
+        text = row["state"]
         written, chain = row, None
         if len(text) >= state_delta.MIN_STATE_BYTES:
             found = state_delta.delta_for(self.last_states.base(row["session_id"]), row["iteration"], state, text)
@@ -60,7 +61,7 @@ class StepLog:
                 chain = state_delta.Chain.whole(row["iteration"], text)
         committed = self.writer.submit_append(self.name, [written], guard, loop)
         self.last_states.remember(row["session_id"], chain, committed, len(text))
-        return codec.decode(self.name, codec.encode(self.name, row)), committed
+        return codec.decode(self.name, row), committed
 
     def search(self, *, session_id: str | None = None, agent_id: str | None = None,
                min_iteration: int | None = None, max_iteration: int | None = None,
