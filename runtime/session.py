@@ -92,7 +92,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
         self._save_again = False  # a step ended while it was: save once more when it lands
-        self._save_now = asyncio.Event()  # cut a save's wait short (a status change)
+        self._save_soon: asyncio.Future | None = None  # the spaced save's wait: set it to save at once
         self._flushing = False  # flush_saves is waiting: save without waiting
         self._saved_at = float("-inf")  # event-loop time of the last save
         self._saved_status: tuple[str, str | None] | None = None  # the status that save held
@@ -189,7 +189,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         if self._saving is not None and not self._saving.done():
             self._save_again = True
             if self._status_unsaved():
-                self._save_now.set()
+                self._save_at_once()
             return
         await self.flush_saves()  # raises what the last one raised, if anything
         self._saving = asyncio.ensure_future(self._save_until_current())
@@ -201,22 +201,34 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         while True:
             wait = self._saved_at + self.snapshot_every_s - asyncio.get_running_loop().time()
             if wait > 0 and not self._status_unsaved() and not self._flushing:
-                self._save_now.clear()
-                try:
-                    await asyncio.wait_for(self._save_now.wait(), wait)
-                except TimeoutError:
-                    pass
+                await self._space_save(wait)
             self._save_again = False
             await self.save()
             if not self._save_again or self.lost:
                 return
+
+    async def _space_save(self, seconds: float) -> None:
+        """Wait ``seconds``, or until :meth:`_save_at_once` (one future and one
+        timer: this runs for every agent, where ``wait_for`` makes a task)."""
+        loop = asyncio.get_running_loop()
+        self._save_soon = waiter = loop.create_future()
+        timer = loop.call_later(seconds, self._save_at_once)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._save_soon = None
+
+    def _save_at_once(self) -> None:
+        if self._save_soon is not None and not self._save_soon.done():
+            self._save_soon.set_result(None)
 
     async def flush_saves(self) -> None:
         """Save now what :meth:`save_behind` left waiting, and wait for it."""
         saving, self._saving = self._saving, None
         if saving is not None:
             self._flushing = True
-            self._save_now.set()
+            self._save_at_once()
             try:
                 await saving
             finally:
