@@ -167,10 +167,14 @@ class Persistence:
     async def session_owners(self, session_ids) -> dict[str, dict]:
         return await self._queue(self.store.states.get_many, session_ids)
 
-    async def adopt_session(self, session_id: str, new_owner: str, expected_owner: str | None,
-                            expected_updated_at=None) -> bool:
-        return await asyncio.to_thread(self.store.states.adopt, session_id, new_owner, expected_owner,
-                                       expected_updated_at)
+    async def adopt_sessions(self, snapshots, new_owner: str) -> set[str]:
+        """Of the snapshots read, the sessions ``new_owner`` now holds (one
+        conditional update for all of them, store/state.py ``adopt_many``)."""
+        return await asyncio.to_thread(self.store.states.adopt_many, snapshots, new_owner)
+
+    async def newer_steps(self, iterations: dict[str, int]) -> dict[str, list[dict]]:
+        """Each adopted session's steps past its snapshot's iteration, in one query."""
+        return await asyncio.to_thread(self.store.steps.after_many, iterations)
 
     async def reassert_sessions(self, session_ids, owner: str) -> set[str]:
         return await asyncio.to_thread(self.store.states.reassert, session_ids, owner)

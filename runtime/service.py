@@ -5,9 +5,10 @@ one worker (``agent_state.owner``), which alone runs it and applies its
 actions.  Workers announce themselves with a heartbeat; a worker whose
 heartbeat goes stale is dead, and then:
 1. what it had claimed from the queue goes back to ``pending``;
-2. its sessions (running, paused or stopping) are *adopted* by a live worker
-   (one conditional update decides who), reconciled with their newest step
-   and resumed at next_step_token with iteration + 1 (paused ones stay paused;
+2. its sessions (running, paused or stopping) are *adopted* by a live worker,
+   a chunk at a time (one conditional update per chunk decides who gets
+   which), reconciled with the steps persisted after their snapshots and
+   resumed at next_step_token with iteration + 1 (paused ones stay paused;
    a step that was in flight is recorded as interrupted).
 A restarted worker gets its old id back (see runtime/identity.py) and so
 resumes its own sessions at once instead of waiting for its heartbeat to age.
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runtime.service")
 
-ADOPT_CHUNK = 200  # sessions resumed at once
+ADOPT_CHUNK = 500  # sessions taken with one conditional update and one read of their newer steps
 
 
 class AgentService:
@@ -92,14 +93,17 @@ class AgentService:
         if released := await self.persist.release_claims_of([self.worker_id]):
             log.warning("requeued %d actions this worker held when it last stopped", released)
         await self.fence.beat(lambda: self.persist.heartbeat(self.worker_id))
-        await self.adopt()
-        log.info("worker %s polling for actions", self.worker_id)
-        self.ready = not stopping.is_set()
-        chores = [asyncio.create_task(self._keep_alive(stopping), name="heartbeat"),
-                  asyncio.create_task(self.monitor.run(stopping), name="monitor")]
-        if self.maintainer:
-            chores.append(asyncio.create_task(self._maintain(stopping), name="maintenance"))
+        # Beating before the first adoption: bringing back thousands of sessions
+        # takes seconds, and this worker's lease must not run out meanwhile.
+        chores = [asyncio.create_task(self._keep_alive(stopping), name="heartbeat")]
         try:
+            await self.adopt()
+            log.info("worker %s polling for actions", self.worker_id)
+            self.ready = not stopping.is_set()
+            chores += [asyncio.create_task(self._adopt_rounds(stopping), name="adoption"),
+                       asyncio.create_task(self.monitor.run(stopping), name="monitor")]
+            if self.maintainer:
+                chores.append(asyncio.create_task(self._maintain(stopping), name="maintenance"))
             await self.dispatcher.run(stopping)
         finally:
             self.ready = False
@@ -133,12 +137,15 @@ class AgentService:
             # leave its sessions (the conditional adoption below closes the rest).
             alive = await self.persist.alive_workers(self.dead_after_s)
             candidates = [s for s in candidates if s.get("owner") not in alive or s.get("owner") == self.worker_id]
-        adopted = 0
-        # Concurrently, in chunks: each resume waits for a commit, and waiting
-        # together lets group commit put a whole chunk into one.
+        # In chunks, each taken with one conditional update and its newer steps
+        # read in one query; its sessions resume (and step) while the next
+        # chunk is taken.  Resuming together lets group commit put a chunk's
+        # snapshot saves into a few commits.
+        resuming = []
         for i in range(0, len(candidates), ADOPT_CHUNK):
-            results = await asyncio.gather(*(self._adopt_one(s) for s in candidates[i:i + ADOPT_CHUNK]))
-            adopted += sum(results)
+            won, newer = await self._take_chunk(candidates[i:i + ADOPT_CHUNK])
+            resuming += [asyncio.ensure_future(self._resume(s, newer[s["session_id"]])) for s in won]
+        adopted = sum(await asyncio.gather(*resuming))
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
         if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
@@ -149,22 +156,34 @@ class AgentService:
                 log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
         return adopted
 
-    async def _adopt_one(self, snapshot: dict) -> bool:
-        session_id, owner = snapshot["session_id"], snapshot.get("owner")
+    async def _take_chunk(self, snapshots: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
+        """Of a chunk of orphans, the ones this worker now holds, and their steps
+        past their snapshots.  The ones it held already (its previous life) need
+        no update; the others it failed to take were won by another worker, or
+        their owner turned out alive.  On a failure, none: the next round tries again."""
+        mine = {s["session_id"] for s in snapshots if s.get("owner") == self.worker_id}
         try:
-            if owner != self.worker_id and not await self.persist.adopt_session(
-                    session_id, self.worker_id, owner, snapshot.get("updated_at")):
-                return False  # another worker won this one, or its owner turned out alive
-            self.fence.regained(session_id)
-            return await self._resume(snapshot)
+            mine |= await self.persist.adopt_sessions([s for s in snapshots if s["session_id"] not in mine],
+                                                      self.worker_id)
+            won = [s for s in snapshots if s["session_id"] in mine]
+            for snapshot in won:
+                self.fence.regained(snapshot["session_id"])
+            return won, await self.persist.newer_steps({s["session_id"]: s["iteration"] for s in won})
         except Exception:
-            log.exception("session %s could not be adopted", session_id)
+            log.exception("%d sessions could not be adopted; tried again next round", len(snapshots))
+            return [], {}
+
+    async def _resume(self, snapshot: dict, newer_steps: list[dict]) -> bool:
+        """Run an adopted session again from its snapshot and the steps persisted after it."""
+        try:
+            return await self._resume_one(snapshot, newer_steps)
+        except Exception:
+            log.exception("session %s could not be adopted", snapshot["session_id"])
             return False
 
-    async def _resume(self, snapshot: dict) -> bool:
+    async def _resume_one(self, snapshot: dict, newer_steps: list[dict]) -> bool:
         session_id = snapshot["session_id"]
-        snapshot, interrupted = SessionAgent.reconcile(snapshot, await self.persist.latest_step(
-            session_id, after_iteration=snapshot["iteration"]))
+        snapshot, interrupted = SessionAgent.reconcile(snapshot, newer_steps)
         try:
             moniker = self.monikers.get(snapshot["moniker"])
         except UnknownMoniker:
@@ -192,19 +211,17 @@ class AgentService:
     # ---- chores ---------------------------------------------------------
 
     async def _keep_alive(self, stopping: asyncio.Event) -> None:
-        """Heartbeat every ``heartbeat_s``; look for orphaned sessions every ``adopt_every_s``."""
-        loop = asyncio.get_running_loop()
-        last_adopt = loop.time()
+        """Heartbeat every ``heartbeat_s``, whatever else is under way (runtime/fence.py)."""
+        await every(stopping, self.heartbeat_s, lambda: self.fence.beat(lambda: self.persist.heartbeat(
+            self.worker_id, maintenance=self.maintainer and self.maintainer.health())), "heartbeat")
 
-        async def beat():
-            nonlocal last_adopt
-            await self.fence.beat(lambda: self.persist.heartbeat(
-                self.worker_id, maintenance=self.maintainer and self.maintainer.health()))
-            if loop.time() - last_adopt >= self.adopt_every_s:
-                last_adopt = loop.time()
-                await self.adopt()
-
-        await every(stopping, self.heartbeat_s, beat, "heartbeat/adoption round")
+    async def _adopt_rounds(self, stopping: asyncio.Event) -> None:
+        """Look for orphaned sessions every ``adopt_every_s`` (the first round ran at start).
+        Apart from the heartbeat: a takeover of many sessions must not hold up the beats."""
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=self.adopt_every_s)
+        except TimeoutError:
+            await every(stopping, self.adopt_every_s, self.adopt, "adoption round")
 
     async def _maintain(self, stopping: asyncio.Event) -> None:
         """Compact and clean up tables in a worker thread, off the event loop."""

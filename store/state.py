@@ -36,6 +36,28 @@ def _as_time(value):
     return value
 
 
+def _at(when) -> str:
+    """``updated_at`` equal to ``when`` (to the microsecond)."""
+    return filters.all_of(filters.ts_cmp("updated_at", ">=", when), filters.ts_cmp("updated_at", "<=", when))
+
+
+def _unchanged_since_read(rows: list[dict]) -> str:
+    """Rows still as they were read: the same owner and an ``updated_at`` among
+    the times read (one clause per owner read; a row read without a time, which
+    no store read gives, is guarded by its owner alone)."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row.get("owner"), row.get("updated_at") is not None), []).append(row)
+    clauses = []
+    for (owner, timed), group in groups.items():
+        times = sorted({_as_time(r["updated_at"]) for r in group}) if timed else []
+        clauses.append(filters.all_of(
+            filters.in_ids("session_id", [r["session_id"] for r in group]),
+            "owner IS NULL" if owner is None else filters.eq_id("owner", owner),
+            filters.any_of(*(_at(t) for t in times))))
+    return filters.any_of(*clauses)
+
+
 class StateTable:
     name = "agent_state"
     key = "session_id"
@@ -116,24 +138,33 @@ class StateTable:
 
     def adopt(self, session_id: str, new_owner: str, expected_owner: str | None,
               expected_updated_at=None) -> bool:
-        """Take a session over from ``expected_owner`` (a dead worker, or nobody).
+        """Take one session over from ``expected_owner``: :meth:`adopt_many` of one."""
+        read = {"session_id": session_id, "owner": expected_owner, "updated_at": expected_updated_at}
+        return session_id in self.adopt_many([read], new_owner)
 
-        One conditional update: of several workers racing to adopt the same
-        session exactly one finds itself as the owner when it reads back.
-        With ``expected_updated_at`` (the snapshot the adopter read) the update
-        also fails when the row changed since: the old owner saved it or
-        reasserted it (:meth:`reassert`), i.e. it was slow, not dead.
+    def adopt_many(self, snapshots, new_owner: str) -> set[str]:
+        """Take sessions over from the owners they had when read (dead workers, or
+        nobody); the ids of those ``new_owner`` now holds.
+
+        ``snapshots`` are rows as the adopter read them (``session_id``,
+        ``owner``, ``updated_at``).  One conditional update for all: a row is
+        taken only if its owner is still the one read, so of several workers
+        racing to adopt the same sessions exactly one finds itself as the owner
+        of each when it reads back.  The update also fails for a row changed
+        since it was read: the old owner saved it or reasserted it
+        (:meth:`reassert`), i.e. it was slow, not dead.  That guard is the row's
+        ``updated_at`` being one of the times read: a change stamps a time later
+        than the read (one per-row pair of conditions costs ~2.5x as much for
+        the same answer).  A read-back names the rows won only when some were not.
         """
-        owner_clause = ("owner IS NULL" if expected_owner is None
-                        else filters.eq_id("owner", expected_owner))
-        where = filters.all_of(filters.eq_id("session_id", session_id), owner_clause)
-        if expected_updated_at is not None:
-            when = _as_time(expected_updated_at)
-            where = filters.all_of(where, filters.ts_cmp("updated_at", ">=", when),
-                                   filters.ts_cmp("updated_at", "<=", when))
-        self.writer.update(self.name, where, {"owner": filters.check_id(new_owner, "owner")})
-        row = query.first(self.table, self.name, filters.eq_id("session_id", session_id))
-        return bool(row) and row.get("owner") == new_owner
+        rows = list({r["session_id"]: r for r in snapshots}.values())
+        if not rows:
+            return set()
+        owner = filters.check_id(new_owner, "owner")
+        ids = [r["session_id"] for r in rows]
+        if self.writer.update(self.name, _unchanged_since_read(rows), {"owner": owner}) == len(ids):
+            return set(ids)
+        return {sid for sid, row in self.get_many(ids).items() if row.get("owner") == owner}
 
     def reassert(self, session_ids, owner: str) -> set[str]:
         """Of ``session_ids``, the ones ``owner`` still holds, made to last.
