@@ -89,6 +89,7 @@ AGENT_STEPS = _schema(
     # internal: set when ``state`` holds a delta against the previous iteration's state rather than the
     # whole state; the iteration of the row with the whole state its run starts from (store/steps.py)
     ("state_base", pa.int64(), True),
+    ("state_prev", pa.string(), True),  # internal: with state_base, the id of the row the delta applies to
 )
 
 # One row per tool call a step asked for (StepFrame-v1), rewritten whole at each

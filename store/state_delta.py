@@ -108,24 +108,24 @@ def apply(base, op):
 
 class Chain:
     """The newest row a session's writer knows is stored, as the base of the next:
-    its iteration, its state as it reads back, and the run of deltas it ends
-    (the whole state they start from, and what they weigh)."""
+    its id and iteration, its state as it reads back, and the run of deltas it
+    ends (the whole state they start from, and what they weigh)."""
 
-    __slots__ = ("iteration", "state", "base_iteration", "base_bytes", "delta_bytes", "rows")
+    __slots__ = ("row_id", "iteration", "state", "base_iteration", "base_bytes", "delta_bytes", "rows")
 
-    def __init__(self, iteration: int, state, base_iteration: int, base_bytes: int,
+    def __init__(self, row_id: str, iteration: int, state, base_iteration: int, base_bytes: int,
                  delta_bytes: int = 0, rows: int = 0):
-        self.iteration, self.state = iteration, state
+        self.row_id, self.iteration, self.state = row_id, iteration, state
         self.base_iteration, self.base_bytes = base_iteration, base_bytes
         self.delta_bytes, self.rows = delta_bytes, rows
 
     @classmethod
-    def whole(cls, iteration: int, text: str) -> "Chain":
+    def whole(cls, row_id: str, iteration: int, text: str) -> "Chain":
         """A row that holds its whole state (``text``) starts a chain."""
-        return cls(iteration, json.loads(text), iteration, len(text))
+        return cls(row_id, iteration, json.loads(text), iteration, len(text))
 
 
-def delta_for(chain: Chain | None, iteration: int, state, text: str) -> tuple[str, Chain] | None:
+def delta_for(chain: Chain | None, row_id: str, iteration: int, state, text: str) -> tuple[str, Chain] | None:
     """The delta to store for ``state`` at ``iteration`` (``text``: its whole
     JSON), and the chain it extends; None when the row should hold the whole
     state: no base just before it, a small state, a chain at its length, a
@@ -147,7 +147,7 @@ def delta_for(chain: Chain | None, iteration: int, state, text: str) -> tuple[st
     rebuilt = apply(chain.state, json.loads(delta))
     if codec.dumps(rebuilt) != text:  # e.g. 1 became 1.0 or True, which == does not see
         return None
-    return delta, Chain(iteration, rebuilt, chain.base_iteration, chain.base_bytes,
+    return delta, Chain(row_id, iteration, rebuilt, chain.base_iteration, chain.base_bytes,
                         chain.delta_bytes + len(delta), chain.rows + 1)
 
 
@@ -159,21 +159,25 @@ MISSING = object()  # a delta whose chain is broken (never written so; see rebui
 
 def rebuild(stored: dict, first: int, last: int) -> dict:
     """The states of iterations ``first``..``last`` from their stored rows,
-    ``{iteration: (state_base, stored state)}`` (a whole state where state_base
-    is None, else a delta).  A delta is applied to the previous iteration's
-    state; one whose previous state is not there rebuilds to :data:`MISSING`.
-    States of neighbouring iterations share what did not change between them."""
-    out, state, known = {}, None, False
+    ``{iteration: (row id, state_base, state_prev, stored state)}`` (a whole
+    state where state_base is None, else a delta against the row whose id is
+    state_prev).  A delta is applied to the previous iteration's state; one
+    whose previous row is not there, or is another row than the one it was
+    made against, rebuilds to :data:`MISSING`.  States of neighbouring
+    iterations share what did not change between them."""
+    out, state, previous = {}, None, None  # previous: the id of the row ``state`` is of (None: unknown)
     for iteration in range(first, last + 1):
         if iteration not in stored:
-            known = False
+            previous = None
             continue
-        base, value = stored[iteration]
+        row_id, base, prev, value = stored[iteration]
         if base is None:
-            state, known = value, True
-        elif known:
-            state = apply(state, value)
-        out[iteration] = state if known else MISSING
+            state, previous = value, row_id
+        elif previous is not None and prev in (previous, None):  # None: written before state_prev existed
+            state, previous = apply(state, value), row_id
+        else:
+            previous = None
+        out[iteration] = state if previous is not None else MISSING
     return out
 
 

@@ -4,10 +4,12 @@ A row's ``state`` is either the whole state or, when ``state_base`` is set, a
 delta against the previous iteration's state (store/state_delta.py), so that
 a growing state costs what changed rather than the whole state per step.
 ``state_base`` is the iteration of the row holding the whole state the run of
-deltas starts from.  Every read here hands back whole states: a delta is
-rebuilt from its run (one more read of the rows it needs), and the
-``state_base`` column never leaves this module.  Rows written before the
-column existed read as whole states (it is null)."""
+deltas starts from, and ``state_prev`` the id of the row the delta was made
+against (so a delta is never applied to another row that took that row's
+place).  Every read here hands back whole states: a delta is rebuilt from its
+run (one more read of the rows it needs), and the two columns never leave
+this module.  Rows written before the columns existed read as whole states
+(state_base is null)."""
 from domain.statuses import STEP_STATUSES
 import logging
 from concurrent.futures import Future
@@ -53,12 +55,13 @@ class StepLog:
         text = row["state"]
         written, chain = row, None
         if len(text) >= state_delta.MIN_STATE_BYTES:
-            found = state_delta.delta_for(self.last_states.base(row["session_id"]), row["iteration"], state, text)
+            base = self.last_states.base(row["session_id"])
+            found = state_delta.delta_for(base, row["id"], row["iteration"], state, text)
             if found:
                 delta, chain = found
-                written = {**row, "state": delta, "state_base": chain.base_iteration}
+                written = {**row, "state": delta, "state_base": chain.base_iteration, "state_prev": base.row_id}
             else:
-                chain = state_delta.Chain.whole(row["iteration"], text)
+                chain = state_delta.Chain.whole(row["id"], row["iteration"], text)
         committed = self.writer.submit_append(self.name, [written], guard, loop)
         self.last_states.remember(row["session_id"], chain, committed, len(text))
         return codec.decode(self.name, row), committed
@@ -209,11 +212,12 @@ class StepLog:
         read in one query for all of them (the rows in hand are not read again).
         Rows of one answer may share the parts of their states that did not
         change between them: read them, do not change them in place."""
-        bases = [row.pop("state_base", None) for row in rows]
-        chained = [(row, base) for row, base in zip(rows, bases) if base is not None]
+        bases = [(row.pop("state_base", None), row.pop("state_prev", None)) for row in rows]
+        chained = [(row, base) for row, (base, _) in zip(rows, bases) if base is not None]
         if not chained:
             return rows
-        in_hand = {(row["session_id"], row["iteration"]): (base, row["state"]) for row, base in zip(rows, bases)}
+        in_hand = {(row["session_id"], row["iteration"]): (row["id"], base, prev, row["state"])
+                   for row, (base, prev) in zip(rows, bases)}
         runs = _runs(chained)
         stored = self._chain_rows(runs, in_hand)
         for session_id, first, last in runs:
@@ -229,8 +233,8 @@ class StepLog:
         return rows
 
     def _chain_rows(self, runs, in_hand: dict) -> dict[str, dict]:
-        """``{session_id: {iteration: (state_base, state)}}`` over the runs: the rows
-        in hand, and the others read (only the columns a rebuild needs)."""
+        """``{session_id: {iteration: (id, state_base, state_prev, state)}}`` over the
+        runs: the rows in hand, and the others read (only the columns a rebuild needs)."""
         stored: dict[str, dict] = {}
         windows, wanted = [], 0
         for session_id, first, last in runs:
@@ -243,8 +247,9 @@ class StepLog:
                     stored.setdefault(session_id, {})[i] = in_hand[session_id, i]
         if windows:
             for row in query.rows(self.table, self.name, filters.any_of(*windows), limit=wanted + WINDOW_SLACK,
-                                  columns=["session_id", "iteration", "state", "state_base"]):
-                stored.setdefault(row["session_id"], {})[row["iteration"]] = (row["state_base"], row["state"])
+                                  columns=["id", "session_id", "iteration", "state", "state_base", "state_prev"]):
+                stored.setdefault(row["session_id"], {})[row["iteration"]] = (
+                    row["id"], row["state_base"], row["state_prev"], row["state"])
         return stored
 
     def delete_sessions(self, session_ids: list[str]) -> None:

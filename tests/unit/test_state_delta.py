@@ -7,7 +7,7 @@ import random
 import pytest
 
 from store import codec
-from store.state_delta import MAX_CHAIN_ROWS, MIN_STATE_BYTES, Chain, apply, delta_for, diff
+from store.state_delta import MAX_CHAIN_ROWS, MIN_STATE_BYTES, MISSING, Chain, apply, delta_for, diff, rebuild
 
 
 def text(value) -> str:
@@ -109,9 +109,9 @@ def test_random_states_round_trip_exactly_or_get_no_delta():
             state = {"pad": "p" * MIN_STATE_BYTES, "v": state}
         state.setdefault("pad", "p" * MIN_STATE_BYTES)
         text = codec.dumps(state)
-        found = delta_for(chain, iteration, state, text)
+        found = delta_for(chain, f"r{iteration}", iteration, state, text)
         if found is None:
-            chain = Chain.whole(iteration, text)
+            chain = Chain.whole(f"r{iteration}", iteration, text)
         else:
             delta, chain = found
             deltas += 1
@@ -136,8 +136,8 @@ def test_with_hypothesis():
             assert got == new
         for base in (old, {"k": old}):
             whole = text({"k": new, "pad": "p" * MIN_STATE_BYTES})
-            chain = Chain.whole(0, text({"k": base, "pad": "p" * MIN_STATE_BYTES}))
-            found = delta_for(chain, 1, {"k": new, "pad": "p" * MIN_STATE_BYTES}, whole)
+            chain = Chain.whole("r0", 0, text({"k": base, "pad": "p" * MIN_STATE_BYTES}))
+            found = delta_for(chain, "r1", 1, {"k": new, "pad": "p" * MIN_STATE_BYTES}, whole)
             if found is not None:
                 assert text(apply(chain.state, json.loads(found[0]))) == whole
     check()
@@ -146,17 +146,32 @@ def test_with_hypothesis():
 def test_the_rule_for_a_whole_state():
     big = {"pad": "p" * MIN_STATE_BYTES, "n": 0}
     text = codec.dumps(big)
-    chain = Chain.whole(5, text)
+    chain = Chain.whole("r5", 5, text)
     changed = {**big, "n": 1}
-    assert delta_for(None, 6, changed, codec.dumps(changed)) is None  # no base
-    assert delta_for(chain, 7, changed, codec.dumps(changed)) is None  # not the iteration right after the base
-    assert delta_for(Chain.whole(5, '{"n":0}'), 6, {"n": 1}, '{"n":1}') is None  # too small to bother
+    assert delta_for(None, "r6", 6, changed, codec.dumps(changed)) is None  # no base
+    assert delta_for(chain, "r7", 7, changed, codec.dumps(changed)) is None  # not the iteration right after the base
+    assert delta_for(Chain.whole("r5", 5, '{"n":0}'), "r6", 6, {"n": 1}, '{"n":1}') is None  # too small to bother
     replaced = {"pad": "q" * MIN_STATE_BYTES, "n": 0}
-    assert delta_for(chain, 6, replaced, codec.dumps(replaced)) is None  # the delta is the whole state
-    delta, longer = delta_for(chain, 6, changed, codec.dumps(changed))
+    assert delta_for(chain, "r6", 6, replaced, codec.dumps(replaced)) is None  # the delta is the whole state
+    delta, longer = delta_for(chain, "r6", 6, changed, codec.dumps(changed))
     assert json.loads(delta) == ["{", {"n": ["=", 1]}] and longer.rows == 1 and longer.base_iteration == 5
+    assert longer.row_id == "r6"
     longer.rows = MAX_CHAIN_ROWS
     again = {**big, "n": 2}
-    assert delta_for(longer, 7, again, codec.dumps(again)) is None  # the chain is at its length
-    heavy = Chain(6, changed, 5, len(text), delta_bytes=len(text))
-    assert delta_for(heavy, 7, again, codec.dumps(again)) is None  # rebuilding would read > 2x the state
+    assert delta_for(longer, "r7", 7, again, codec.dumps(again)) is None  # the chain is at its length
+    heavy = Chain("r6", 6, changed, 5, len(text), delta_bytes=len(text))
+    assert delta_for(heavy, "r7", 7, again, codec.dumps(again)) is None  # rebuilding would read > 2x the state
+
+
+def test_a_delta_is_rebuilt_only_on_the_row_it_was_made_against():
+    """Each delta names the row it applies to: a chain with a row missing, or
+    another row in its place (a session deleted and made again under its id),
+    rebuilds to MISSING from there on, never to a wrong state."""
+    whole, d1, d2 = {"n": [0]}, ["{", {"n": ["[", 1, [1]]}], ["{", {"n": ["[", 2, [2]]}]
+    stored = {0: ("r0", None, None, whole), 1: ("r1", 0, "r0", d1), 2: ("r2", 0, "r1", d2)}
+    assert rebuild(stored, 0, 2) == {0: {"n": [0]}, 1: {"n": [0, 1]}, 2: {"n": [0, 1, 2]}}
+    replaced = {**stored, 1: ("other", 0, "r0", d1)}
+    assert rebuild(replaced, 0, 2)[2] is MISSING and rebuild(replaced, 0, 2)[1] == {"n": [0, 1]}
+    gap = {0: stored[0], 2: stored[2]}
+    assert rebuild(gap, 0, 2) == {0: {"n": [0]}, 2: MISSING}
+    assert rebuild({**stored, 0: ("r0", 0, None, whole)}, 0, 2) == {0: MISSING, 1: MISSING, 2: MISSING}

@@ -101,7 +101,7 @@ def test_rows_written_before_deltas_existed_still_read(tmp_path):
     import lancedb
     import pyarrow as pa
 
-    old_schema = pa.schema([f for f in AGENT_STEPS if f.name != "state_base"])
+    old_schema = pa.schema([f for f in AGENT_STEPS if f.name not in ("state_base", "state_prev")])
     table = lancedb.connect(str(tmp_path / "db")).create_table("agent_steps", schema=old_schema)
     now = datetime.now(timezone.utc)
     grown = list(states(60))
@@ -110,7 +110,7 @@ def test_rows_written_before_deltas_existed_still_read(tmp_path):
     table.add(pa.Table.from_pylist(rows, schema=old_schema))
 
     store = Store(str(tmp_path / "db"))  # adds the column: the old rows hold whole states
-    assert "state_base" in store.tables["agent_steps"].schema.names
+    assert {"state_base", "state_prev"} <= set(store.tables["agent_steps"].schema.names)
     for i in range(40, 60):  # the service goes on; its first row has no base it wrote, then deltas
         store.steps.append(step(i, grown[i]))
     bases = stored_bases(store)
@@ -149,3 +149,27 @@ def test_small_and_odd_states_are_stored_as_before(tmp_path):
     assert [type(r["state"]["a"]) for r in got[5:]] == [int, float, bool]
     assert set(stored_bases(store).values()) == {None}
     store.close()
+
+
+def test_a_delta_made_against_a_row_that_is_gone_reads_as_no_state_never_a_wrong_one(tmp_path):
+    """A worker remembers the newest row it wrote for a session; the session is
+    deleted (retention, by another worker) and made again under the same id,
+    and reaches that iteration elsewhere: a delta the first worker then writes
+    names a row that is not there, so its state reads as None (and is logged),
+    not as a state built on the new session's row."""
+    path = str(tmp_path / "db")
+    first, other = Store(path), Store(path)
+    grown = list(states(6))
+    for i in range(3):
+        first.steps.append(step(i, grown[i]))
+    other.steps.delete_sessions(["s1"])
+    again = list(states(6, seed=99))
+    for i in range(3):
+        other.steps.append(step(i, again[i]))
+    first.steps.append(step(3, grown[3]))  # a delta against first's own row 2, which is gone
+    assert stored_bases(first)[3] is not None
+    got = first.steps.search(session_id="s1")
+    assert [text(r["state"]) for r in got[:3]] == [text(s) for s in again[:3]]
+    assert got[3]["state"] is None
+    first.close()
+    other.close()
