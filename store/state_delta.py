@@ -189,10 +189,12 @@ class LastStates:
     future (concurrent or asyncio: both say done, cancelled, exception): a
     delta is written only against a row this process stored itself, at the
     iteration just before, whose commit has succeeded (a failed, fenced or
-    cancelled commit never becomes a base, even if the row did land).  Bounded: least recently written
-    sessions are forgotten first (their next row then holds its whole state)."""
+    cancelled commit never becomes a base, even if the row did land).
+    Bounded: the least recently written sessions are forgotten first (their
+    next row then holds its whole state)."""
 
-    def __init__(self, max_sessions: int = 10_000, max_bytes: int = 128 * 1024 * 1024):
+    def __init__(self, max_sessions: int = 10_000, max_bytes: int = 64 * 1024 * 1024):
+        """``max_bytes``: of the states' JSON text (their objects take a few times that)."""
         self.max_sessions, self.max_bytes = max_sessions, max_bytes
         self._by_session: OrderedDict[str, tuple[Chain, Future, int]] = OrderedDict()
         self._bytes = 0
