@@ -102,7 +102,8 @@ def one_run(steps: int, note_bytes: int, whole: bool) -> dict:
         store.close()
         return {"disk_bytes": disk, "disk_bytes_before_upkeep": before, "new_information_bytes": new_information,
                 "disk_over_new": round(disk / new_information, 2), "write_s": round(wall_s, 2),
-                "submit_cpu_us": round(cpu_us), "process_cpu_ms_per_step": round(process_ms, 2), "small_state": {"submit_cpu_us": round(small_us, 1)}, **reads}
+                "submit_cpu_us": round(cpu_us), "process_cpu_ms_per_step": round(process_ms, 2),
+                "small_state": {"submit_cpu_us": round(small_us, 1)}, **reads}
     finally:
         state_delta.MIN_STATE_BYTES = saved
         shutil.rmtree(folder, ignore_errors=True)
