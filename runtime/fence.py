@@ -94,6 +94,11 @@ class Fence:
 
     # ---- checks before writing ---------------------------------------------
 
+    def allows(self, session_id: str, step: bool = True) -> bool:
+        """The check's answer when it needs no wait: the lease holds and the
+        session is not lost (what nearly every write finds; no coroutine)."""
+        return self.valid() and not (step and session_id in self.lost)
+
     async def check(self, session_id: str, step: bool = True) -> None:
         """Raise :class:`SessionLost` unless this worker may write for ``session_id`` now.
         A snapshot save (``step=False``) is left to the conditional upsert once the

@@ -51,11 +51,11 @@ class Persistence:
     async def save_snapshot(self, row: dict) -> None:
         """Save a snapshot if this worker still owns its session; else raise SessionLost."""
         fence, session_id = self.fence, row["session_id"]
-        if fence is not None:
+        if fence is not None and not fence.allows(session_id, step=False):
             await fence.check(session_id, step=False)
         # A future of the group commit, not a thread per waiting writer: a
-        # thousand sessions can wait for one commit without a thousand threads.
-        refused = await asyncio.wrap_future(self.store.states.submit(row))
+        # thousand sessions wait for one commit, woken by one call into the loop.
+        refused = await self.store.states.submit(row, loop=asyncio.get_running_loop())
         if refused and fence is not None and row.get("owner") == fence.worker_id:
             # Some row of that commit was refused (owned by another worker): was it ours?
             held = await self.session_owners([session_id])
@@ -75,16 +75,17 @@ class Persistence:
         """Append a step row if this worker still owns its session; else raise SessionLost.
         The lease is checked again in the committer, right before the commit:
         a row that waited past it is dropped and sent again once ownership is confirmed."""
-        fence = self.fence
+        fence, loop = self.fence, asyncio.get_running_loop()
         if fence is None:
-            stored, committed = self.store.steps.submit(row)
-            await asyncio.wrap_future(committed)
+            stored, committed = self.store.steps.submit(row, loop=loop)
+            await committed
             return stored
         while True:
-            await fence.check(row["session_id"])
-            stored, committed = self.store.steps.submit(row, guard=fence.valid)
+            if not fence.allows(row["session_id"]):
+                await fence.check(row["session_id"])
+            stored, committed = self.store.steps.submit(row, guard=fence.valid, loop=loop)
             try:
-                await asyncio.wrap_future(committed)
+                await committed
                 return stored
             except Fenced:
                 continue  # the lease ran out while the row waited: check ownership, then retry

@@ -69,15 +69,16 @@ class StateTable:
     def save(self, snapshot: dict) -> None:
         self.submit(snapshot).result()
 
-    def submit(self, snapshot: dict) -> Future:
+    def submit(self, snapshot: dict, loop=None) -> Future:
         """Queue insert-or-replace of the snapshot of ``snapshot['session_id']``
         (merge_insert on the declared primary key, never an overwrite of the
         table); the future resolves once it is durable, to True when some row
         of its commit was refused because another worker owns that session
-        (store/writer.py UPSERT_CONDITIONS: the caller then checks its own)."""
+        (store/writer.py UPSERT_CONDITIONS: the caller then checks its own).
+        An asyncio future of ``loop`` when the caller gives its event loop."""
         row = {k: _as_time(v) if k in TIME_COLUMNS else v for k, v in snapshot.items()}  # a read row saved again
         row["updated_at"] = codec.utcnow()
-        return self.writer.submit_upsert(self.name, self.key, [row])
+        return self.writer.submit_upsert(self.name, self.key, [row], loop=loop)
 
     def get(self, session_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("session_id", session_id))
