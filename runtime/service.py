@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runtime.service")
 
-ADOPT_CHUNK = 500  # sessions taken with one conditional update and one read of their newer steps
+ADOPT_CHUNK = 1000  # sessions taken with one conditional update and one read of their newer steps
 
 
 class AgentService:
