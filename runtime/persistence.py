@@ -90,10 +90,6 @@ class Persistence:
             except Fenced:
                 continue  # the lease ran out while the row waited: check ownership, then retry
 
-    async def latest_step(self, session_id: str, after_iteration: int | None = None) -> dict | None:
-        return await asyncio.to_thread(self.store.steps.latest, session_id=session_id,
-                                       after_iteration=after_iteration)
-
     async def step_at(self, session_id: str, iteration: int) -> dict | None:
         """The step row of one iteration of a session (a fork's starting point)."""
         found = await asyncio.to_thread(self.store.steps.search, session_id=session_id, min_iteration=iteration,
