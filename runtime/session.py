@@ -91,7 +91,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
-        self._save_again = False  # a step ended while it was: save once more when it lands
+        self._unsaved = False  # a step ended since the memory was last saved
         self._save_soon: asyncio.Future | None = None  # the spaced save's wait: set it to save at once
         self._flushing = False  # flush_saves is waiting: save without waiting
         self._saved_at = float("-inf")  # event-loop time of the last save
@@ -167,6 +167,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                 raise SessionLost(self.session_id)
             await child_sessions.report_if_finished(self)  # a child's outcome is queued before its final snapshot
             snapshot = self.snapshot()
+            self._unsaved = False  # this save holds every step so far, whoever asked for it
             await self.persist.save_snapshot(snapshot)
             self._saved_at = asyncio.get_running_loop().time()
             self._saved_status = (snapshot["status"], snapshot["status_reason"])
@@ -186,8 +187,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         snapshot per step, and a slow store cannot pile up snapshots.  A failed
         save's error reaches the runner at its next step.
         """
+        self._unsaved = True
         if self._saving is not None and not self._saving.done():
-            self._save_again = True
             if self._status_unsaved():
                 self._save_at_once()
             return
@@ -198,14 +199,15 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         return self._saved_status != (self.status, self.status_reason)
 
     async def _save_until_current(self) -> None:
-        while True:
+        """Save until no step is left unsaved; a save by anyone else (a status
+        change, a handler) counts, so a session's last save is never followed
+        by a needless one."""
+        while self._unsaved and not self.lost:
             wait = self._saved_at + self.snapshot_every_s - asyncio.get_running_loop().time()
             if wait > 0 and not self._status_unsaved() and not self._flushing:
                 await self._space_save(wait)
-            self._save_again = False
-            await self.save()
-            if not self._save_again or self.lost:
-                return
+            if self._unsaved:
+                await self.save()
 
     async def _space_save(self, seconds: float) -> None:
         """Wait ``seconds``, or until :meth:`_save_at_once` (one future and one

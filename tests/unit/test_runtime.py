@@ -365,6 +365,32 @@ def test_snapshots_of_a_fast_session_are_spaced_and_its_end_is_saved_at_once():
     asyncio.run(scenario())
 
 
+def test_a_session_ending_in_error_is_saved_once_with_nothing_after_it():
+    """A save made for a change of status holds every step so far: the save
+    left waiting behind the steps is not written after it (CI: a fork test saw
+    the failed session's snapshot change after it had ended)."""
+    from monikers.frame import FrameOut, Moniker
+
+    async def step(frame, ctx):
+        if ctx.iteration == 3:
+            raise RuntimeError("boom")
+        return FrameOut(step=frame.step, next_step=frame.step, state={}, text="ok")
+
+    async def scenario():
+        persist = CountedSnapshots()
+        agent = SessionAgent(moniker=Moniker("fails", step), persist=persist, snapshot={
+            "agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
+            "config": {"interval_s": 0}, "created_at": datetime.now(timezone.utc)})
+        agent.snapshot_every_s = 3600
+        agent.start()
+        await asyncio.wait_for(agent.runner, 60)
+        assert persist.steps == [0, 1, 2, 3]
+        assert persist.snapshots[-1][:2] == (3, "error")
+        assert [s for s in persist.snapshots if s[1] == "error"] == [persist.snapshots[-1]]
+
+    asyncio.run(scenario())
+
+
 class KeptInMemory:
     """Step rows and snapshots commit at once, in memory."""
 
