@@ -66,6 +66,7 @@ class AgentService:
         self.worker_id = worker_id or f"worker-{str(ULID()).lower()}"
         self.maintainer = maintainer  # None: no upkeep
         self.maintain_every_s = maintain_every_s
+        self._maintaining: asyncio.Future | None = None  # the maintenance round in flight, if any
         # A heartbeat renews this worker's write lease (dead_after / 2, runtime/fence.py):
         # beat well within it, or the lease runs out between two beats.
         heartbeat_s = min(heartbeat_s, dead_after_s / 4)
@@ -110,6 +111,7 @@ class AgentService:
             for task in chores:
                 task.cancel()
             await asyncio.gather(*chores, return_exceptions=True)
+            await self._finish_maintenance()
             await self.shutdown()
 
     # ---- ownership ------------------------------------------------------
@@ -224,9 +226,20 @@ class AgentService:
             await every(stopping, self.adopt_every_s, self.adopt, "adoption round")
 
     async def _maintain(self, stopping: asyncio.Event) -> None:
-        """Compact and clean up tables in a worker thread, off the event loop."""
-        await every(stopping, self.maintain_every_s, lambda: self.persist.run_maintenance(self.maintainer),
-                    "maintenance round")
+        """Compact and clean up tables in a worker thread, off the event loop.
+        A round is shielded: cancelling this chore (a shutdown) cannot stop its
+        thread, so the service waits for the round instead of leaving it
+        writing to a store that is being closed (``_finish_maintenance``)."""
+        async def one_round():
+            self._maintaining = asyncio.ensure_future(self.persist.run_maintenance(self.maintainer))
+            await asyncio.shield(self._maintaining)
+
+        await every(stopping, self.maintain_every_s, one_round, "maintenance round")
+
+    async def _finish_maintenance(self, timeout_s: float = 60.0) -> None:
+        round_ = self._maintaining
+        if round_ is not None and not round_.done():
+            await asyncio.wait({round_}, timeout=timeout_s)
 
     async def shutdown(self, drain_s: float = 5.0) -> None:
         await self.dispatcher.drain(drain_s)
