@@ -20,9 +20,8 @@ After the runner has persisted a step whose frame_out asked for tools, a
    is ``waiting`` (reason ``approval`` or ``tool_result``) and no step runs.
    Approve / deny / result arrive as actions (:class:`ToolControls`), which
    write the row first and then hand it to the phase.
-4. **End.**  Each call's ended row is durable before the phase ends (or, with
-   ``behind``, commits alongside the next step's row, below); the results (in
-   call order) become the next frame_in's ``tool_results``.
+4. **End.**  Each call's ended row is durable before the phase ends; the
+   results (in call order) become the next frame_in's ``tool_results``.
 
 Crash safety: the step row lists its calls (with ids and ``created_at``), so a
 phase can always be rebuilt from it and the rows (:meth:`ToolPhase.recover`):
@@ -33,9 +32,8 @@ repeating it.  Destroy stops waiting at once and cancels running tools after
 its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
 too but leaves their rows ``running``, so a restart treats them as interrupted.
 
-Why a step with a quick tool call costs about what a plain step does, not
-four commits in a row (step row, then pending, running and ended rows, each a
-LanceDB commit the next move waited for):
+Why a tool step costs about one commit more than a plain step, not three
+(each commit of ``tool_calls`` is a LanceDB commit the next move waited for):
 
 - A ``pending`` row is not written when its call starts at once: the step row
   already says the call exists, and recovery plans a missing row exactly as a
@@ -49,19 +47,6 @@ LanceDB commit the next move waited for):
   on the key and costs about twice an append, more as the table grows.  An
   append is fenced like a step row (runtime/persistence.py), so a worker that
   lost the session cannot add a second row for a call its new owner re-ran.
-- With ``behind`` (the session's choice, :class:`ToolPhase`), a call's ended
-  row is not waited for: the phase returns the results as soon as every call
-  has ended, and the ended rows commit while the next step's row does (two
-  tables, two committer threads).  That is safe because the next step row
-  records what the rows would say: its ``inputs.tool_results`` holds every
-  call's status, result and error, in call order.  The session must keep two
-  rules: (1) no other write that says the tool step is over (a snapshot, a
-  step row that does not record the results: an error, a later step) may
-  land before :meth:`ToolPhase.landed`; (2) after a crash, when a step newer
-  than its snapshot consumed tool results, it calls
-  :meth:`ToolRunner.settle_from_next`, which writes the ended rows that did
-  not land from that step's inputs.  A crash before the next step row landed
-  is the ordinary case: the phase is rebuilt from whatever rows landed.
 
 The observers (live events, metrics) hear of every status, in order: of a
 written row once it is durable; of ``pending`` and of an idempotent call's
@@ -172,37 +157,19 @@ class ToolRunner:
         step row), each with the status it starts in.  ``created_at``: the step
         row's, so a call planned again after a crash keeps its time (the
         ``wait`` tool counts from it)."""
+        created_at = _as_time(created_at) or now()
         rows = []
         for seq, call in enumerate(calls):
-            row = _blank_row(agent, iteration, seq, call, created_at)
+            row = {"id": call["id"], "created_at": created_at, "agent_id": agent.agent_id,
+                   "session_id": agent.session_id, "iteration": iteration, "seq": seq,
+                   "call_id": call.get("call_id"), "name": call["name"], "args": call.get("args") or {},
+                   "status": "pending", "result": None, "error": None, "attempts": 0, "started_at": None,
+                   "finished_at": None, "duration_ms": None, "usage": None, "decided_by": None}
             status, error = self.initial_status(agent.config, call["name"], row["args"])
             row.update(status=status, error=error)
             if status in TOOL_CALL_ENDED:
                 row["finished_at"] = row["created_at"]
             rows.append(row)
-        return rows
-
-    async def settle_from_next(self, agent: SessionAgent, step: dict, next_step: dict) -> list[dict]:
-        """After a crash: ``next_step`` consumed the results of ``step``'s calls
-        but their ended rows, written behind it, may not have landed.  Write
-        each call's ended row that is missing from its result there (status,
-        result, error; in call order).  Returns the rows written."""
-        calls = step.get("tool_calls") or []
-        results = (next_step.get("inputs") or {}).get("tool_results") or []
-        if not calls or len(results) != len(calls):
-            return []  # not the step that consumed these calls
-        stored = {r["id"]: r for r in await self.persist.tool_calls_of_step(agent.session_id, step["iteration"])}
-        rows = []
-        for seq, (call, result) in enumerate(zip(calls, results)):
-            row = stored.get(call["id"]) or _blank_row(agent, step["iteration"], seq, call, step.get("created_at"))
-            if row["status"] not in TOOL_CALL_ENDED:
-                rows.append(dict(row, status=result["status"], result=result.get("result"),
-                                 error=result.get("error"), finished_at=row.get("finished_at") or now()))
-        await self.write([r for r in rows if r["id"] in stored])
-        await self.write([r for r in rows if r["id"] not in stored], new=True)
-        if rows:
-            log.warning("session %s: %d ended tool call rows of step %d had not landed; written from step %d",
-                        agent.session_id, len(rows), step["iteration"], next_step["iteration"])
         return rows
 
     def initial_status(self, config, name: str, args) -> tuple[str, str | None]:
@@ -256,10 +223,8 @@ class ToolRunner:
 
     # ---- running one call -----------------------------------------------
 
-    async def execute(self, agent: SessionAgent, row: dict, stored: bool = True,
-                      landing: list[asyncio.Future] | None = None) -> dict:
-        """Run one pending call to its end; returns the ended row, durable unless
-        ``landing`` is given: then its write is started and added there.
+    async def execute(self, agent: SessionAgent, row: dict, stored: bool = True) -> dict:
+        """Run one pending call to its end; returns the ended row (durable).
         ``stored``: the call has a row in the table already."""
         tool = self.registry.get(row["name"]) if row["name"] in self.registry else None
         row = dict(row, status="running", attempts=int(row.get("attempts") or 0) + 1, started_at=now(),
@@ -291,11 +256,7 @@ class ToolRunner:
         except Exception as exc:
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:4000])
         row.update(finished_at=now(), duration_ms=(time.perf_counter() - started) * 1000)
-        new = not await _written(shown, stored)
-        if landing is None:
-            await self.write([row], new=new)
-        else:
-            landing.append(asyncio.ensure_future(self.write([row], new=new)))
+        await self.write([row], new=not await _written(shown, stored))
         log.info("tool call %s %s %s in %.1f ms session=%s iteration=%d", row["id"], row["name"], row["status"],
                  row["duration_ms"], row["session_id"], row["iteration"])
         return row
@@ -354,15 +315,6 @@ async def _written(shown: _RunningRow | None, stored: bool) -> bool:
     return stored or written
 
 
-def _blank_row(agent: SessionAgent, iteration: int, seq: int, call: dict, created_at) -> dict:
-    """A call's row as planned, before its status is decided."""
-    return {"id": call["id"], "created_at": _as_time(created_at) or now(), "agent_id": agent.agent_id,
-            "session_id": agent.session_id, "iteration": iteration, "seq": seq, "call_id": call.get("call_id"),
-            "name": call["name"], "args": call.get("args") or {}, "status": "pending", "result": None,
-            "error": None, "attempts": 0, "started_at": None, "finished_at": None, "duration_ms": None,
-            "usage": None, "decided_by": None}
-
-
 def _as_time(value) -> datetime | None:
     if isinstance(value, str):
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -372,12 +324,8 @@ def _as_time(value) -> datetime | None:
 class ToolPhase:
     """The calls of one step, from their rows to their results."""
 
-    def __init__(self, runner: ToolRunner, agent: SessionAgent, step: dict, behind: bool = False):
-        """``behind``: ended rows are written behind the results (see the module
-        docstring for what the session then owes)."""
+    def __init__(self, runner: ToolRunner, agent: SessionAgent, step: dict):
         self.runner = runner
-        self.behind = behind
-        self.landing: list[asyncio.Future] = []  # ended rows' writes not waited for (behind)
         self.agent = agent
         self.iteration = step["iteration"]
         self.created_at = step.get("created_at")
@@ -489,13 +437,6 @@ class ToolPhase:
             await self._on_cancel()
             raise
 
-    async def landed(self) -> None:
-        """Wait until the ended rows written behind are durable (raises what
-        such a write raised)."""
-        landing, self.landing = self.landing, []
-        if landing:
-            await asyncio.gather(*landing)
-
     def _start_pending(self) -> None:
         for call in self.calls:
             row = self.rows[call["id"]]
@@ -507,8 +448,7 @@ class ToolPhase:
             await self.runner.write([row], new=True)
             self.stored.add(row["id"])
         async with self.agent.tool_slots:
-            ended = await self.runner.execute(self.agent, row, stored=row["id"] in self.stored,
-                                              landing=self.landing if self.behind else None)
+            ended = await self.runner.execute(self.agent, row, stored=row["id"] in self.stored)
         self.stored.add(ended["id"])
         self.rows[ended["id"]] = ended
 
