@@ -9,9 +9,8 @@ asks for one call of the bench-local tool ``noop``, which returns at once).
 With ``interval_s: 0`` the time from one moniker call to the next of the same
 session is the whole cost of a step: for ``noop`` the step row's commit; for
 ``noop_tool`` that plus the call's rows and the tool itself (the bench's
-tool is idempotent: its ended row is appended and commits beside the next step
-row, which records the result; see runtime/tool_runner.py for which rows a
-step waits for).
+tool is idempotent, so the step waits only for its ended row, appended; see
+runtime/tool_runner.py for which rows a step waits for).
 
 Figures, all in one run on one machine:
 - ``single``: one session of each kind in turn; p50/p99 of the step cycle (ms)
