@@ -91,6 +91,13 @@ FULL_MERGE_RATIO = 0.5  # the deltas are merged into the base once they are this
 # rewritten fragment(s) in place for GC"): their upkeep holds the table's commit
 # lock from the first try (in this process; another worker can still preempt it).
 APPEND_ONLY = frozenset({"agent_steps", "conversation_messages"})
+# ... unless that table is committing fast: a lone agent commits a step at once
+# (store/writer.py), ~100 times a second, and a compaction racing that lost
+# every rebase until Lance's own retry loop gave up (one upkeep of agent_steps
+# took 45 s, while 700 fragments piled up and each commit slowed 3x).  Above
+# this rate this process's commits wait for the compaction from the first try:
+# a short wait for the steps, against an upkeep that never lands.
+BUSY_COMMITS_PER_S = 20.0
 LANCE_CACHE_BYTES = 4 * 1024 * 1024  # a maintenance run's caches (each), apart from the Store's
 # Each group commit adds one small fragment (~20 rows at 400 steps/s), and a
 # read scans every fragment the indexes do not cover yet: each one cost a page
@@ -183,6 +190,8 @@ class Maintainer:
         self._last_version: dict[str, int] = {}
         self._tail_version: dict[str, int] = {}
         self._last_run: dict[str, float] = {}
+        self._commit_marks: dict[str, tuple[float, int]] = {}  # per table: (when, commits so far)
+        self._busy: set[str] = set()  # tables committing faster than BUSY_COMMITS_PER_S
         self.tables: dict[str, TableHealth] = {name: TableHealth() for name in store.tables}
         self.search_indexes = SearchIndexWatch()  # FTS indexes with many unindexed rows (store/search.py)
         self.runs = 0
@@ -202,11 +211,26 @@ class Maintainer:
         return due
 
     def run_due(self) -> list[dict]:
+        self._busy = self._busy_tables()
         due = self.due()
         due += [name for name in self.search_indexes.due(self.store.tables) if name not in due]
         for name in sorted(TAIL_MERGED - set(due)):  # first: the other tables' upkeep can take seconds
             self.compact_tail(name)
         return [self.optimize(name) for name in due]
+
+    def _busy_tables(self) -> set[str]:
+        """Tables this process committed to faster than BUSY_COMMITS_PER_S since the last round."""
+        now, busy = time.monotonic(), set()
+        counts = dict(self.store.writer.stats.by_table)
+        for name, count in counts.items():
+            then = self._commit_marks.get(name)
+            if then is not None and (count - then[1]) / max(now - then[0], 1e-3) > BUSY_COMMITS_PER_S:
+                busy.add(name)
+            self._commit_marks[name] = (now, count)
+        return busy
+
+    def _hold_from_first_try(self, name: str) -> bool:
+        return name not in APPEND_ONLY or name in self._busy
 
     def compact_tail(self, name: str) -> bool:
         """Merge the small fragments that commits added since the last run into
@@ -225,7 +249,7 @@ class Maintainer:
         if version - self._tail_version.get(name, 0) < TAIL_EVERY_VERSIONS:
             return False
         self._tail_version[name] = version
-        hold_lock = name not in APPEND_ONLY
+        hold_lock = self._hold_from_first_try(name)
         try:
             with self._commits_held(name, table, hold_lock):
                 dataset = table.to_lance(session=upkeep_session())
@@ -245,7 +269,7 @@ class Maintainer:
         error = None
         for attempt in range(1, self.attempts + 1):
             try:
-                self._optimize_once(name, table, hold_lock=attempt > 1 or name not in APPEND_ONLY)
+                self._optimize_once(name, table, hold_lock=attempt > 1 or self._hold_from_first_try(name))
                 error = None
                 break
             except (RuntimeError, OSError, ValueError) as exc:
