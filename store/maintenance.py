@@ -222,7 +222,8 @@ class Maintainer:
         """Tables this process committed to faster than BUSY_COMMITS_PER_S since the last round."""
         now, busy = time.monotonic(), set()
         counts = dict(self.store.writer.stats.by_table)
-        for name, count in counts.items():
+        for name in self.store.tables:
+            count = counts.get(name, 0)
             then = self._commit_marks.get(name)
             if then is not None and (count - then[1]) / max(now - then[0], 1e-3) > BUSY_COMMITS_PER_S:
                 busy.add(name)

@@ -1,5 +1,6 @@
 """store/: filters, upserts, claims under races, and no empty commits."""
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -378,3 +379,22 @@ def test_the_commit_watch_fires_on_a_commit_from_another_connection(tmp_path):
         assert select.select([watch], [], [], 0.2)[0] == []  # drained
     finally:
         watch.close()
+
+
+def test_upkeep_holds_the_commits_of_a_table_committing_fast_from_its_first_try(store):
+    """An append-only table's upkeep races its commits unless they come fast:
+    then it holds them back at once (a compaction racing a lone agent's ~100
+    commits a second lost every rebase for 45 s)."""
+    from store.maintenance import BUSY_COMMITS_PER_S, Maintainer
+    maintainer = Maintainer(store, min_interval_s=0)
+    maintainer.run_due()  # the first round marks where each table's commit count stands
+    assert not maintainer._hold_from_first_try("agent_steps")
+    assert maintainer._hold_from_first_try("agent_state")  # takes upserts: always held
+    started = time.monotonic()
+    by_table = store.writer.stats.by_table
+    by_table["agent_steps"] = by_table.get("agent_steps", 0) + int(BUSY_COMMITS_PER_S * 1000)  # committed meanwhile
+    while time.monotonic() - started < 0.05:
+        time.sleep(0.01)
+    maintainer.run_due()
+    assert maintainer._hold_from_first_try("agent_steps")
+    assert not maintainer._hold_from_first_try("conversation_messages")
