@@ -25,40 +25,18 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime, timezone
-
-from ulid import ULID
 
 from bench.common import emit, machine, progress, run_in_process, run_maintenance
 from store import Store, query
+from tests import orphans
 
 TARGET_SESSIONS, TARGET_S = 10_000, 10.0  # all adopted and stepping within 10 s
 DEAD_WORKER = "worker-dead-bench"
 
 
 def seed_orphans(store: Store, n: int, owner: str = DEAD_WORKER, interval_s: float = 86_400) -> dict[str, int]:
-    """n running sessions owned by ``owner``, their step 0 persisted and, for
-    every third, a step 1 past the snapshot; session id -> its last persisted iteration."""
-    now = datetime.now(timezone.utc)
-    last: dict[str, int] = {}
-    snapshots, steps = [], []
-    for i in range(n):
-        sid, aid = str(ULID()), str(ULID())
-        snapshots.append({"session_id": sid, "agent_id": aid, "moniker": "echo", "task": f"orphan {i}",
-                          "config": {"interval_s": interval_s}, "status": "running", "iteration": 0,
-                          "step_token": "0", "next_step_token": "1", "state": {"n": 1, "heard": []},
-                          "created_at": now, "owner": owner})
-        last[sid] = 0 if i % 3 else 1
-        for it in range(last[sid] + 1):
-            steps.append({"agent_id": aid, "session_id": sid, "iteration": it, "status": "ok",
-                          "step_token": str(it), "next_step_token": str(it + 1), "state": {"n": it + 1, "heard": []}})
-    for k in range(0, len(steps), 2000):  # many rows wait together: a few group commits
-        for future in [store.steps.submit(s)[1] for s in steps[k:k + 2000]]:
-            future.result()
-    for k in range(0, n, 2000):
-        for future in [store.states.submit(s) for s in snapshots[k:k + 2000]]:
-            future.result()
-    return last
+    """n running sessions owned by ``owner`` (tests/orphans.py); session id -> its last persisted iteration."""
+    return orphans.seed_orphans(store, n, owner, interval_s)
 
 
 def stepped_on(service, last: dict[str, int]) -> int:
