@@ -121,8 +121,6 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         snapshot and, when a step was interrupted, the step row to append for
         it (its iteration is then used up).
         """
-        if isinstance(newer_steps, dict):  # transition: a caller still passing the latest step alone
-            newer_steps = [newer_steps]
         snapshot = dict(snapshot)
         for step in sorted(newer_steps or (), key=lambda s: s["iteration"]):
             if step["iteration"] > snapshot["iteration"]:
