@@ -15,7 +15,7 @@ import re
 from pydantic import ValidationError
 
 from domain.errors import ActionError
-from domain.session_config import CreatePayload, SessionConfig
+from domain.session_config import CreatePayload
 from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
 from runtime import child_sessions, session_tree
 from runtime.fork import ForkError, fork_snapshot
@@ -133,7 +133,7 @@ class SessionControls:
         agent = await self._live(action, "resume")
         if payload.get("reason") and (agent.status, agent.status_reason) != ("paused", payload["reason"]):
             return  # a tree's budget resume passes over sessions paused for another reason
-        _raise_budget(agent.config, payload)
+        _raise_budget(agent, payload)
         for_budget = (agent.status, agent.status_reason) == ("paused", "budget")
         if agent.status == "paused":
             agent.request_resume()
@@ -156,7 +156,7 @@ class SessionControls:
         except UnknownMoniker:
             raise ActionError(f"moniker {snapshot['moniker']!r} is not installed") from None
         agent = self.factory.make(snapshot, moniker)
-        _raise_budget(agent.config, payload)
+        _raise_budget(agent, payload)
         await agent.save()
         self.sessions.add(agent)
         agent.start()
@@ -221,12 +221,15 @@ class SessionControls:
             await agent.set_status("stopped", "destroyed")
 
 
-def _raise_budget(config: SessionConfig, payload: dict) -> None:
+def _raise_budget(agent: SessionAgent, payload: dict) -> None:
     """A resume may carry a higher budget (``budget_tokens``/``budget_cost``)."""
+    raised = {}
     for key in ("budget_tokens", "budget_cost"):
         value = payload.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ActionError(f"{key} must be a positive number")
-        setattr(config, key, int(value) if key == "budget_tokens" else float(value))
+        raised[key] = int(value) if key == "budget_tokens" else float(value)
+    if raised:
+        agent.replace_config(agent.config.model_copy(update=raised))

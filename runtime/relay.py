@@ -51,12 +51,20 @@ class EventRelay:
     # ---- observer hooks -------------------------------------------------
 
     async def snapshot_saved(self, snapshot: dict) -> None:
+        self._publish_state(snapshot)
+
+    async def step_persisted(self, snapshot: dict, step: dict) -> None:
+        """The step, then the session as that step left it.  A stepping
+        session's snapshot is saved at most once a second (runtime/session.py),
+        but watchers see its state move with every step, as before; what they
+        see is what restart would rebuild from the durable step."""
+        self.publish("agent_step", step["id"], dict(step, conversation_id=snapshot.get("conversation_id")))
+        self._publish_state(snapshot)
+
+    def _publish_state(self, snapshot: dict) -> None:
         row = dict(snapshot, updated_at=datetime.now(timezone.utc))
         row.pop("pending_guidance", None)  # internal bookkeeping, can be large
         self.publish("agent_state", snapshot["session_id"], row)
-
-    async def step_persisted(self, snapshot: dict, step: dict) -> None:
-        self.publish("agent_step", step["id"], dict(step, conversation_id=snapshot.get("conversation_id")))
 
     async def tool_call_updated(self, row: dict) -> None:
         """Every change of a tool call's status; ``id`` is the call's, so a client

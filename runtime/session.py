@@ -59,7 +59,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.observers = observers or Observers()
         self.heartbeat_s = heartbeat_s
         self.config = SessionConfig.model_validate(snapshot.get("config") or {})
-        self._config_dump = self.config.model_dump()  # a session's config never changes: dumped once
+        self._config_dump = self.config.model_dump()  # dumped once, and again only by replace_config
         self.agent_id: str = snapshot["agent_id"]
         self.session_id: str = snapshot["session_id"]
         self.task_text: str = snapshot.get("task") or ""
@@ -238,6 +238,11 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.note_status(status, reason)
         await self.save()
         log.info("session %s status=%s reason=%s agent=%s", self.session_id, status, reason, self.agent_id)
+
+    def replace_config(self, config: SessionConfig) -> None:
+        """Change the session's config (a raised budget): a new object, never
+        an attribute set on the old one, whose dump every step and snapshot reuses."""
+        self.config, self._config_dump = config, config.model_dump()
 
     def note_status(self, status: str, reason: str | None) -> None:
         """Change the status in memory only: the caller saves the snapshot

@@ -72,6 +72,7 @@ def test_token_budget_pauses_before_it_is_crossed_and_resume_can_raise_it(store)
         await until(lambda: finished(store, raised["id"]), what="resume with budget")
         await until(lambda: store.steps.count("b") == 6 and status(store, "b") == ("paused", "budget"),
                     what="three more steps, then pause")
+        assert store.states.get("b")["config"]["budget_tokens"] == 650  # the snapshot holds the raised budget
 
     run(store, scenario)
 
