@@ -96,18 +96,21 @@ class StepLog:
         from ``last_iteration``, newest first) *is* a range of iterations, and one
         range of the BTREE index on ``session_iteration`` finds exactly its rows
         (store/schemas.py), however long the session; only those are sorted,
-        here.  Newest first needs the session's last iteration (its snapshot has
-        it, give or take the step being saved: one more is read).  ``recent``
+        here.  Newest first needs the session's last iteration: its snapshot's,
+        and the steps saved past it are looked up (the snapshot is saved behind
+        the steps, runtime/session.py; one read of their iterations).  ``recent``
         says the page lies at the session's newest end (a live catch-up): its
         rows are read from the whole table at once (see :meth:`_read_window`).
         """
         if newest_first:
             if last_iteration is None:
                 raise ValueError("newest first needs the session's last iteration")
-            hi = last_iteration + 1 - offset
+            if max_iteration is None or max_iteration > last_iteration:
+                last_iteration = self._last_iteration_from(session_id, last_iteration)
+            hi = last_iteration - offset
             if max_iteration is not None:
                 hi = min(hi, max_iteration)
-            lo = max(hi - limit, min_iteration or 0, 0)  # one extra: the step being saved may be missing
+            lo = max(hi - limit + 1, min_iteration or 0, 0)
         else:
             lo = max(min_iteration or 0, 0) + offset
             hi = lo + limit - 1 if max_iteration is None else min(lo + limit - 1, max_iteration)
@@ -115,10 +118,19 @@ class StepLog:
         if hi < lo:
             return []
         where = self._window(session_id, agent_id, lo, hi)
-        settled = not recent and (last_iteration is None or hi <= last_iteration)
+        settled = not recent and (last_iteration is None or hi < last_iteration)  # the newest step is fresh
         found = self._read_window(where, lo, hi, settled=settled)
         found.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]), reverse=newest_first)
         return self._with_states(found[:limit])
+
+    def _last_iteration_from(self, session_id: str, known: int) -> int:
+        """The session's newest iteration, given one it has reached (only the
+        iterations past it are read, without their states)."""
+        if known >= LAST_ITERATION:
+            return known
+        newest = query.rows(self.table, self.name, self._window(session_id, None, known + 1, LAST_ITERATION),
+                            order=[("iteration", False)], limit=1, columns=["iteration"])
+        return newest[0]["iteration"] if newest else known
 
     def _read_window(self, where: str, lo: int, hi: int, *, settled: bool) -> list[dict]:
         """The rows of iterations ``lo``..``hi``.  A ``settled`` window (not at the

@@ -20,10 +20,7 @@ def list_steps():
         snapshot = store.states.get(q.session_id)
         if snapshot is None:
             raise not_found("session", q.session_id)
-        # The snapshot is saved behind the steps (runtime/session.py), so
-        # the newest steps may be past it: the page starts at the newest step.
-        newer = store.steps.latest(session_id=q.session_id, after_iteration=snapshot["iteration"])
-        last_iteration = newer["iteration"] if newer else snapshot["iteration"]
+        last_iteration = snapshot["iteration"]  # the steps past it are found by the store
     steps = store.steps.search(
         session_id=q.session_id, agent_id=q.agent_id, min_iteration=q.min_iteration,
         max_iteration=q.max_iteration, since=q.since, status=q.status, limit=q.limit, offset=q.offset,

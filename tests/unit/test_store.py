@@ -398,3 +398,14 @@ def test_upkeep_holds_the_commits_of_a_table_committing_fast_from_its_first_try(
     maintainer.run_due()
     assert maintainer._hold_from_first_try("agent_steps")
     assert not maintainer._hold_from_first_try("conversation_messages")
+
+
+def test_newest_first_pages_start_at_the_newest_step_past_the_snapshot(store):
+    """The snapshot is saved behind the steps: a page counted back from its
+    iteration starts at the newest persisted step all the same."""
+    for i in range(12):
+        store.steps.append(step(i, session_id="behind"))
+    page = store.steps.search(session_id="behind", newest_first=True, limit=3, last_iteration=7)
+    assert [s["iteration"] for s in page] == [11, 10, 9]
+    page = store.steps.search(session_id="behind", newest_first=True, limit=3, offset=3, last_iteration=7)
+    assert [s["iteration"] for s in page] == [8, 7, 6]
