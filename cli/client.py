@@ -79,9 +79,12 @@ class Client:
         return self.get(f"/api/agents/{agent_id}/sessions", limit=limit)["sessions"]
 
     def steps(self, session_id: str, *, min_iteration: int | None = None, status: str | None = None,
-              limit: int = 100, offset: int = 0) -> list[dict]:
-        return self.get("/api/agent-steps", session_id=session_id, min_iteration=min_iteration, status=status,
-                        limit=limit, offset=offset)["steps"]
+              limit: int = 100, offset: int = 0, newest: bool = False) -> list[dict]:
+        """A page of a session's steps in iteration order; ``newest``: the last
+        ``limit`` of them (the API counts back from the newest step)."""
+        rows = self.get("/api/agent-steps", session_id=session_id, min_iteration=min_iteration, status=status,
+                        limit=limit, offset=offset, order="desc" if newest else None)["steps"]
+        return rows[::-1] if newest else rows
 
     def resolve(self, some_id: str) -> dict:
         """A session id, or an agent id (then its latest session), as the API does:

@@ -199,9 +199,8 @@ def show(api, as_json, ident):
 def steps(api, as_json, ident, limit, start, status):
     """A session's steps (session id, or an agent id: its latest session)."""
     snapshot = api.resolve(ident)
-    if start is None and not status:
-        start = max(0, (snapshot.get("iteration") or 0) - limit + 1)
-    rows = api.steps(snapshot["session_id"], min_iteration=start, status=status, limit=limit)
+    rows = api.steps(snapshot["session_id"], min_iteration=start, status=status, limit=limit,
+                     newest=start is None and not status)
     render.as_json({"session_id": snapshot["session_id"], "steps": rows}) if as_json else render.steps(rows)
 
 
