@@ -62,7 +62,7 @@ RETRYABLE_MARKERS = ("conflict", "retryable", "too many concurrent writers", "pr
 # Seconds between two commits of one table while writes keep coming.  The queue
 # is left unpaced: its commits carry control actions, whose latency users see.
 DEFAULT_MIN_COMMIT_INTERVAL_S = 0.05
-# Under contention a commit also waits this long after the last one, however
+# Under contention a commit also starts this long after the last one began, however
 # fast its writers come back: sixteen writers in lockstep otherwise committed
 # 86 times a second, and upkeep fell behind (278 fragments against a bound of
 # 200, tests/service/test_sustained_load.py).  At most 50 commits a second
@@ -166,6 +166,7 @@ class _TableCommitter:
         self.lock = threading.Lock()  # held while committing; updates and maintenance take it too
         self._last_commit = 0.0
         self._writers = 1  # writes carried by the last commit: how many to gather for the next
+        self._last_start = 0.0  # when the last commit began (monotonic)
         self._queue: deque[_Request] = deque()
         self._wakeup = threading.Condition()
         self._closed = False
@@ -204,13 +205,13 @@ class _TableCommitter:
     def _gather(self) -> None:
         """Under contention, wait (holding ``_wakeup``) until as many writes are
         queued as the last commit carried (and CONTENDED_MIN_GAP_S has passed
-        since it), or until ``min_interval_s`` has passed, whichever is first.
+        since it began), or until ``min_interval_s`` has passed, whichever is first.
         A lone writer (the last commit carried one write) and an idle table do
         not wait at all."""
         if self._writers <= 1:
             return
         deadline = self._last_commit + self.min_interval_s
-        earliest = self._last_commit + min(CONTENDED_MIN_GAP_S, self.min_interval_s)
+        earliest = self._last_start + min(CONTENDED_MIN_GAP_S, self.min_interval_s)
         while not self._closed:
             now = time.monotonic()
             if now >= deadline or (len(self._queue) >= self._writers and now >= earliest):
@@ -236,6 +237,7 @@ class _TableCommitter:
         if kind == "upsert":
             rows = list({row[group[0].key]: row for row in rows}.values())  # last write per key wins
         started = time.perf_counter()
+        self._last_start = time.monotonic()
         try:
             with self.lock:
                 refused = self._write(kind, group[0].key, rows)
