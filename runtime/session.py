@@ -299,6 +299,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             if not await self._step_once() or self.finished or self.stop_requested:
                 return
             if self.open_step is None:  # after tool calls, the next step follows their results at once
+                if self.config.interval_s >= self.snapshot_every_s:
+                    await self.flush_saves()  # about to rest: nothing gained by spacing, so the snapshot is current
                 await self.sleep(self.config.interval_s)
 
     # ---- tool calls (StepFrame-v1) -----------------------------------------

@@ -443,3 +443,25 @@ def test_an_idle_dispatcher_wakes_on_a_commit_not_on_its_timer(store):
         return await until(lambda: finished(store, made["id"]), timeout=20, what="create")
 
     assert with_service(store, scenario, watch_s=60.0, idle_watch_s=60.0, full_poll_s=60.0)["status"] == "done"
+
+
+def test_a_session_that_rests_between_steps_has_its_snapshot_saved_before_it_rests():
+    """Spacing the saves helps sessions that step fast; one that sleeps a
+    second or more after a step has its snapshot (usage, iteration) saved first,
+    so what readers see matches its steps while it rests."""
+    from monikers import default_registry
+
+    async def scenario():
+        persist = CountedSnapshots()
+        agent = SessionAgent(moniker=default_registry().get("echo"), persist=persist, snapshot={
+            "agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
+            "config": {"interval_s": 3600}, "created_at": datetime.now(timezone.utc)})
+        agent.snapshot_every_s = 3600  # spaced: the save after step 0 would wait an hour
+        await agent.save()  # (as a create does)
+        agent.start()
+        await until(lambda: persist.steps == [0] and persist.snapshots and persist.snapshots[-1][0] == 0,
+                    timeout=30, what="the snapshot of step 0 before the rest")
+        agent.request_stop()
+        await asyncio.wait_for(agent.runner, 30)
+
+    asyncio.run(scenario())
