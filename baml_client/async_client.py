@@ -97,6 +97,21 @@ class BamlAsyncClient:
                 "message": message,"history": history,"agents": agents,
             })
             return typing.cast(types.OrchestratorDecision, __result__.cast_to(types, types, stream_types, False, __runtime__))
+    async def JudgeFinalAnswers(self, task: str,reference: str,candidate: str,criteria: typing.Optional[str] = None,reask: typing.Optional[str] = None,
+        baml_options: BamlCallOptions = {},
+    ) -> types.JudgeVerdict:
+        # Check if on_tick is provided
+        if 'on_tick' in baml_options:
+            # Use streaming internally when on_tick is provided
+            __stream__ = self.stream.JudgeFinalAnswers(task=task,reference=reference,candidate=candidate,criteria=criteria,reask=reask,
+                baml_options=baml_options)
+            return await __stream__.get_final_response()
+        else:
+            # Original non-streaming code
+            __result__ = await self.__options.merge_options(baml_options).call_function_async(function_name="JudgeFinalAnswers", args={
+                "task": task,"reference": reference,"candidate": candidate,"criteria": criteria,"reask": reask,
+            })
+            return typing.cast(types.JudgeVerdict, __result__.cast_to(types, types, stream_types, False, __runtime__))
     async def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> types.StepFrameOut:
@@ -148,6 +163,18 @@ class BamlStreamClient:
           lambda x: typing.cast(types.OrchestratorDecision, x.cast_to(types, types, stream_types, False, __runtime__)),
           __ctx__,
         )
+    def JudgeFinalAnswers(self, task: str,reference: str,candidate: str,criteria: typing.Optional[str] = None,reask: typing.Optional[str] = None,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.BamlStream[stream_types.JudgeVerdict, types.JudgeVerdict]:
+        __ctx__, __result__ = self.__options.merge_options(baml_options).create_async_stream(function_name="JudgeFinalAnswers", args={
+            "task": task,"reference": reference,"candidate": candidate,"criteria": criteria,"reask": reask,
+        })
+        return baml_py.BamlStream[stream_types.JudgeVerdict, types.JudgeVerdict](
+          __result__,
+          lambda x: typing.cast(stream_types.JudgeVerdict, x.cast_to(types, types, stream_types, True, __runtime__)),
+          lambda x: typing.cast(types.JudgeVerdict, x.cast_to(types, types, stream_types, False, __runtime__)),
+          __ctx__,
+        )
     def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.BamlStream[stream_types.StepFrameOut, types.StepFrameOut]:
@@ -187,6 +214,13 @@ class BamlHttpRequestClient:
             "message": message,"history": history,"agents": agents,
         }, mode="request")
         return __result__
+    async def JudgeFinalAnswers(self, task: str,reference: str,candidate: str,criteria: typing.Optional[str] = None,reask: typing.Optional[str] = None,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="JudgeFinalAnswers", args={
+            "task": task,"reference": reference,"candidate": candidate,"criteria": criteria,"reask": reask,
+        }, mode="request")
+        return __result__
     async def RunMonikerStep(self, frame: types.StepFrameIn,task: str,
         baml_options: BamlCallOptions = {},
     ) -> baml_py.baml_py.HTTPRequest:
@@ -214,6 +248,13 @@ class BamlHttpStreamRequestClient:
     ) -> baml_py.baml_py.HTTPRequest:
         __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="DecideNextMove", args={
             "message": message,"history": history,"agents": agents,
+        }, mode="stream")
+        return __result__
+    async def JudgeFinalAnswers(self, task: str,reference: str,candidate: str,criteria: typing.Optional[str] = None,reask: typing.Optional[str] = None,
+        baml_options: BamlCallOptions = {},
+    ) -> baml_py.baml_py.HTTPRequest:
+        __result__ = await self.__options.merge_options(baml_options).create_http_request_async(function_name="JudgeFinalAnswers", args={
+            "task": task,"reference": reference,"candidate": candidate,"criteria": criteria,"reask": reask,
         }, mode="stream")
         return __result__
     async def RunMonikerStep(self, frame: types.StepFrameIn,task: str,

@@ -29,6 +29,12 @@ class LlmResponseParser:
         __result__ = self.__options.merge_options(baml_options).parse_response(function_name="DecideNextMove", llm_response=llm_response, mode="request")
         return typing.cast(types.OrchestratorDecision, __result__)
 
+    def JudgeFinalAnswers(
+        self, llm_response: str, baml_options: BamlCallOptions = {},
+    ) -> types.JudgeVerdict:
+        __result__ = self.__options.merge_options(baml_options).parse_response(function_name="JudgeFinalAnswers", llm_response=llm_response, mode="request")
+        return typing.cast(types.JudgeVerdict, __result__)
+
     def RunMonikerStep(
         self, llm_response: str, baml_options: BamlCallOptions = {},
     ) -> types.StepFrameOut:
@@ -54,6 +60,12 @@ class LlmStreamParser:
     ) -> stream_types.OrchestratorDecision:
         __result__ = self.__options.merge_options(baml_options).parse_response(function_name="DecideNextMove", llm_response=llm_response, mode="stream")
         return typing.cast(stream_types.OrchestratorDecision, __result__)
+
+    def JudgeFinalAnswers(
+        self, llm_response: str, baml_options: BamlCallOptions = {},
+    ) -> stream_types.JudgeVerdict:
+        __result__ = self.__options.merge_options(baml_options).parse_response(function_name="JudgeFinalAnswers", llm_response=llm_response, mode="stream")
+        return typing.cast(stream_types.JudgeVerdict, __result__)
 
     def RunMonikerStep(
         self, llm_response: str, baml_options: BamlCallOptions = {},

@@ -23,12 +23,17 @@ class StreamState(BaseModel, typing.Generic[StreamStateValueT]):
     value: StreamStateValueT
     state: typing_extensions.Literal["Pending", "Incomplete", "Complete"]
 # #########################################################################
-# Generated classes (5)
+# Generated classes (6)
 # #########################################################################
 
 class ArchiveSummary(BaseModel):
     summary: typing.Optional[str] = Field(default=None, description='three to six sentences: what was asked, what was done, how it ended')
     key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
+
+class JudgeVerdict(BaseModel):
+    reason: typing.Optional[str] = Field(default=None, description='one or two sentences: what decided the verdict')
+    better: typing.Optional[types.JudgeWinner] = None
+    score: typing.Optional[float] = Field(default=None, description='from 0 to 1: how well the candidate answer does the task; 1 = fully, at least as well as the reference')
 
 class OrchestratorDecision(BaseModel):
     action: typing.Optional[types.OrchestratorAction] = None
@@ -69,12 +74,13 @@ JsonValue = typing_extensions.TypeAliasType("JsonValue", typing.Optional[typing.
 
 
 # #########################################################################
-# Model rebuilds (3)
+# Model rebuilds (4)
 # #########################################################################
 # Resolve string forward references now that every model above is defined so
 # class declaration order never breaks Pydantic construction (issue #793).
 # Recursive models are intentionally omitted (Pydantic resolves those lazily;
 # eagerly rebuilding them can recurse).
 ArchiveSummary.model_rebuild()
+JudgeVerdict.model_rebuild()
 OrchestratorDecision.model_rebuild()
 StepFrameIn.model_rebuild()

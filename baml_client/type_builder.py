@@ -20,14 +20,18 @@ from .globals import DO_NOT_USE_DIRECTLY_UNLESS_YOU_KNOW_WHAT_YOURE_DOING_RUNTIM
 class TypeBuilder(type_builder.TypeBuilder):
     def __init__(self):
         super().__init__(classes=set(
-          ["ArchiveSummary","OrchestratorDecision","StepFrameIn","StepFrameOut","ToolCall",]
+          ["ArchiveSummary","JudgeVerdict","OrchestratorDecision","StepFrameIn","StepFrameOut","ToolCall",]
         ), enums=set(
-          ["OrchestratorAction",]
+          ["JudgeWinner","OrchestratorAction",]
         ), runtime=DO_NOT_USE_DIRECTLY_UNLESS_YOU_KNOW_WHAT_YOURE_DOING_RUNTIME)
 
     # #########################################################################
-    # Generated enums 1
+    # Generated enums 2
     # #########################################################################
+
+    @property
+    def JudgeWinner(self) -> "JudgeWinnerViewer":
+        return JudgeWinnerViewer(self)
 
     @property
     def OrchestratorAction(self) -> "OrchestratorActionViewer":
@@ -35,12 +39,16 @@ class TypeBuilder(type_builder.TypeBuilder):
 
 
     # #########################################################################
-    # Generated classes 5
+    # Generated classes 6
     # #########################################################################
 
     @property
     def ArchiveSummary(self) -> "ArchiveSummaryViewer":
         return ArchiveSummaryViewer(self)
+
+    @property
+    def JudgeVerdict(self) -> "JudgeVerdictViewer":
+        return JudgeVerdictViewer(self)
 
     @property
     def OrchestratorDecision(self) -> "OrchestratorDecisionViewer":
@@ -61,8 +69,54 @@ class TypeBuilder(type_builder.TypeBuilder):
 
 
 # #########################################################################
-# Generated enums 1
+# Generated enums 2
 # #########################################################################
+
+class JudgeWinnerAst:
+    def __init__(self, tb: type_builder.TypeBuilder):
+        _tb = tb._tb # type: ignore (we know how to use this private attribute)
+        self._bldr = _tb.enum("JudgeWinner")
+        self._values: typing.Set[str] = set([  "Reference",  "Candidate",  "Tie",  ])
+        self._vals = JudgeWinnerValues(self._bldr, self._values)
+
+    def type(self) -> baml_py.FieldType:
+        return self._bldr.field()
+
+    @property
+    def values(self) -> "JudgeWinnerValues":
+        return self._vals
+
+
+class JudgeWinnerViewer(JudgeWinnerAst):
+    def __init__(self, tb: type_builder.TypeBuilder):
+        super().__init__(tb)
+
+    
+    def list_values(self) -> typing.List[typing.Tuple[str, type_builder.EnumValueViewer]]:
+        return [(name, type_builder.EnumValueViewer(self._bldr.value(name))) for name in self._values]
+    
+
+class JudgeWinnerValues:
+    def __init__(self, enum_bldr: baml_py.EnumBuilder, values: typing.Set[str]):
+        self.__bldr = enum_bldr
+        self.__values = values # type: ignore (we know how to use this private attribute) # noqa: F821
+
+    
+    
+    @property
+    def Reference(self) -> type_builder.EnumValueViewer:
+        return type_builder.EnumValueViewer(self.__bldr.value("Reference"))
+    
+    @property
+    def Candidate(self) -> type_builder.EnumValueViewer:
+        return type_builder.EnumValueViewer(self.__bldr.value("Candidate"))
+    
+    @property
+    def Tie(self) -> type_builder.EnumValueViewer:
+        return type_builder.EnumValueViewer(self.__bldr.value("Tie"))
+    
+    
+
 
 class OrchestratorActionAst:
     def __init__(self, tb: type_builder.TypeBuilder):
@@ -112,7 +166,7 @@ class OrchestratorActionValues:
 
 
 # #########################################################################
-# Generated classes 5
+# Generated classes 6
 # #########################################################################
 
 class ArchiveSummaryAst:
@@ -154,6 +208,53 @@ class ArchiveSummaryProperties:
     @property
     def key_points(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("key_points"))
+    
+    
+
+
+class JudgeVerdictAst:
+    def __init__(self, tb: type_builder.TypeBuilder):
+        _tb = tb._tb # type: ignore (we know how to use this private attribute)
+        self._bldr = _tb.class_("JudgeVerdict")
+        self._properties: typing.Set[str] = set([  "reason",  "better",  "score",  ])
+        self._props = JudgeVerdictProperties(self._bldr, self._properties)
+
+    def type(self) -> baml_py.FieldType:
+        return self._bldr.field()
+
+    @property
+    def props(self) -> "JudgeVerdictProperties":
+        return self._props
+
+
+class JudgeVerdictViewer(JudgeVerdictAst):
+    def __init__(self, tb: type_builder.TypeBuilder):
+        super().__init__(tb)
+
+    
+    def list_properties(self) -> typing.List[typing.Tuple[str, type_builder.ClassPropertyViewer]]:
+        return [(name, type_builder.ClassPropertyViewer(self._bldr.property(name))) for name in self._properties]
+    
+
+
+class JudgeVerdictProperties:
+    def __init__(self, bldr: baml_py.ClassBuilder, properties: typing.Set[str]):
+        self.__bldr = bldr
+        self.__properties = properties # type: ignore (we know how to use this private attribute) # noqa: F821
+
+    
+    
+    @property
+    def reason(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("reason"))
+    
+    @property
+    def better(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("better"))
+    
+    @property
+    def score(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("score"))
     
     
 

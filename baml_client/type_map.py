@@ -19,6 +19,9 @@ type_map = {
     "types.ArchiveSummary": types.ArchiveSummary,
     "stream_types.ArchiveSummary": stream_types.ArchiveSummary,
 
+    "types.JudgeVerdict": types.JudgeVerdict,
+    "stream_types.JudgeVerdict": stream_types.JudgeVerdict,
+
     "types.OrchestratorDecision": types.OrchestratorDecision,
     "stream_types.OrchestratorDecision": stream_types.OrchestratorDecision,
 
@@ -31,6 +34,8 @@ type_map = {
     "types.ToolCall": types.ToolCall,
     "stream_types.ToolCall": stream_types.ToolCall,
 
+
+    "types.JudgeWinner": types.JudgeWinner,
 
     "types.OrchestratorAction": types.OrchestratorAction,
 

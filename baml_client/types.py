@@ -37,8 +37,13 @@ def get_checks(checks: typing.Dict[CheckName, Check]) -> typing.List[Check]:
 def all_succeeded(checks: typing.Dict[CheckName, Check]) -> bool:
     return all(check.status == "succeeded" for check in get_checks(checks))
 # #########################################################################
-# Generated enums (1)
+# Generated enums (2)
 # #########################################################################
+
+class JudgeWinner(str, Enum):
+    Reference = "Reference"
+    Candidate = "Candidate"
+    Tie = "Tie"
 
 class OrchestratorAction(str, Enum):
     NewAgent = "NewAgent"
@@ -46,12 +51,17 @@ class OrchestratorAction(str, Enum):
     Answer = "Answer"
 
 # #########################################################################
-# Generated classes (5)
+# Generated classes (6)
 # #########################################################################
 
 class ArchiveSummary(BaseModel):
     summary: str = Field(description='three to six sentences: what was asked, what was done, how it ended')
     key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
+
+class JudgeVerdict(BaseModel):
+    reason: str = Field(description='one or two sentences: what decided the verdict')
+    better: JudgeWinner
+    score: float = Field(description='from 0 to 1: how well the candidate answer does the task; 1 = fully, at least as well as the reference')
 
 class OrchestratorDecision(BaseModel):
     action: OrchestratorAction
@@ -92,12 +102,13 @@ JsonValue = typing_extensions.TypeAliasType("JsonValue", typing.Optional[typing.
 
 
 # #########################################################################
-# Model rebuilds (3)
+# Model rebuilds (4)
 # #########################################################################
 # Resolve string forward references now that every model above is defined so
 # class declaration order never breaks Pydantic construction (issue #793).
 # Recursive models are intentionally omitted (Pydantic resolves those lazily;
 # eagerly rebuilding them can recurse).
 ArchiveSummary.model_rebuild()
+JudgeVerdict.model_rebuild()
 OrchestratorDecision.model_rebuild()
 StepFrameIn.model_rebuild()
