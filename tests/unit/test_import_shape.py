@@ -16,7 +16,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("domain", "store", "semantic", "monikers", "tools", "profiles", "runtime", "api", "cli")
+PACKAGES = ("domain", "store", "semantic", "monikers", "tools", "profiles", "evals", "runtime", "api", "cli")
 
 
 def test_the_import_contracts_hold():
