@@ -32,6 +32,7 @@ import lancedb
 from store import vectors
 from store.actions import ActionQueue
 from store.conversations import Conversations
+from store.evals import EvalTables
 from store.maintenance import ensure_indexes, table_shape
 from store.schemas import DERIVED_COLUMNS, PRIMARY_KEYS, TABLES
 from store.search import ensure_search_indexes
@@ -96,6 +97,7 @@ class Store:
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
         self.turns = TurnTable(self.tables["turns"], self.writer)
         self.rate_ledger = RateLedger(self.tables["rate_ledger"], self.writer)
+        self.evals = EvalTables(self.tables, self.writer)  # eval sets, runs and scores (issue 29)
         self.vectors = None
         if embedding:
             name = vectors.table_name(embedding["dim"])

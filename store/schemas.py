@@ -238,17 +238,74 @@ RATE_LEDGER = _schema(
     ("updated_at", TS, False),
 )
 
+# Eval sets and runs (store/evals.py, issue 29): a frozen list of sessions, the
+# runs that replay them under changed settings, one row per (run, session) with
+# its replay's create payload and progress, and one row per (run, session, scorer).
+EVALSETS = _schema(
+    ("id", pa.string(), False),
+    ("name", pa.string(), False),
+    ("session_ids", pa.string(), False),  # JSON list, frozen at creation
+    ("from_iteration", pa.int64(), False),
+    ("search", pa.string(), True),  # the /api/search parameters it was resolved from, if any
+    ("created_at", TS, False),
+)
+
+EVAL_RUNS = _schema(
+    ("id", pa.string(), False),
+    ("evalset_id", pa.string(), False),
+    ("status", pa.string(), False),  # running | done | failed
+    ("request", pa.string(), True),  # {config, profile, moniker, tools, children, scorers, concurrency, judge}
+    ("total", pa.int64(), False),  # sessions in the run
+    ("owner", pa.string(), True),  # the agents.py worker driving it (a lease, renewed)
+    ("lease_until", TS, True),
+    ("error", pa.string(), True),
+    ("created_at", TS, False),
+    ("updated_at", TS, False),
+    ("finished_at", TS, True),
+)
+
+EVAL_RESULTS = _schema(
+    ("id", pa.string(), False),  # "<run_id>/<source_session_id>"
+    ("run_id", pa.string(), False),
+    ("evalset_id", pa.string(), False),
+    ("position", pa.int64(), False),  # the session's place in the set
+    ("source_session_id", pa.string(), False),
+    ("replay_session_id", pa.string(), False),  # assigned when the run is created
+    ("agent_id", pa.string(), True),
+    ("payload", pa.string(), True),  # the replay's create payload (api.replays.replay_payload)
+    ("status", pa.string(), False),  # pending | enqueued | scored | failed
+    ("replay_status", pa.string(), True),  # the replay session's status when it was scored
+    ("error", pa.string(), True),
+    ("created_at", TS, False),
+    ("updated_at", TS, False),
+)
+
+EVAL_SCORES = _schema(
+    ("id", pa.string(), False),  # "<run_id>/<source_session_id>/<scorer>": a re-score replaces
+    ("run_id", pa.string(), False),
+    ("evalset_id", pa.string(), False),
+    ("source_session_id", pa.string(), False),
+    ("replay_session_id", pa.string(), False),
+    ("scorer", pa.string(), False),
+    ("value", pa.float64(), True),
+    ("passed", pa.bool_(), True),
+    ("detail", pa.string(), True),  # JSON
+    ("created_at", TS, False),
+)
+
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
               conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS, summaries=SUMMARIES)
 TABLES.update(tool_catalog=TOOL_CATALOG, turns=TURNS, rate_ledger=RATE_LEDGER)
+TABLES.update(evalsets=EVALSETS, eval_runs=EVAL_RUNS, eval_results=EVAL_RESULTS, eval_scores=EVAL_SCORES)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
 # rows (measured: without the key, racing merge_inserts duplicated rows every time).
 PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", "workers": "worker_id",
                 "tool_calls": "id", "tool_catalog": "worker_id", "summaries": "id", "turns": "id",
-                "rate_ledger": "id"}
+                "rate_ledger": "id", "evalsets": "id", "eval_runs": "id", "eval_results": "id",
+                "eval_scores": "id"}
 
 # Scalar indexes that fit the queries: BITMAP for small closed sets (the queue's
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
@@ -314,4 +371,8 @@ JSON_COLUMNS = {
     "workers": {"maintenance"},
     "turns": {"trigger_ids", "usage", "summary_data"},
     "rate_ledger": {"shares"},
+    "evalsets": {"session_ids", "search"},
+    "eval_runs": {"request"},
+    "eval_results": {"payload"},
+    "eval_scores": {"detail"},
 }
