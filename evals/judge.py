@@ -146,27 +146,19 @@ def _with_usage(detail: dict, settings, info: CallInfo) -> dict:
     return detail
 
 
-async def llm_judge(source: dict, replay: dict, context: dict | None = None):
+async def llm_judge(source: dict, replay: dict, context: dict | None = None) -> dict:
     """The scorer: the source session's final answer is the reference, the
     replay's the candidate, the source's task the task.  ``context["judge"]`` is
-    the run's ``judge`` object (:class:`JudgeSpec`)."""
+    the run's ``judge`` object (:class:`JudgeSpec`).  Returns ``{"value",
+    "passed", "detail"}`` (the fields of evals/scorers.py's Score): this module
+    does not import the registry, which imports it."""
     raw = (context or {}).get("judge") or {}
     try:
         spec = JudgeSpec.model_validate(raw)
     except ValidationError as exc:
-        return _score({"value": None, "passed": None,
-                       "detail": {"error": "invalid judge settings: " + "; ".join(
-                           f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])}})
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        return {"value": None, "passed": None, "detail": {"error": f"invalid judge settings: {problems}"}}
     task = ((source or {}).get("snapshot") or {}).get("task") or ""
     llm = spec.llm.model_dump(exclude_none=True) if spec.llm else {}
-    return _score(await judge(task, final_answer(source), final_answer(replay), llm,
-                              criteria=spec.criteria, pass_threshold=spec.pass_threshold))
-
-
-def _score(result: dict):
-    """A :class:`evals.scorers.Score` when the scorer registry is there, else the dict."""
-    try:
-        from evals.scorers import Score
-    except ImportError:
-        return result
-    return Score(result["value"], result["passed"], result["detail"])
+    return await judge(task, final_answer(source), final_answer(replay), llm,
+                       criteria=spec.criteria, pass_threshold=spec.pass_threshold)

@@ -32,16 +32,9 @@ def record(task="Name the capital of France.", text=None, data=None, steps=()) -
     return {"snapshot": {"task": task, "result": result}, "steps": list(steps), "tool_calls": []}
 
 
-def as_dict(score) -> dict:
-    """A Score (once evals/scorers.py exists) or the plain dict."""
-    if isinstance(score, dict):
-        return score
-    return {"value": score.value, "passed": score.passed, "detail": score.detail}
-
-
 def llm_judge(server, source, replay, **spec):
     context = {"judge": {"llm": {"base_url": server.base_url, "model": "judge-model", "max_reasks": 1}, **spec}}
-    return as_dict(asyncio.run(judge_mod.llm_judge(source, replay, context)))
+    return asyncio.run(judge_mod.llm_judge(source, replay, context))
 
 
 def test_a_verdict_becomes_a_score_and_the_judge_sees_task_and_both_answers():
@@ -106,11 +99,9 @@ def test_a_server_error_ends_as_a_null_score():
 
 
 def test_invalid_judge_settings_are_a_null_score():
-    score = as_dict(asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"),
-                                                    {"judge": {"llm": {"temperature": 9}}})))
+    score = asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"), {"judge": {"llm": {"temperature": 9}}}))
     assert score["value"] is None and score["detail"]["error"].startswith("invalid judge settings: llm.temperature")
-    score = as_dict(asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"),
-                                                    {"judge": {"llm": {"api_key": "sk-x"}}})))
+    score = asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"), {"judge": {"llm": {"api_key": "sk-x"}}}))
     assert score["value"] is None and "api_key" in score["detail"]["error"]
 
 
