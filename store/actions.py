@@ -50,9 +50,16 @@ class ActionQueue:
 
     def enqueue(self, type: str, *, agent_id: str, session_id: str, payload: dict | None = None,
                 conversation_id: str | None = None, priority: int = 0) -> dict:
+        return self.enqueue_many(type, [(agent_id, session_id)], payload, conversation_id=conversation_id,
+                                 priority=priority)[0]
+
+    def enqueue_many(self, type: str, targets, payload: dict | None = None, *, conversation_id: str | None = None,
+                     priority: int = 0) -> list[dict]:
+        """One action of ``type`` carrying ``payload`` per ``(agent_id, session_id)``
+        of ``targets``, all in one commit (a bulk control: api/routes/bulk.py)."""
         if type not in TYPES:
             raise ValueError(f"unknown action type {type!r}")
-        row = {
+        rows = [{
             "id": str(ULID()),
             "created_at": codec.utcnow(),
             "type": type,
@@ -68,9 +75,9 @@ class ActionQueue:
             "lease_until": None,
             "attempts": 0,
             "error": None,
-        }
-        self.writer.append(self.name, [row])
-        return codec.decode(self.name, codec.encode(self.name, row))
+        } for agent_id, session_id in targets]
+        self.writer.append(self.name, rows)
+        return [codec.decode(self.name, codec.encode(self.name, row)) for row in rows]
 
     def get(self, action_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("id", action_id))

@@ -25,6 +25,16 @@ def _matches(row: dict, moniker: str | None, text: str | None) -> bool:
         needle = text.casefold()
         return any(needle in (row.get(k) or "").casefold() for k in ("name", "task", "agent_id", "session_id"))
     return True
+def _config_matches(config, profile: str | None, model: str | None) -> bool:
+    """A session config's profile name and LLM model, against the filters given."""
+    def part(key: str) -> dict:
+        value = config.get(key) if isinstance(config, dict) else None
+        return value if isinstance(value, dict) else {}
+    if profile is not None and part("profile").get("name") != profile:
+        return False
+    return model is None or part("llm").get("model") == model
+
+
 RESUMABLE = ("running", "waiting", "paused", "stopping")
 TIME_COLUMNS = ("created_at", "updated_at", "status_changed_at", "step_started_at", "heartbeat_at")
 
@@ -136,6 +146,32 @@ class StateTable:
         full = {r["session_id"]: r for r in query.rows(self.table, self.name, filters.in_ids("session_id", page),
                                                        limit=len(page))} if page else {}
         return {"agents": [full[s] for s in page if s in full], "total": len(rows), "counts": counts}
+
+    def latest_matching(self, *, status: str | None = None, moniker: str | None = None, text: str | None = None,
+                        agent_ids=None, profile: str | None = None, model: str | None = None) -> list[dict]:
+        """Every agent's latest session, picked as :meth:`agents` picks it, that
+        matches all the filters given: narrow rows (``LIST_COLUMNS``), oldest
+        first.  For bulk controls (api/routes/bulk.py).  ``agent_ids`` narrows
+        the read itself; ``profile`` and ``model`` are compared with the config's
+        ``profile.name`` and ``llm.model``, read only for the sessions the other
+        filters kept (in Python: neither ever reaches a filter string)."""
+        if agent_ids is not None and not agent_ids:
+            return []
+        where = filters.in_ids("agent_id", agent_ids) if agent_ids is not None else None
+        latest: dict[str, dict] = {}
+        for row in query.rows(self.table, self.name, where, columns=LIST_COLUMNS,
+                              order=[("created_at", False), ("session_id", False)]):
+            latest.setdefault(row["agent_id"], row)
+        rows = [r for r in latest.values() if _matches(r, moniker, text) and (not status or r["status"] == status)]
+        if profile is not None or model is not None:
+            configs = {}
+            for at in range(0, len(rows), 500):
+                chunk = [r["session_id"] for r in rows[at:at + 500]]
+                configs.update({sid: r.get("config") for sid, r in
+                                self.get_many(chunk, columns=("session_id", "config")).items()})
+            rows = [r for r in rows if _config_matches(configs.get(r["session_id"]), profile, model)]
+        rows.sort(key=AGENT_SORTS["oldest"][0])
+        return rows
 
     def adopt(self, session_id: str, new_owner: str, expected_owner: str | None,
               expected_updated_at=None) -> bool:
