@@ -8,8 +8,9 @@ Plugins come from two places:
   ``agentsvc.tools``).  A broken entry point is logged and skipped: a package
   someone installed must not take the service down.
 - **Modules the operator names** in ``AGENTSVC_PLUGINS``: a comma-separated
-  list of importable modules, each exposing ``MONIKERS`` and/or ``TOOLS`` (an
-  iterable of :class:`~monikers.frame.Moniker` / :class:`~tools.tool_registry.Tool`).
+  list of importable modules, each exposing ``MONIKERS``, ``TOOLS`` and/or ``SCORERS`` (an
+  iterable of :class:`~monikers.frame.Moniker` / :class:`~tools.tool_registry.Tool` /
+  :class:`~evals.scorers.Scorer`).
   It is read from the environment of agents.py and app.py at startup (both
   must see the same list: app.py validates a create's moniker and config),
   never from a request.  A module that cannot be imported, exposes neither
@@ -30,7 +31,7 @@ from typing import ClassVar, Generic, Iterable, TypeVar
 log = logging.getLogger("plugins")
 
 PLUGINS_ENV = "AGENTSVC_PLUGINS"
-PLUGIN_ATTRIBUTES = ("MONIKERS", "TOOLS")  # what a module named in AGENTSVC_PLUGINS may expose
+PLUGIN_ATTRIBUTES = ("MONIKERS", "TOOLS", "SCORERS")  # what a module named in AGENTSVC_PLUGINS may expose
 
 T = TypeVar("T")
 

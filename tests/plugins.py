@@ -17,6 +17,11 @@ Monikers:
 - ``sleepy``: a counter whose every step takes ``config.sleep_s`` (default 1)
   seconds, like a slow LLM call; for heartbeats and crashes mid-step.
 
+Scorers (evals/scorers.py):
+
+- ``answer_length``: the length of the replay's final answer (a plugin scorer,
+  for the eval tests).
+
 Tools:
 
 - ``add``: adds numbers.
@@ -39,6 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from domain.json_types import JsonInt
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext
 from tools.tool import Tool, ToolContext
+from evals.scorers import Score, Scorer
+from evals.judge import final_answer
 
 COUNT_DIR_ENV = "AGENTSVC_TOOL_COUNT_DIR"
 
@@ -181,3 +188,10 @@ FAIL = Tool("fail", "Test tool: fails on purpose with `message`.", fail_run, Fai
 
 MONIKERS = (CHAOS, SLEEPY)
 TOOLS = (ADD, SLEEP_COUNT, SLEEP_COUNT_IDEMPOTENT, REPEAT, FAIL)
+
+
+def answer_length(source: dict, replay: dict, context: dict) -> Score:
+    return Score(float(len(final_answer(replay))), None, {"source": len(final_answer(source))})
+
+
+SCORERS = (Scorer("answer_length", "Test scorer: characters of the replay's final answer.", answer_length),)
