@@ -6,6 +6,7 @@ Errors come back as :class:`ApiFailure` carrying the service's
 from domain.statuses import ACTION_FINISHED
 import os
 import time
+from urllib.parse import quote
 
 import requests
 
@@ -19,6 +20,11 @@ class ApiFailure(Exception):
     def __init__(self, exit_code: int, code: str, message: str, status: int | None = None):
         super().__init__(message)
         self.exit_code, self.code, self.message, self.status = exit_code, code, message, status
+
+
+def _seg(some_id: str) -> str:
+    """An id as one path segment: whatever was typed cannot reach another route."""
+    return quote(str(some_id), safe="")
 
 
 def default_url() -> str:
@@ -137,6 +143,45 @@ class Client:
                 raise ApiFailure(TIMEOUT, "timeout", f"action {action_id} still {action['status']} after {timeout_s}s")
             time.sleep(pause)
             pause = min(pause * 1.5, 0.5)
+
+    # ---- replay, diff, evals --------------------------------------------------
+
+    def replay(self, session_id: str, body: dict) -> dict:
+        """Replay a recorded session: the 202 answer (a new session, like a create)."""
+        return self.post(f"/api/sessions/{_seg(session_id)}/replay", body)
+
+    def diff(self, session_id: str, against: str) -> dict:
+        return self.get(f"/api/sessions/{_seg(session_id)}/diff", against=against)
+
+    def create_evalset(self, body: dict) -> dict:
+        return self.post("/api/evalsets", body)
+
+    def evalsets(self, limit: int = 100) -> dict:
+        return self.get("/api/evalsets", limit=limit)
+
+    def evalset(self, evalset_id: str) -> dict:
+        return self.get(f"/api/evalsets/{_seg(evalset_id)}")
+
+    def start_eval_run(self, evalset_id: str, body: dict) -> dict:
+        return self.post(f"/api/evalsets/{_seg(evalset_id)}/runs", body)
+
+    def eval_runs(self, evalset_id: str) -> dict:
+        """The set's runs side by side: ``{runs, sessions, ...}``."""
+        return self.get(f"/api/evalsets/{_seg(evalset_id)}/runs")
+
+    def eval_run(self, run_id: str) -> dict:
+        return self.get(f"/api/evalruns/{_seg(run_id)}")
+
+    def wait_eval_run(self, run_id: str, timeout_s: float, poll_s: float = 1.0) -> dict:
+        """Poll until the run is no longer running."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self.eval_run(run_id)
+            if run.get("status") != "running":
+                return run
+            if time.monotonic() > deadline:
+                raise ApiFailure(TIMEOUT, "timeout", f"eval run {run_id} still running after {timeout_s}s")
+            time.sleep(poll_s)
 
     # ---- conversations -----------------------------------------------------
 

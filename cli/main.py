@@ -10,6 +10,9 @@
     agentsvc pause <session or agent id>
     agentsvc waiting                  # open questions and approvals
     agentsvc answer <session or agent id> "Paris"
+    agentsvc replay <session id> --config '{"llm": {"model": "gpt-4o"}}'
+    agentsvc diff <replay id> --against <session id>
+    agentsvc eval create|list|run|show   # eval sets and runs
 
 Commands that talk to a service find it at --url (AGENTSVC_URL, default
 http://127.0.0.1:8765) and send ``AGENTSVC_API_TOKEN`` as the bearer token.
@@ -24,7 +27,7 @@ import sys
 
 import click
 
-from cli import render
+from cli import evals, render
 from cli.client import FAILED, NOT_FOUND, UNREACHABLE, ApiFailure, Client
 from cli.options import parse_config, remote
 from cli.sse import follow as follow_stream
@@ -397,6 +400,10 @@ def waiting(api, as_json, kind, agent_id, session_id, limit, offset):
              render.short(w.get("question") or f"{w['tool']} {json.dumps(w.get('args'))}", 60)]
             for w in found["waiting"]]
     render.table(f"{found['total']} waiting", ["kind", "tool call", "session", "name", "since", "what"], rows)
+
+
+for _command in evals.COMMANDS:  # replay, diff, eval (cli/evals.py)
+    cli.add_command(_command)
 
 
 def main(argv=None) -> int:
