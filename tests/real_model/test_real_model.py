@@ -73,10 +73,20 @@ def finish(svc: Service, session_id: str, timeout: float = FLOW_TIMEOUT_S) -> di
                     interval=0.5, what=f"session {session_id} to finish")
 
 
+def consistent_record(svc: Service, session_id: str) -> tuple[dict, list[dict]]:
+    """A snapshot and the steps it holds.  The snapshot is saved behind the
+    steps (up to ``snapshot_every_s`` behind while a session steps), so the two
+    are read until the snapshot has caught up with the newest step read."""
+    def read():
+        steps = svc.steps(session_id)
+        snap = svc.session(session_id)
+        return steps and snap["iteration"] == steps[-1]["iteration"] and (snap, steps)
+    return wait_for(read, timeout=60, interval=0.2, what=f"a snapshot of {session_id} holding its steps")
+
+
 def check_record(svc: Service, session_id: str) -> list[dict]:
     """What the service promises of a session whatever its model wrote; returns its steps."""
-    snap, steps = svc.session(session_id), svc.steps(session_id)
-    assert steps, "the session made no step"
+    snap, steps = consistent_record(svc, session_id)
     assert [s["iteration"] for s in steps] == list(range(steps[0]["iteration"], steps[0]["iteration"] + len(steps)))
     for step in steps:
         assert step["status"] in ("ok", "done", "error"), step
