@@ -35,3 +35,13 @@ def test_js_client_receives_live_steps(node, shared_service):
     persisted = {s["id"]: s["iteration"] for s in shared_service.steps(made["session_id"])}
     assert all(persisted[s["id"]] == s["iteration"] for s in steps), "a live step that is not in LanceDB"
     shared_service.control(made["agent_id"], "destroy")
+
+
+def test_timeline_window_logic_in_node(node):
+    """web/static/js/components/step_window.js and core/debounce.js, unit-tested in
+    node (tests/js/step_window.test.mjs: random sequences of lost, late and repeated
+    live steps and catch-ups, several seeds; the debounce's maximum wait)."""
+    run = subprocess.run([node, "--test", "step_window.test.mjs"], cwd=JS, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "# fail 0" in run.stdout

@@ -2,76 +2,94 @@
 // (pause, resume, guidance, destroy: when, and whether they applied) between
 // them at the time they were made.
 //
-// Paging: the newest page is read first; older pages are read when the end of
-// the list scrolls into view, each page once (the cursor is the lowest
-// iteration shown; iterations of a session have no gaps).  Live steps join at
-// the top; a gap (a live step beyond the newest shown) is filled from HTTP.
-// Follow: while the top of the timeline is in view new steps simply appear
-// there; when you have scrolled down, a "jump to latest" button counts them.
-// Reveal: a link to one step (#/session/ID?iteration=N, from search) pages older
-// steps in until that step is shown, then marks it and scrolls to it.
+// Which steps are shown is a StepWindow (step_window.js): one contiguous run
+// of iterations, keyed by iteration, at most about MAX of them in the page.
+// This file draws it: every change of the window is reconciled with the DOM by
+// key (a step's node is made once and kept; an action's is made again only
+// when its outcome or place changes), so nothing is redrawn under the reader.
+// Hand-written rather than a rendering library: steps never change once
+// recorded, so keyed rendering is a Map and a sorted insert; and other
+// components decorate this same list (turn headers, tool calls, fork buttons,
+// through core/registry.js), which a library owning the list would undo.
+//
+// Reading: the newest page first (or, for a link to one step, the page around
+// it, by iteration range); older pages as the end of the list nears the view,
+// newer ones as its top does when the window is not at the newest.  Live steps
+// join at the top; one ahead of the window waits while every missing range is
+// read (no debounce: a step every 65 ms never holds the reads back).
+// Follow: while the top is in view new steps appear there; scrolled away, a
+// "jump to latest" button counts them.  A link (#/session/ID?iteration=N, from
+// search) shows that step, marks it and scrolls to it.
 import { get } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
-import { attemptCounts, errorBlock, money, reasonWords, stepNumber, tokens, when } from "../core/format.js";
-import { stepParts, timelineHooks } from "../core/registry.js";
-import { jsonView } from "./json_view.js";
+import { stepNumber } from "../core/format.js";
+import { timelineHooks } from "../core/registry.js";
+import { actionNode, stepNode } from "./step_node.js";
+import { StepWindow } from "./step_window.js";
 
 const PAGE = 100;
 const FIRST_PAGE = 50;
+const MAX = 300;        // steps kept in the page; beyond, those far from the view are dropped
+const RANGES = 10;      // missing ranges read at once
+const pad = (i) => String(i).padStart(12, "0");
+// A read in the background that fails (app.py restarting) is dropped: the
+// catch-up on reconnect, or the next live step, reads it again.
+const quietly = (promise) => promise.catch((err) => console.warn("timeline read failed:", err.message));
+const stepKey = (i) => `${pad(i)}|s`;
 
 export function timeline() {
   const list = h("ol.timeline", { dataset: { testid: "steps" }, "aria-label": "Steps, newest first" });
-  const sentinel = h("div.sentinel", { "aria-hidden": "true" });
+  const top = h("div.sentinel", { "aria-hidden": "true" });
+  const bottom = h("div.sentinel", { "aria-hidden": "true" });
   const status = h("p.empty", { dataset: { testid: "timeline-status" } });
   const jump = h("button.jump", { type: "button", hidden: true, dataset: { testid: "jump-latest" },
-    onclick: () => { list.scrollIntoView({ block: "start" }); jump.hidden = true; unseen = 0; } });
+    onclick: () => quietly(jumpLatest()) });
   const older = h("button", { type: "button", hidden: true, dataset: { testid: "load-older" },
-    onclick: () => loadOlder() }, "Load older steps");
-  const root = h("div.timeline-wrap", jump, list, status, older, sentinel);
+    onclick: () => quietly(loadOlder()) }, "Load older steps");
+  const origin = h("p.hint", { hidden: true, dataset: { testid: "fork-origin" } });
+  const root = h("div.timeline-wrap", jump, top, list, status, older, origin, bottom);
 
-  let session = null;      // snapshot, for step parts
+  const model = new StepWindow();
+  const nodes = new Map();        // iteration -> its <li>
+  const actionNodes = new Map();  // action id -> its <li>
+  let actions = new Map();        // action id -> action (all read; drawn when their steps are)
+  let session = null;             // snapshot, for step parts
   let sessionId = null;
-  let loaded = false;      // the first read is done (before it, live steps wait for it)
-  let lo = null;           // lowest iteration shown (null: none yet)
-  let loKey = "";          // sort key of that step
-  const waiting = [];      // live steps that arrived before the first read finished
-  let catchUpLater = () => {};
-  let hi = -1;             // highest iteration shown; everything in [lo, hi] is shown
-  let loadingOlder = null;
-  let actions = new Map(); // action id -> action (all read; drawn once in range)
+  let generation = 0;             // bumps on reset, so answers for an old view are dropped
+  let busy = {};                  // reads in flight: older, newer, gaps
+  let aim = null;                 // a linked step the next catch-up reads directly
   let unseen = 0;
-  let generation = 0;      // bumps on reset, so answers for an old view are dropped
-  const fetched = new Set(); // cursors of older pages already asked for
 
   const observer = new IntersectionObserver((entries) => {
-    if (entries.some((e) => e.isIntersecting)) loadOlder();
+    for (const e of entries) {
+      if (!e.isIntersecting) continue;
+      if (e.target === bottom) quietly(loadOlder());
+      else if (!model.following) quietly(loadNewer());
+    }
   }, { rootMargin: "600px" });
-  observer.observe(sentinel);
+  observer.observe(top);
+  observer.observe(bottom);
 
   function reset(id) {
     sessionId = id;
-    loaded = false;
-    waiting.length = 0;
-    lo = null;
-    loKey = "";
-    hi = -1;
-    unseen = 0;
+    session = null;
     generation += 1;
-    loadingOlder = null;
+    busy = {};
+    aim = null;
+    unseen = 0;
+    model.reset();
     actions = new Map();
-    fetched.clear();
-    jump.hidden = true;
-    older.hidden = true;
+    nodes.clear();
+    actionNodes.clear();
     replace(list);
-    status.textContent = "Loading steps…";
+    replace(origin);
+    decorate();
   }
 
   const topInView = () => list.getBoundingClientRect().top > -40;
-
-  function keyOf(item) {
-    return item.kind === "step" ? `${item.created_at}|s|${String(item.iteration).padStart(12, "0")}`
-      : `${item.created_at}|a|${item.id}`;
-  }
+  const scope = (extra) => ({ session_id: sessionId, ...extra });
+  const readSteps = (params) => get("/api/agent-steps", scope(params))
+    .catch((err) => { if (err.status === 404) return { steps: [] }; throw err; });  // create still queued
 
   // Insert in descending key order; the common cases (newest at the top, an
   // older page at the bottom) touch only the ends of the list.
@@ -87,154 +105,238 @@ export function timeline() {
     list.append(node);
   }
 
-  function addSteps(steps, live = false) {
-    const wasTop = topInView();
-    for (const step of steps) {
-      if (lo !== null && step.iteration >= lo && step.iteration <= hi) continue;  // shown already
-      const node = stepNode(step);
+  // Make the DOM hold exactly the window's steps, and the actions between them.
+  function sync(live = false) {
+    const wasTop = live && topInView();
+    for (const [i, node] of nodes) {
+      if (!model.has(i)) { node.remove(); nodes.delete(i); }
+    }
+    let added = 0;
+    for (const [i, step] of model.shown) {
+      if (nodes.has(i)) continue;
+      const node = stepNode(step, stepKey(i), session);
+      nodes.set(i, node);
       place(node);
-      if (lo === null || step.iteration < lo) {
-        lo = step.iteration;
-        loKey = node.dataset.key;
-      }
-      hi = Math.max(hi, step.iteration);
-      if (live && !wasTop) unseen += 1;
+      added += 1;
     }
-    if (unseen) {
-      jump.hidden = false;
-      jump.textContent = `↑ ${unseen} new step${unseen > 1 ? "s" : ""} — jump to latest`;
-    }
+    if (live && !wasTop && model.following) unseen += added;
     drawActions();
-    status.textContent = lo === null ? "No steps yet — the first one appears here as soon as it is taken." : "";
-    older.hidden = lo === null || lo === 0;
-    timelineHooks.forEach((hook) => hook({ list, sessionId }));
+    decorate();
+    if (added || live) timelineHooks.forEach((hook) => hook({ list, sessionId }));
   }
 
-  function stepNode(step) {
-    const usage = step.usage;
-    const li = h("li.step." + step.status, { dataset: { key: keyOf({ ...step, kind: "step" }), iteration: step.iteration,
-      testid: "step" } },
-    h("div.step-head", h("strong", `Step ${stepNumber(step.iteration)}`), " · ", when(step.created_at),
-      step.latency_ms != null ? ` · ${Math.round(step.latency_ms)} ms` : "",
-      step.attempts > 1 ? ` · ${step.attempts} attempts` : "",
-      step.status !== "ok" ? h("span.step-status", " · " + (step.status === "done" ? "done" : step.status)) : null),
-    step.text ? h("div.step-text", step.text) : null,
-    step.error ? errorBlock(step.error, "step-error") : null,
-    (step.guidance || []).map((g) => h("div.guidance", g.source && g.source.conversation_id
-      ? `guidance (message from ${g.source.sender || "user"}): ` : "guidance: ", g.text)),
-    step.notes ? h("div.notes", step.notes) : null,
-    usage ? h("div.usage", `${tokens(usage.input_tokens)} in · ${tokens(usage.output_tokens)} out tokens` +
-      (usage.cost != null ? ` · ${money(usage.cost)}` : "") + failedWords(usage) +
-      (usage.rate_wait_ms ? ` · waited ${(usage.rate_wait_ms / 1000).toFixed(1)} s for the model's rate limit` : ""))
-      : null,
-    stepParts.map((part) => part(step, { session })),
-    h("div.step-json", jsonView("state", step.state), jsonView("data", step.data),
-      jsonView("usage", usage), jsonView("inputs", { step: step.step_token, guidance: step.guidance },
-        "step-inputs"), h("span.hint", `${step.step_token ?? ""} → ${step.next_step_token ?? ""}`)));
-    return li;
-  }
-
-  // " · 2 failed attempts (1,200 tokens)", when the step's model calls had any.
-  function failedWords(usage) {
-    const { failed, failedTokens } = attemptCounts(usage);
-    return failed ? ` · ${failed} failed attempt${failed > 1 ? "s" : ""} (${tokens(failedTokens)} tokens)` : "";
-  }
-
-  // An action is drawn once the steps around its time are shown.
-  function drawActions() {
-    const floor = lo === 0 || lo === null ? "" : loKey;
-    for (const action of actions.values()) {
-      if (action.drawn || action.type === "create") continue;
-      const key = keyOf({ ...action, kind: "action" });
-      if (key < floor) continue;
-      action.drawn = true;
-      place(actionNode(action, key));
+  // An action goes just above the newest shown step made at or before it (steps
+  // are sorted by iteration, not by clock); it is drawn only when the steps
+  // around it are shown.
+  function actionKey(a) {
+    if (a.type === "create" || !model.size) return null;
+    let lo = model.lo, hi = model.hi, anchor = null;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if ((model.step(mid).created_at || "") <= (a.created_at || "")) { anchor = mid; lo = mid + 1; } else hi = mid - 1;
     }
+    if (anchor === null) return model.lo === model.floor ? `${pad(model.lo)}|a|${a.created_at}|${a.id}` : null;
+    if (anchor === model.hi && !model.following) return null;  // it may follow steps not shown
+    return `${pad(anchor)}|t|${a.created_at}|${a.id}`;
   }
 
-  function actionNode(a, key) {
-    const what = {
-      pause: "Pause", resume: "Resume", destroy: "Destroy", interrupt: "Guidance",
-    }[a.type] || a.type;
-    const payload = a.payload || {};
-    const extra = a.type === "interrupt" ? `: “${payload.guidance || ""}”`
-      : a.type === "resume" && (payload.budget_tokens || payload.budget_cost)
-        ? ` with the budget raised to ${[payload.budget_tokens && tokens(payload.budget_tokens) + " tokens",
-          payload.budget_cost && money(payload.budget_cost)].filter(Boolean).join(" and ")}` : "";
-    const outcome = a.status === "done" ? "applied" : a.status === "failed" ? "failed" : "waiting to apply";
-    return h("li.action." + a.status, { id: "action-" + a.id, dataset: { key, testid: "action" } },
-      h("div.step-head", h("strong", what + extra), " · ", outcome, " · ", when(a.created_at)),
-      a.status === "failed" && a.error ? errorBlock(a.error, "step-error") : null);
+  function drawActions() {
+    for (const a of actions.values()) {
+      const key = actionKey(a);
+      const node = actionNodes.get(a.id);
+      if (node && node.dataset.key === key) continue;
+      if (node) { node.remove(); actionNodes.delete(a.id); }
+      if (key === null) continue;
+      const fresh = actionNode(a, key);
+      actionNodes.set(a.id, fresh);
+      place(fresh);
+    }
   }
 
   function upsertAction(action) {
     const known = actions.get(action.id);
-    action = { ...(known || {}), ...action, payload: action.payload || (known && known.payload) };
-    actions.set(action.id, { ...action, drawn: known ? known.drawn : false });
-    const node = document.getElementById("action-" + action.id);
-    if (node) node.replaceWith(actionNode(action, node.dataset.key));
-    else drawActions();
-  }
-
-  function onStep(step) {
-    if (step.session_id !== sessionId) return;
-    if (!loaded) return void waiting.push(step);
-    if (step.iteration <= hi) return;
-    if (step.iteration === hi + 1) addSteps([step], true);
-    else catchUpLater();
-  }
-
-  // Reads the steps after the newest shown.  The page catches up on every
-  // (re)connect and view change, so two reads can be in flight at once; each
-  // judges its answer by the `hi` it asked from, not by what the other one has
-  // drawn meanwhile (else the later answer to a first read looks like "a page
-  // of new steps" and the whole list is redrawn under the reader).
-  async function loadNewest() {
-    const mine = generation;
-    const since = hi;
-    const [steps, acts] = await Promise.all([
-      get("/api/agent-steps", { session_id: sessionId, order: "desc", limit: FIRST_PAGE,
-        min_iteration: since >= 0 ? since + 1 : undefined })
-        .catch((err) => { if (err.status === 404) return { steps: [] }; throw err; }),  // create still queued
-      get("/api/actions", { session_id: sessionId, limit: 500 }),
-    ]);
-    if (mine !== generation) return;
-    if (since >= 0 && steps.steps.length === FIRST_PAGE) {
-      // More new steps than a page: start again from the newest (older ones page in on scroll).
-      const id = sessionId;
-      reset(id);
+    actions.set(action.id, { ...(known || {}), ...action, payload: action.payload || (known && known.payload) });
+    const node = actionNodes.get(action.id);
+    if (node && (!known || known.status !== action.status || known.error !== action.error)) {
+      node.remove();  // drawn again with its outcome
+      actionNodes.delete(action.id);
     }
-    acts.actions.forEach((a) => actions.has(a.id) ? upsertAction(a) : actions.set(a.id, a));
-    addSteps(steps.steps, hi >= 0);
-    loaded = true;
-    const early = waiting.splice(0);  // live steps that came during the read
-    early.forEach((step) => onStep(step));
+  }
+
+  // The words and buttons around the list.
+  function decorate() {
+    status.textContent = !model.started ? "Loading steps…"
+      : model.size ? "" : "No steps yet — the first one appears here as soon as it is taken.";
+    older.hidden = !model.size || model.lo <= model.floor;
+    const newer = model.following ? unseen : model.newer;
+    jump.hidden = model.following ? !unseen : !model.started;
+    jump.textContent = newer ? `↑ ${newer} new${model.following ? "" : "er"} step${newer > 1 ? "s" : ""} — jump to latest`
+      : "↑ jump to latest";
+    const from = session && session.forked_from;
+    origin.hidden = !(from && model.size && model.lo <= model.floor);
+    if (from && !origin.hidden && !origin.firstChild) {
+      replace(origin, `Steps up to step ${stepNumber(from.iteration)} are in `,
+        h("a", { href: `#/session/${from.session_id}?iteration=${from.iteration}` }, "the session it was forked from"),
+        ".");
+    }
+  }
+
+  // Bound the page: drop steps from `end` ("old" or "new") while there are too
+  // many and they lie far from the view (never the ones being read).
+  function trim(end) {
+    const far = 2 * window.innerHeight;
+    while (model.size > MAX) {
+      const node = nodes.get(end === "old" ? model.lo : model.hi);
+      const r = node && node.getBoundingClientRect();
+      if (r && r.height && r.bottom > -far && r.top < window.innerHeight + far) return false;
+      model.drop(end);
+    }
+    return true;
+  }
+
+  // After steps were offered at the newest end: draw, and read what is missing.
+  function advance(live = false) {
+    if (model.tooFar()) {
+      if (topInView()) {  // the reader follows: start again at the newest
+        quietly(readNewest(true));
+      } else {
+        model.detach();
+      }
+    } else if (model.gaps().length) {
+      quietly(fillGaps());
+    }
+    if (!trim("old")) trim("new");
+    sync(live);
+  }
+
+  // The newest page: after the newest shown step, or (`restart`: the reader
+  // follows but is too far behind to read the gap) the window starts again there.
+  function readNewest(restart = false) {
+    if (restart && busy.restart) return busy.restart;
+    const mine = generation;
+    const mineBusy = busy;
+    const since = model.started && !restart ? model.hi : -1;
+    const read = readSteps({ order: "desc", limit: FIRST_PAGE, min_iteration: since >= 0 ? since + 1 : undefined })
+      .then((page) => {
+        if (mine !== generation) return;
+        if (!model.started || restart) model.start(page.steps);
+        else if (model.following) model.offer(page.steps);
+        else page.steps.forEach((s) => model.note(s.iteration));
+        advance();
+      });
+    if (restart) mineBusy.restart = read.catch(() => {}).finally(() => { mineBusy.restart = null; });
+    return read;
+  }
+
+  // Read every missing range (again, while live steps open new ones), each
+  // once per round; a range not readable yet is tried again a little later.
+  function fillGaps() {
+    if (busy.gaps) return busy.gaps;
+    const mine = generation;
+    const mineBusy = busy;
+    mineBusy.gaps = (async () => {
+      for (let stuck = 0; stuck < 4 && mine === generation;) {
+        const gaps = model.gaps().slice(0, RANGES);
+        if (!gaps.length || model.tooFar()) break;
+        const before = model.hi;
+        const pages = await Promise.all(gaps.map(([from, to]) =>
+          readSteps({ min_iteration: from, max_iteration: to, limit: Math.min(to - from + 1, 1000) })));
+        if (mine !== generation) return;
+        pages.forEach((page) => model.offer(page.steps));
+        if (model.hi === before) {
+          stuck += 1;
+          await new Promise((done) => setTimeout(done, 250 * stuck));
+        }
+        sync();
+      }
+    })().finally(() => { mineBusy.gaps = null; if (mine === generation && model.tooFar()) advance(); });
+    return mineBusy.gaps;
   }
 
   function loadOlder() {
-    if (loadingOlder || lo === null || lo === 0 || fetched.has(lo)) return loadingOlder;
-    const cursor = lo;
+    if (busy.older || !model.size || model.lo <= model.floor) return busy.older || Promise.resolve();
     const mine = generation;
-    fetched.add(cursor);
-    loadingOlder = get("/api/agent-steps", { session_id: sessionId, order: "desc", limit: PAGE,
-      max_iteration: cursor - 1 })
-      .then((page) => { if (mine === generation) addSteps(page.steps); })
-      .finally(() => { if (mine === generation) loadingOlder = null; });
-    return loadingOlder;
+    const mineBusy = busy;
+    const cursor = model.lo;
+    mineBusy.older = readSteps({ order: "desc", limit: PAGE, max_iteration: cursor - 1 })
+      .then((page) => {
+        if (mine !== generation) return;
+        if (!page.steps.length && model.lo === cursor) model.floor = cursor;  // nothing older (a fork's first step)
+        model.merge(page.steps);
+        trim("new");
+        sync();
+      })
+      .finally(() => { mineBusy.older = null; });
+    return mineBusy.older;
   }
 
-  // Show step `iteration` (paging older steps in as needed), mark it (and the
-  // tool call `callId` inside it, when given) as the linked one, scroll to it.
+  function loadNewer() {
+    if (busy.newer || model.following || !model.started) return busy.newer || Promise.resolve();
+    const mine = generation;
+    const mineBusy = busy;
+    const cursor = model.hi;
+    mineBusy.newer = readSteps({ limit: PAGE, min_iteration: cursor + 1 })
+      .then((page) => {
+        if (mine !== generation) return;
+        model.merge(page.steps);
+        if (page.steps.length < PAGE) model.following = true;  // it reached the newest: follow again
+        trim("old");
+        sync();
+        if (model.following) quietly(readNewest());  // what came while it read
+      })
+      .finally(() => { mineBusy.newer = null; });
+    return mineBusy.newer;
+  }
+
+  // Show the newest steps and scroll to them.
+  async function jumpLatest() {
+    unseen = 0;
+    if (!model.following) {
+      model.clear();
+      replace(list);
+      nodes.clear();
+      actionNodes.clear();
+      await readNewest();
+    }
+    decorate();
+    list.scrollIntoView({ block: "start" });
+  }
+
+  // The page of steps around `iteration`, read by iteration range: the window
+  // starts there.  False when the session has no such step.
+  async function showAround(iteration) {
+    const mine = generation;
+    const from = Math.max(model.floor, iteration - PAGE / 2);
+    const page = await readSteps({ min_iteration: from, limit: PAGE });
+    if (mine !== generation || !page.steps.some((s) => s.iteration === iteration)) return false;
+    model.start(page.steps, { following: page.steps.length < PAGE });
+    sync();
+    return true;
+  }
+
+  // Catch up: the newest steps (or a linked step's page) and the actions.
+  async function catchUp() {
+    const mine = generation;
+    const acts = get("/api/actions", { session_id: sessionId, limit: 500 }).catch(() => null);
+    const target = aim;
+    aim = null;
+    const inFirstPage = target !== null && target > model.last - FIRST_PAGE && (model.following || !model.started);
+    if (target !== null && !model.has(target) && !inFirstPage) await showAround(target);
+    if (mine !== generation) return;
+    if (!model.started || model.following) await readNewest();
+    const answer = await acts;
+    if (mine !== generation || !answer) return;
+    answer.actions.forEach((a) => upsertAction(a));
+    sync();
+  }
+
+  // Show step `iteration` (reading its page when it is not shown), mark it (and
+  // the tool call `callId` inside it, when given) as the linked one, scroll to it.
   async function reveal(iteration, callId) {
     const mine = generation;
-    while (lo !== null && iteration < lo && mine === generation) {
-      const before = lo;
-      await loadOlder();
-      if (lo === before) break;  // nothing older came: the step does not exist
-    }
-    if (mine !== generation) return false;
-    const node = list.querySelector(`li.step[data-iteration="${iteration}"]`);
-    if (!node) return false;
+    if (!model.has(iteration) && iteration >= model.floor) await showAround(iteration);
+    const node = nodes.get(iteration);
+    if (mine !== generation || !node) return false;
     list.querySelectorAll(".linked").forEach((n) => n.classList.remove("linked"));
     node.classList.add("linked");
     const call = callId ? node.querySelector(`[data-call="${CSS.escape(callId)}"]`) : null;
@@ -245,19 +347,32 @@ export function timeline() {
     return true;
   }
 
+  function onStep(step) {
+    if (step.session_id !== sessionId) return;
+    model.offer([step]);
+    advance(true);
+  }
+
   return {
     root,
     reset,
     reveal,
-    setSession: (s) => (session = s),
-    catchUp: loadNewest,
-    onStep(step, scheduleCatchUp) {
-      catchUpLater = scheduleCatchUp;
-      onStep(step);
+    catchUp,
+    // The next catch-up reads the page of this step (a link to it) instead of the newest.
+    aim(iteration) { aim = iteration; },
+    setSession(s) {
+      session = s;
+      if (!s || s.session_id !== sessionId) return;
+      if (s.iteration >= 0) model.note(s.iteration);
+      if (s.forked_from && model.floor === 0) model.setFloor(s.forked_from.iteration + 1);
+      decorate();
     },
+    onStep,
     onAction(action) {
-      if (action.session_id === sessionId) upsertAction(action);
+      if (action.session_id !== sessionId) return;
+      upsertAction(action);
+      drawActions();
     },
-    get size() { return list.querySelectorAll("li.step").length; },
+    get size() { return nodes.size; },
   };
 }

@@ -6,13 +6,13 @@
 // carry {stream, seq, epoch}: a gap in seq or a new epoch (app.py restarted)
 // triggers another catch-up.  "step_delta" (a step's model output while it is
 // generated) is live only: nothing to catch up on, so its seq is not watched.
+import { debouncer } from "./debounce.js";
 import { $ } from "./dom.js";
 import { liveHandlers } from "./registry.js";
 
 const EPHEMERAL = ["step_delta"];
 const streams = new Map();
 let rooms = [];
-let catchUpTimer = null;
 let current = null;  // {rooms(), catchUp(), on}
 let socket = null;
 
@@ -72,10 +72,9 @@ function sequenced(event) {
   if (last && (last.epoch !== event.epoch || event.seq !== last.seq + 1)) scheduleCatchUp();
 }
 
-export function scheduleCatchUp(delay = 200) {
-  clearTimeout(catchUpTimer);
-  catchUpTimer = setTimeout(catchUp, delay);
-}
+// Catch up soon: a burst of gaps makes one catch-up, at most a second after
+// the first of them (core/debounce.js).
+export const scheduleCatchUp = debouncer(() => catchUp());
 
 async function catchUp() {
   if (current && current.catchUp) await current.catchUp();

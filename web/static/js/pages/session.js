@@ -273,10 +273,12 @@ registerPage({
     const linked = linkedOf(params.query);
     if (params.id === current.id) {
       current.linked = linked;  // the catch-up that follows shows it
+      if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);  // reading its page directly
       return;
     }
     current = { id: params.id, snapshot: null, linked };
     ui.steps.reset(params.id);
+    if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);
     ui.generating.reset(params.id);
     ui.record.reset(params.id);
     ui.body.hidden = true;  // nothing of the previous session stays on screen
