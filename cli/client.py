@@ -150,8 +150,9 @@ class Client:
         """Replay a recorded session: the 202 answer (a new session, like a create)."""
         return self.post(f"/api/sessions/{_seg(session_id)}/replay", body)
 
-    def diff(self, session_id: str, against: str) -> dict:
-        return self.get(f"/api/sessions/{_seg(session_id)}/diff", against=against)
+    def diff(self, session_id: str, against: str, **params) -> dict:
+        """``session_id`` (side b) step by step against ``against`` (side a); params: from_iteration, limit."""
+        return self.get(f"/api/sessions/{_seg(session_id)}/diff", against=against, **params)
 
     def create_evalset(self, body: dict) -> dict:
         return self.post("/api/evalsets", body)

@@ -123,12 +123,15 @@ def wait_session(api: Client, session_id: str, timeout_s: float) -> dict:
 
 @click.command()
 @click.argument("ident", metavar="ID")
-@click.option("--against", required=True, metavar="ID", help="the session to compare with (same lineage)")
+@click.option("--against", required=True, metavar="ID", help="the session to compare with (same lineage): side a")
+@click.option("--from-iteration", type=click.IntRange(0), help="the first iteration compared")
+@click.option("-n", "--limit", type=click.IntRange(1, 2000), help="iterations compared at most (default 1000)")
 @click.option("--changed", is_flag=True, help="show only the iterations that differ")
 @remote
-def diff(api: Client, as_json, ident, against, changed):
-    """Compare two sessions of one lineage step by step (a replay against its source)."""
-    found = api.diff(ident, against)
+def diff(api: Client, as_json, ident, against, from_iteration, limit, changed):
+    """Compare two sessions of one lineage step by step: ID (side b, e.g. a replay)
+    against another (side a, e.g. its source)."""
+    found = api.diff(ident, against, from_iteration=from_iteration, limit=limit)
     render.as_json(found) if as_json else render_evals.diff(found, only_changed=changed)
 
 
@@ -187,18 +190,20 @@ def eval_list(api: Client, as_json, limit):
 @click.option("--scorer", "scorers", multiple=True, required=True, metavar="NAME",
               help="a scorer (final_equal, final_contains, final_json_equal, tool_sequence_equal, divergence_step, "
                    "steps, tokens, cost, errors, llm_judge, or a plugin's); repeatable")
+@click.option("--to-iteration", type=click.IntRange(0), help="stop each replay after this step")
 @click.option("--concurrency", type=click.IntRange(1), help="replays at once (default 4)")
 @click.option("--judge", "judge_json", metavar="JSON|@FILE",
               help='llm_judge settings: {"llm": {...}, "criteria": "...", "pass_threshold": 0.5}')
 @click.option("--wait", is_flag=True, help="wait until the run is done, then show it")
 @click.option("--timeout", default=3600.0, show_default=True, help="seconds to wait")
 @remote
-def eval_run(api: Client, as_json, evalset_id, config_json, settings, profile, moniker, tools, scorers, concurrency,
-             judge_json, wait, timeout):
+def eval_run(api: Client, as_json, evalset_id, config_json, settings, profile, moniker, tools, scorers, to_iteration,
+             concurrency, judge_json, wait, timeout):
     """Replay every session of a set under the given overrides and score each replay."""
     body = {**overrides(config_json, settings, profile, moniker, tools), "scorers": list(scorers)}
-    if concurrency is not None:
-        body["concurrency"] = concurrency
+    for key, value in (("to_iteration", to_iteration), ("concurrency", concurrency)):
+        if value is not None:
+            body[key] = value
     judge = read_json_object(judge_json, "--judge")
     if judge is not None:
         body["judge"] = judge
@@ -227,7 +232,7 @@ def eval_show(api: Client, as_json, evalset_id, run_id):
     if as_json:
         render.as_json(found)
         return
-    render_evals.evalset(found.get("evalset") or api.evalset(evalset_id))
+    render_evals.evalset(found["evalset"])
     render_evals.comparison(found)
 
 

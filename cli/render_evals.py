@@ -35,26 +35,35 @@ def score_cell(score) -> str:
     if score.get("passed") is not None:
         cell += " ✓" if score["passed"] else " ✗"
     detail = score.get("detail")
+    if isinstance(detail, str):
+        try:
+            detail = json.loads(detail)
+        except ValueError:
+            detail = None
     if score.get("value") is None and isinstance(detail, dict) and detail.get("error"):
         cell = "error"
     return cell
 
 
 def summary_cell(summary: dict | None) -> str:
-    """``{mean, median, n}`` as "mean / median (n)"."""
+    """``{mean, median, n, passed, failed}`` as "mean / median (n=…, k/m passed)"."""
     if not summary or not summary.get("n"):
         return NONE
-    return f"{number(summary.get('mean'))} / {number(summary.get('median'))} (n={summary['n']})"
+    verdicts = (summary.get("passed") or 0) + (summary.get("failed") or 0)
+    passed = f", {summary.get('passed') or 0}/{verdicts} passed" if verdicts else ""
+    return f"{number(summary.get('mean'))} / {number(summary.get('median'))} (n={summary['n']}{passed})"
 
 
 def overrides(request: dict | None) -> str:
     """What a run changed, in one line: profile, moniker, tools, config keys."""
     request = request or {}
     parts = [f"{key}={request[key]}" for key in ("profile", "moniker", "tools") if request.get(key)]
+    if request.get("children") not in (None, "served"):
+        parts.append(f"children={request['children']}")
+    if request.get("to_iteration") is not None:
+        parts.append(f"to={request['to_iteration']}")
     if request.get("config"):
         parts.append("config=" + json.dumps(request["config"], sort_keys=True))
-    if request.get("from_iteration"):
-        parts.append(f"from={request['from_iteration']}")
     return short(" ".join(parts) or "(as recorded)", 70)
 
 
@@ -67,7 +76,8 @@ def scorers_of(runs: list[dict]) -> list[str]:
     """Every scorer the runs used, in the order they were asked for."""
     names: list[str] = []
     for run in runs:
-        for name in list(_request(run).get("scorers") or []) + list((run.get("summary") or {}).keys()):
+        for name in list(run.get("scorers") or []) + list(_request(run).get("scorers") or []) + \
+                list((run.get("summary") or {}).keys()):
             if name not in names:
                 names.append(name)
     return names
@@ -100,8 +110,8 @@ def evalsets(document) -> None:
 
 def run_started(row: dict) -> None:
     render.table(None, ["id", "evalset", "status", "sessions", "overrides", "scorers"],
-                 [[row.get("id"), row.get("evalset_id"), row.get("status"), row.get("total"),
-                   overrides(_request(row)), ", ".join(_request(row).get("scorers") or [])]])
+                 [[row.get("id"), row.get("evalset_id"), row.get("status"), progress(row),
+                   overrides(_request(row)), ", ".join(scorers_of([row]))]])
 
 
 def _results(run: dict) -> list[dict]:
@@ -111,22 +121,28 @@ def _results(run: dict) -> list[dict]:
     return []
 
 
+def progress(row: dict) -> str:
+    counts = row.get("progress") or {}
+    return ", ".join(f"{n} {status}" for status, n in counts.items() if n) or f"{row.get('total') or 0} sessions"
+
+
 def run(row: dict) -> None:
     """One run: its head, its summary per scorer, and a row per session."""
     names = scorers_of([row])
-    head = f"run {row.get('id')} of {row.get('evalset_id')}: {row.get('status')}, {overrides(_request(row))}"
+    head = (f"run {row.get('id')} of {row.get('evalset_id')}: {row.get('status')} ({progress(row)}), "
+            f"{overrides(_request(row))}")
     if row.get("error"):
-        head += f" ({row['error']})"
+        head += f": {row['error']}"
     render.out.print(head, markup=False)
     summary = row.get("summary") or {}
     render.table(None, ["scorer", "mean / median (n)"], [[name, summary_cell(summary.get(name))] for name in names])
     rows = []
     for result in _results(row):
         scores = result.get("scores") or {}
-        rows.append([result.get("source_session_id") or result.get("session_id"),
-                     result.get("replay_session_id"), result.get("replay_status") or result.get("status"),
-                     *[score_cell(scores.get(name)) for name in names]])
-    render.table(None, ["session", "replay", "status", *names], rows)
+        rows.append([result.get("source_session_id") or result.get("session_id"), result.get("replay_session_id"),
+                     result.get("status"), result.get("replay_status"),
+                     *[score_cell(scores.get(name)) for name in names], short(result.get("error"), 60)])
+    render.table(None, ["session", "replay", "status", "replay status", *names, "error"], rows)
 
 
 def comparison(document: dict) -> None:
@@ -144,27 +160,35 @@ def comparison(document: dict) -> None:
     for session in _rows(document, "sessions"):
         per_run = session.get("runs") or {}
         rows.append([session.get("session_id"), short(session.get("name") or session.get("task"), 30),
-                     *[score_cell(((per_run.get(r.get("id")) or {}).get("scores") or {}).get(n))
-                       for r in runs for n in names]])
+                     *[session_score(per_run.get(r.get("id")), n) for r in runs for n in names]])
     render.table(None, ["session", "name", *columns], rows)
     for line in changes(document, label):
         render.out.print(line, markup=False)
 
 
+def session_score(entry: dict | None, name: str) -> str:
+    """A session's score in one run of the comparison: ``scores`` holds values
+    (or whole scores), ``passed`` the verdicts."""
+    if not entry:
+        return NONE
+    score = (entry.get("scores") or {}).get(name)
+    if not isinstance(score, dict):
+        score = {"value": score, "passed": (entry.get("passed") or {}).get(name)}
+    return score_cell(score)
+
+
 def changes(document: dict, label: dict) -> list[str]:
-    """"better"/"worse" lines, from the document's ``changes`` (a list of
-    ``{session_id, scorer, change, from_run, to_run}``) or its sessions' own."""
-    found = document.get("changes")
-    if not isinstance(found, list):
-        found = [{"session_id": s.get("session_id"), **c} for s in _rows(document, "sessions")
-                 for c in (s.get("changes") or []) if isinstance(c, dict)]
+    """A line per session that got better or worse from one run to the next
+    (the document's ``comparisons``: ``{from_run, to_run, changes: {session:
+    {scorer: better|worse}}}``)."""
     lines = []
-    for c in found:
-        what = c.get("change") or c.get("direction")
-        if what not in ("better", "worse"):
-            continue
-        runs = " → ".join(label.get(r, str(r)) for r in (c.get("from_run"), c.get("to_run")) if r)
-        lines.append(f"{what:6} {c.get('session_id')} {c.get('scorer') or ''} {runs}".rstrip())
+    for step in document.get("comparisons") or []:
+        runs = f"{label.get(step.get('from_run'), step.get('from_run'))} → {label.get(step.get('to_run'), step.get('to_run'))}"
+        for sid, moved in (step.get("changes") or {}).items():
+            what = "better" if sid in (step.get("better") or []) else "worse" if sid in (step.get("worse") or []) \
+                else "mixed"
+            detail = ", ".join(f"{scorer} {c}" for scorer, c in sorted(moved.items()))
+            lines.append(f"{runs} {what:6} {sid}: {detail}")
     return lines
 
 
@@ -206,6 +230,10 @@ def diff(document: dict, only_changed: bool = False) -> None:
     for key in keys:
         t.add_row(key, number(a.get(key)) if key != "session_id" else str(a.get(key)),
                   number(b.get(key)) if key != "session_id" else str(b.get(key)))
+    relation = (document.get("lineage") or {}).get("relation")
+    if relation:
+        render.out.print(f"lineage: b {relation} a" + (f" (common source {document['lineage']['common']})"
+                                             if (document.get("lineage") or {}).get("common") else ""), markup=False)
     render.out.print(t)
     first = document.get("first_divergence") or {}
     rows = []

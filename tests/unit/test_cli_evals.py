@@ -20,26 +20,32 @@ from cli.main import cli
 
 SET = {"id": "01SET", "name": "smoke", "session_ids": ["s1", "s2"], "from_iteration": 0, "search": None,
        "created_at": "2026-11-26T15:00:00.000Z"}
-RUN_A = {"id": "01RUNA", "evalset_id": "01SET", "status": "done", "total": 2,
-         "request": {"tools": "recorded", "scorers": ["final_equal", "llm_judge"], "config": {"llm": {"model": "a"}}},
-         "summary": {"final_equal": {"mean": 0.5, "median": 0.5, "n": 2}, "llm_judge": {"mean": 0.75, "median": 0.75,
-                                                                                          "n": 2}}}
-RUN_B = {**RUN_A, "id": "01RUNB", "request": {**RUN_A["request"], "config": {"llm": {"model": "b"}}},
-         "summary": {"final_equal": {"mean": 1.0, "median": 1.0, "n": 2}, "llm_judge": {"mean": None, "median": None,
-                                                                                          "n": 0}}}
-COMPARISON = {
+REQUEST = {"config": {"llm": {"model": "a"}}, "profile": None, "moniker": None, "tools": "recorded",
+           "children": "served", "to_iteration": None, "scorers": ["final_equal", "llm_judge"], "concurrency": 4,
+           "judge": None}
+RUN_A = {"id": "01RUNA", "evalset_id": "01SET", "status": "done", "total": 2, "request": REQUEST,
+         "scorers": ["final_equal", "llm_judge"], "progress": {"pending": 0, "enqueued": 0, "scored": 2, "failed": 0},
+         "summary": {"final_equal": {"mean": 0.5, "median": 0.5, "n": 2, "passed": 1, "failed": 1},
+                     "llm_judge": {"mean": 0.75, "median": 0.75, "n": 2, "passed": 0, "failed": 0}}}
+RUN_B = {**RUN_A, "id": "01RUNB", "request": {**REQUEST, "config": {"llm": {"model": "b"}}},
+         "summary": {"final_equal": {"mean": 1.0, "median": 1.0, "n": 2, "passed": 2, "failed": 0},
+                     "llm_judge": {"mean": None, "median": None, "n": 0, "passed": 0, "failed": 0}}}
+COMPARISON = {  # GET /api/evalsets/<id>/runs (api/routes/evals.py, api/eval_views.py)
+    "evalset": SET,
     "runs": [RUN_A, RUN_B],
     "sessions": [
         {"session_id": "s1", "name": "first", "runs": {
-            "01RUNA": {"replay_session_id": "r1", "status": "scored", "scores": {"final_equal": 0.0, "llm_judge": 0.5}},
-            "01RUNB": {"replay_session_id": "r2", "status": "scored",
-                       "scores": {"final_equal": 1.0, "llm_judge": {"value": None, "passed": None,
-                                                                    "detail": {"error": "unparseable"}}}}}},
+            "01RUNA": {"replay_session_id": "r1", "status": "scored", "replay_status": "done",
+                       "scores": {"final_equal": 0.0, "llm_judge": 0.5}, "passed": {"final_equal": False,
+                                                                                    "llm_judge": None}},
+            "01RUNB": {"replay_session_id": "r2", "status": "scored", "replay_status": "done",
+                       "scores": {"final_equal": 1.0, "llm_judge": None}, "passed": {"final_equal": True}}}},
         {"session_id": "s2", "name": "second", "runs": {
-            "01RUNA": {"scores": {"final_equal": {"value": 1.0, "passed": True}}}}},
+            "01RUNA": {"replay_session_id": "r3", "status": "scored", "scores": {"final_equal": 1.0},
+                       "passed": {"final_equal": True}}}},
     ],
-    "changes": [{"session_id": "s1", "scorer": "final_equal", "change": "better", "from_run": "01RUNA",
-                 "to_run": "01RUNB"}],
+    "comparisons": [{"from_run": "01RUNA", "to_run": "01RUNB", "better": ["s1"], "worse": [],
+                     "changes": {"s1": {"final_equal": "better"}}}],
 }
 DIFF = {
     "a": {"session_id": "src", "status": "done", "steps": 3, "tokens": 120, "cost": None, "errors": 0,
@@ -147,13 +153,13 @@ def test_eval_run_sends_only_the_overrides_given(fake):
     fake.answers["start_eval_run"] = {**RUN_A, "status": "running"}
     result = invoke("eval", "run", "01SET", "--scorer", "final_equal", "--scorer", "llm_judge",
                     "--config", '{"llm": {"model": "b"}}', "-s", "max_steps=5", "--profile", "researcher",
-                    "--tools", "recorded_then_live", "--concurrency", "2",
+                    "--tools", "recorded_then_live", "--concurrency", "2", "--to-iteration", "4",
                     "--judge", '{"llm": {"model": "judge"}, "pass_threshold": 0.7}')
     assert result.exit_code == 0, result.output
     (evalset_id, body), = [c[1] for c in sent(fake, "start_eval_run")]
     assert evalset_id == "01SET"
     assert body == {"tools": "recorded_then_live", "config": {"llm": {"model": "b"}, "max_steps": 5},
-                    "profile": "researcher", "scorers": ["final_equal", "llm_judge"], "concurrency": 2,
+                    "profile": "researcher", "scorers": ["final_equal", "llm_judge"], "to_iteration": 4, "concurrency": 2,
                     "judge": {"llm": {"model": "judge"}, "pass_threshold": 0.7}}
     assert "01RUNA" in result.output and "running" in result.output
     assert sent(fake, "wait_eval_run") == []  # no --wait: it returns at once
@@ -163,15 +169,23 @@ def test_eval_run_sends_only_the_overrides_given(fake):
 
 
 def test_eval_run_wait_shows_the_run_and_exits_1_when_it_failed(fake):
-    results = [{"source_session_id": "s1", "replay_session_id": "r1", "status": "scored",
-                "scores": {"final_equal": {"value": 1.0, "passed": True}, "llm_judge": 0.8}}]
+    results = [{"source_session_id": "s1", "replay_session_id": "r1", "agent_id": "a1", "status": "scored",
+                "replay_status": "done", "error": None,
+                "scores": {"final_equal": {"value": 1.0, "passed": True, "detail": {}},
+                           "llm_judge": {"value": None, "passed": None, "detail": {"error": "unparseable"}}}},
+               {"source_session_id": "s2", "replay_session_id": "r2", "agent_id": "a2", "status": "failed",
+                "replay_status": None, "error": "no recorded session s2", "scores": {}}]
     fake.answers.update(start_eval_run={**RUN_A, "status": "running"},
                         wait_eval_run={**RUN_A, "results": results})
     result = invoke("eval", "run", "01SET", "--scorer", "final_equal", "--wait", "--timeout", "5")
     assert result.exit_code == 0, result.output
     assert sent(fake, "wait_eval_run")[0][1] == ("01RUNA", 5.0)
-    assert "run 01RUNA of 01SET: done" in result.output
-    assert "0.5 / 0.5 (n=2)" in result.output and "1 ✓" in result.output and "0.8" in result.output
+    assert "run 01RUNA of 01SET: done (2 scored)" in result.output
+    assert "0.5 / 0.5 (n=2, 1/2 passed)" in result.output
+    s1 = cells(next(line for line in result.output.splitlines() if line.strip().startswith("s1")))
+    assert s1 == ["s1", "r1", "scored", "done", "1 ✓", "error", ""]
+    s2 = cells(next(line for line in result.output.splitlines() if line.strip().startswith("s2")))
+    assert s2 == ["s2", "r2", "failed", "", "–", "–", "no recorded session s2"]
 
     fake.answers["wait_eval_run"] = {**RUN_A, "status": "failed", "error": "evalset has no sessions"}
     result = invoke("eval", "run", "01SET", "--scorer", "steps", "--wait")
@@ -191,14 +205,15 @@ def test_eval_show_puts_runs_side_by_side(fake):
     assert result.exit_code == 0, result.output
     out = result.output
     assert "2 runs" in out and "01RUNA" in out and "01RUNB" in out
-    assert "0.75 / 0.75 (n=2)" in out and "1 / 1 (n=2)" in out
-    assert 'config={"llm": {"model": "b"}}' in out
+    assert "0.75 / 0.75 (n=2)" in out and "1 / 1 (n=2, 2/2 passed)" in out and "0.5 / 0.5 (n=2, 1/2 passed)" in out
+    assert 'config={"llm": {"model": "b"}}' in out and "children" not in out
     assert "r1 final_equal" in out and "r2 llm_judge" in out
     s1 = cells(next(line for line in out.splitlines() if line.strip().startswith("s1")))
-    assert s1 == ["s1", "first", "0", "0.5", "1", "error"]
+    assert s1 == ["s1", "first", "0 ✗", "0.5", "1 ✓", "–"]
     s2 = cells(next(line for line in out.splitlines() if line.strip().startswith("s2 ")))
     assert s2 == ["s2", "second", "1 ✓", "–", "–", "–"]
-    assert "better s1 final_equal r1 → r2" in out
+    assert "r1 → r2 better s1: final_equal better" in out
+    assert sent(fake, "evalset") == []  # the comparison carries its set
 
     assert json.loads(invoke("eval", "show", "01SET", "--json").output) == COMPARISON
 
@@ -235,7 +250,7 @@ def test_diff_marks_the_first_divergence(fake):
     fake.answers["diff"] = DIFF
     result = invoke("diff", "rep", "--against", "src")
     assert result.exit_code == 0, result.output
-    assert sent(fake, "diff")[0][1] == ("rep", "src")
+    assert sent(fake, "diff")[0][1:] == (("rep", "src"), {"from_iteration": None, "limit": None})
     lines = result.output.splitlines()
     first = next(line for line in lines if line.strip().startswith("1 "))
     assert "▶" in first and "demo.add:success" in first and "http_fetch:failed" in first
