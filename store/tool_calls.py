@@ -60,6 +60,12 @@ class ToolCallTable:
         where = filters.all_of(filters.eq_id("session_id", session_id), filters.int_cmp("iteration", "=", iteration))
         return query.rows(self.table, self.name, where, order=[("seq", True)])
 
+    def of_steps(self, session_id: str, first: int, last: int, limit: int = 10_000) -> list[dict]:
+        """The calls the steps ``first``..``last`` made, by iteration then call order (a diff's read)."""
+        where = filters.all_of(filters.eq_id("session_id", session_id), filters.int_cmp("iteration", ">=", first),
+                               filters.int_cmp("iteration", "<=", last))
+        return query.rows(self.table, self.name, where, order=[("iteration", True), ("seq", True)], limit=limit)
+
     def search(self, *, session_id: str | None = None, agent_id: str | None = None, name: str | None = None,
                status: str | None = None, since: datetime | None = None, limit: int = 100,
                offset: int = 0) -> list[dict]:
