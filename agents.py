@@ -23,6 +23,8 @@ from runtime import fanout_targets, questions
 from domain.events import events_token
 from semantic.embeddings import EmbeddingSettings
 from runtime.record_keeping import RecordKeeping
+from runtime.eval_runner import EvalRunner
+from evals.scorers import default_registry as default_scorers
 from semantic import semantic_search
 from runtime.health import HealthServer
 from runtime.rate_limits import RateLimiter, load_config as load_rate_limits
@@ -204,11 +206,15 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("agents.py started: db=%s monikers=%s tools=%s plugins=%s", store.uri, ",".join(monikers.names()),
              ",".join(tools.names()), ",".join(plugin_modules()) or "-")
     record_task = asyncio.create_task(record.run(stopping), name="record-keeping")
+    # eval runs (issue 29): replay a set's sessions through the queue and score them
+    evals_task = asyncio.create_task(EvalRunner(store, default_scorers(), worker_id=identity.worker_id).run(stopping),
+                                     name="eval-runs")
     try:
         await service.run(stopping)
     finally:
         record_task.cancel()
-        await asyncio.gather(record_task, return_exceptions=True)
+        evals_task.cancel()
+        await asyncio.gather(record_task, evals_task, return_exceptions=True)
         await record.close()
         await turns.close()
         if limiter is not None:

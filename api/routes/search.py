@@ -136,8 +136,11 @@ def build_query(req: SearchRequest, store) -> store_search.SearchQuery:
 @operation(200, SearchResult, query=SearchRequest)
 def search():
     """full-text (and semantic, when configured) search over steps, messages, tool calls and summaries"""
-    req: SearchRequest = query()
-    store = ctx().store
+    return jsonify(run_search(query(), ctx().store))
+
+
+def run_search(req: SearchRequest, store) -> dict:
+    """The search's answer (also what resolves an eval set's ``search``, api/routes/evals.py)."""
     q = build_query(req, store)
     semantic = getattr(store, "semantic", None)
     result = {"query": req.q, "terms": q.terms}
@@ -156,7 +159,7 @@ def search():
     for hit in hits:
         hit["link"] = link_of(hit)
     result["hits"] = hits
-    return jsonify(result)
+    return result
 
 
 @bp.get("/summaries")
