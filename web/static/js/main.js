@@ -11,6 +11,7 @@
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./components/fork.js";
+import "./components/replay.js";
 //                  A step part lives in web/static/js/components/ and imports
 //                  registerStepPart from "../core/registry.js"; it may also use
 //                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
@@ -27,6 +28,7 @@ import "./pages/conversations.js";
 import "./pages/conversation.js";
 import "./pages/search.js";
 import "./pages/needs_you.js";
+import "./pages/diff.js";
 import "./components/turns.js";
 import "./components/needs_you_count.js";
 import "./components/tool_calls.js";

@@ -1,5 +1,6 @@
 // The session page's "Record" panel: where a fork came from (a link to the step
-// it continues), and the session's summary (GET /api/summaries?session_id=…).
+// it continues), what a replay replayed (and a link to its diff against its
+// source), and the session's summary (GET /api/summaries?session_id=…).
 //
 // A summary is written in the background once the session finishes, so it may
 // land a moment after the finished status: while none is found for a finished
@@ -15,9 +16,10 @@ const RETRIES = [1000, 2000, 4000, 8000];
 export function sessionRecord() {
   const title = h("h2", { id: "record-title", tabindex: "-1" }, "Record");
   const forked = h("p.forked-from", { hidden: true, dataset: { testid: "forked-from" } });
+  const replayed = h("p.replayed-from", { hidden: true, dataset: { testid: "replayed-from" } });
   const summary = h("div.summary");
   const root = h("div.panel.record", { dataset: { testid: "session-record" }, "aria-labelledby": "record-title" },
-    title, forked, summary);
+    title, forked, replayed, summary);
 
   let sessionId = null;
   let asked = "";        // "status:iteration" the summary was last asked for
@@ -30,6 +32,7 @@ export function sessionRecord() {
     generation += 1;
     clearTimeout(timer);
     forked.hidden = true;
+    replayed.hidden = true;
     replace(summary, h("p.empty", "No summary yet: one is written when the session finishes."));
   }
 
@@ -41,6 +44,21 @@ export function sessionRecord() {
       h("a", { href: `#/session/${from.session_id}?iteration=${from.iteration}` },
         `session ${short(from.session_id)} at step ${at}`),
       `: its steps 1–${at} are read there; this session's own steps start at ${at + 1}.`);
+  }
+
+  // A replay: where from, how it ended against its recording, and the diff (a fork links to its diff too).
+  function drawReplayedFrom(snapshot) {
+    const from = snapshot.replayed_from || snapshot.forked_from;
+    replayed.hidden = !from;
+    if (!from) return;
+    const diff = h("a", { href: `#/diff/${snapshot.session_id}?against=${from.session_id}`,
+      dataset: { testid: "diff-source" } }, "Diff against source");
+    const spec = snapshot.replay || {};
+    if (!snapshot.replayed_from) return replace(replayed, diff);
+    replace(replayed, `Replay of session ${short(from.session_id)} from step ${stepNumber(from.from_iteration)}`,
+      spec.tools ? ` (tools ${spec.tools})` : "",
+      spec.diverged_at != null ? `; diverged at step ${stepNumber(spec.diverged_at)}: ${spec.divergence || ""}` : "",
+      ". ", diff);
   }
 
   function drawSummary(row) {
@@ -66,6 +84,7 @@ export function sessionRecord() {
   function update(snapshot) {
     if (snapshot.session_id !== sessionId) return;
     drawForkedFrom(snapshot.forked_from);
+    drawReplayedFrom(snapshot);
     const key = `${snapshot.status}:${snapshot.iteration}`;
     if (!FINISHED.includes(snapshot.status) || key === asked) return;
     asked = key;
