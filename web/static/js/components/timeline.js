@@ -31,6 +31,7 @@ const PAGE = 100;
 const FIRST_PAGE = 50;
 const MAX = 300;        // steps kept in the page; beyond, those far from the view are dropped
 const RANGES = 10;      // missing ranges read at once
+const FLUSH_MS = 50;    // live steps are drawn together, at most this often
 const pad = (i) => String(i).padStart(12, "0");
 // A read in the background that fails (app.py restarting) is dropped: the
 // catch-up on reconnect, or the next live step, reads it again.
@@ -59,6 +60,7 @@ export function timeline() {
   let busy = {};                  // reads in flight: older, newer, gaps
   let aim = null;                 // a linked step the next catch-up reads directly
   let unseen = 0;
+  let flushTimer = null;          // live steps offered, to be drawn
 
   const observer = new IntersectionObserver((entries) => {
     for (const e of entries) {
@@ -76,6 +78,8 @@ export function timeline() {
     generation += 1;
     busy = {};
     aim = null;
+    clearTimeout(flushTimer);
+    flushTimer = null;
     unseen = 0;
     model.reset();
     actions = new Map();
@@ -108,6 +112,7 @@ export function timeline() {
   // Make the DOM hold exactly the window's steps, and the actions between them.
   function sync(live = false) {
     const wasTop = live && topInView();
+    if (model.following && model.size > MAX && !trim("old")) trim("new");
     for (const [i, node] of nodes) {
       if (!model.has(i)) { node.remove(); nodes.delete(i); }
     }
@@ -187,8 +192,9 @@ export function timeline() {
     const far = 2 * window.innerHeight;
     while (model.size > MAX) {
       const node = nodes.get(end === "old" ? model.lo : model.hi);
-      const r = node && node.getBoundingClientRect();
-      if (r && r.height && r.bottom > -far && r.top < window.innerHeight + far) return false;
+      if (!node) return false;  // just read, not drawn yet: the reader asked for it
+      const r = node.getBoundingClientRect();
+      if (r.height && r.bottom > -far && r.top < window.innerHeight + far) return false;
       model.drop(end);
     }
     return true;
@@ -205,7 +211,6 @@ export function timeline() {
     } else if (model.gaps().length) {
       quietly(fillGaps());
     }
-    if (!trim("old")) trim("new");
     sync(live);
   }
 
@@ -281,11 +286,21 @@ export function timeline() {
         model.merge(page.steps);
         if (page.steps.length < PAGE) model.following = true;  // it reached the newest: follow again
         trim("old");
-        sync();
+        keepInPlace(nodes.get(cursor), () => sync());
         if (model.following) quietly(readNewest());  // what came while it read
       })
       .finally(() => { mineBusy.newer = null; });
     return mineBusy.newer;
+  }
+
+  // Steps drawn above the reader do not move what they read (scroll anchoring
+  // picks a node above the list when its top is in view, so it is done here).
+  function keepInPlace(anchor, change) {
+    const before = anchor && anchor.isConnected ? anchor.getBoundingClientRect().top : null;
+    change();
+    if (before === null || !anchor.isConnected) return;
+    const moved = anchor.getBoundingClientRect().top - before;
+    if (moved) window.scrollBy(0, moved);
   }
 
   // Show the newest steps and scroll to them.
@@ -304,14 +319,18 @@ export function timeline() {
 
   // The page of steps around `iteration`, read by iteration range: the window
   // starts there.  False when the session has no such step.
-  async function showAround(iteration) {
+  function showAround(iteration) {
     const mine = generation;
+    const mineBusy = busy;
     const from = Math.max(model.floor, iteration - PAGE / 2);
-    const page = await readSteps({ min_iteration: from, limit: PAGE });
-    if (mine !== generation || !page.steps.some((s) => s.iteration === iteration)) return false;
-    model.start(page.steps, { following: page.steps.length < PAGE });
-    sync();
-    return true;
+    const read = readSteps({ min_iteration: from, limit: PAGE }).then((page) => {
+      if (mine !== generation || !page.steps.some((s) => s.iteration === iteration)) return false;
+      model.start(page.steps, { following: page.steps.length < PAGE });
+      sync();
+      return true;
+    }).finally(() => { if (mineBusy.around === read) mineBusy.around = null; });
+    mineBusy.around = read;
+    return read;
   }
 
   // Catch up: the newest steps (or a linked step's page) and the actions.
@@ -322,6 +341,7 @@ export function timeline() {
     aim = null;
     const inFirstPage = target !== null && target > model.last - FIRST_PAGE && (model.following || !model.started);
     if (target !== null && !model.has(target) && !inFirstPage) await showAround(target);
+    else if (busy.around) await busy.around.catch(() => {});  // another catch-up reads a linked step's page
     if (mine !== generation) return;
     if (!model.started || model.following) await readNewest();
     const answer = await acts;
@@ -347,10 +367,17 @@ export function timeline() {
     return true;
   }
 
+  // A live step: taken into the window at once, drawn with the others of the
+  // next FLUSH_MS (a step every few ms must not cost a layout each).
   function onStep(step) {
     if (step.session_id !== sessionId) return;
     model.offer([step]);
-    advance(true);
+    if (flushTimer === null) {
+      flushTimer = setTimeout(() => {
+        flushTimer = null;
+        advance(true);
+      }, FLUSH_MS);
+    }
   }
 
   return {
