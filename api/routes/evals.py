@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from flask import Blueprint, jsonify
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from ulid import ULID
 
 from api import eval_views
@@ -40,8 +40,16 @@ REPLAY_FIELDS = ReplayRequest.model_fields
 
 
 class EvalSetRequest(Strict):
+    """Exactly one of ``session_ids`` and ``search``; the document says so with oneOf."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"properties": {"session_ids": {"type": "array"}}, "required": ["session_ids"]},
+        {"properties": {"search": {"type": "object"}}, "required": ["search"]},
+    ]})
+
     name: Name
     session_ids: list[Id] | None = Field(None, min_length=1, max_length=MAX_SET_SESSIONS,
+                                         json_schema_extra={"uniqueItems": True},
                                          description="the sessions, in order (or give search)")
     search: SearchRequest | None = Field(None, description="the parameters of GET /api/search: the set is the "
                                                            "sessions of its hits, in rank order, frozen now")
@@ -65,7 +73,8 @@ class RunRequest(Strict):
     children: REPLAY_FIELDS["children"].annotation = Field("served",
                                                            description=REPLAY_FIELDS["children"].description)
     to_iteration: int | None = Field(None, ge=0, le=2**62, description="stop each replay after this step")
-    scorers: list[Id] = Field(min_length=1, max_length=32, description="names from GET /api/scorers")
+    scorers: list[Id] = Field(min_length=1, max_length=32, json_schema_extra={"uniqueItems": True},
+                              description="names from GET /api/scorers")
     concurrency: int = Field(4, ge=1, le=64, description="replays unfinished at once")
     judge: JudgeSpec | None = Field(None, description="llm_judge settings (evals/judge.py)")
 
