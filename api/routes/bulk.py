@@ -44,6 +44,15 @@ WORD = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 Text = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
+def no_default(extra: dict | None = None):
+    """A field that may be left out but never be null: its document shows no
+    ``default: null`` (which a client could take for a value to send)."""
+    def edit(schema: dict) -> None:
+        schema.pop("default", None)
+        schema.update(extra or {})
+    return edit
+
+
 class BulkFilter(Strict):
     """Every filter given must hold (AND); none given matches every agent."""
 
@@ -60,16 +69,19 @@ class BulkFilter(Strict):
 
 
 class BulkRequest(Strict):
-    model_config = Strict.model_config | {"json_schema_extra": {
-        "if": {"properties": {"action": {"const": "interrupt"}}, "required": ["action"]},
-        "then": {"required": ["guidance"]}, "else": {"not": {"required": ["guidance"]}}}}
+    # guidance: only with interrupt, and required there unless it is a preview
+    model_config = Strict.model_config | {"json_schema_extra": {"allOf": [
+        {"if": {"properties": {"action": {"not": {"const": "interrupt"}}}, "required": ["action"]},
+         "then": {"not": {"required": ["guidance"]}}},
+        {"if": {"properties": {"action": {"const": "interrupt"}, "dry_run": {"const": False}}, "required": ["action"]},
+         "then": {"required": ["guidance"]}}]}}
 
     filter: BulkFilter
     action: Literal["pause", "resume", "destroy", "interrupt"]
-    guidance: str = Field(None, min_length=1, max_length=MAX_TEXT, json_schema_extra=NOT_BLANK,
-                          description="for interrupt (required there, refused otherwise)")
+    guidance: str = Field(None, min_length=1, max_length=MAX_TEXT, json_schema_extra=no_default(NOT_BLANK),
+                          description="for interrupt (required there unless dry_run; refused with other actions)")
     dry_run: StrictBool = Field(False, description="answer 200 with what matches; queue nothing")
-    limit: int = Field(None, ge=1, le=MAX_ACTIONS, description="act on at most this many of the sessions "
+    limit: int = Field(None, ge=1, le=MAX_ACTIONS, json_schema_extra=no_default(), description="act on at most this many of the sessions "
                        "the action applies to, oldest first (default: all, and more than "
                        f"{MAX_ACTIONS} is a 400)")
 
@@ -80,8 +92,11 @@ class BulkRequest(Strict):
 
     @model_validator(mode="after")
     def _guidance_with_interrupt(self) -> "BulkRequest":
-        if (self.action == "interrupt") != ("guidance" in self.model_fields_set):
-            raise ValueError("guidance is required with interrupt, and only there")
+        given = "guidance" in self.model_fields_set
+        if self.action != "interrupt" and given:
+            raise ValueError("guidance goes only with interrupt")
+        if self.action == "interrupt" and not given and not self.dry_run:
+            raise ValueError("interrupt needs guidance")
         return self
 
 

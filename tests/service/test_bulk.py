@@ -90,6 +90,8 @@ def test_a_bulk_destroy_by_ids_and_an_interrupt_by_text(shared_service):
     for made in doomed + [spared]:
         svc.wait_steps(made["session_id"], 1, timeout=60)
 
+    preview = bulk(svc, filter={"q": f"spared {tag}"}, action="interrupt", dry_run=True)  # no guidance yet
+    assert preview.status_code == 200 and preview.json()["matched"] == 1, preview.text
     heard = bulk(svc, filter={"q": f"spared {tag}"}, action="interrupt", guidance="a word for the spared")
     assert heard.status_code == 202, heard.text
     assert [a["session_id"] for a in heard.json()["actions"]] == [spared["session_id"]]
