@@ -17,6 +17,8 @@ only one record took.  State, tokens and cost are shown, never a divergence
 """
 import json
 
+from domain.statuses import SESSION_FINISHED
+
 MAX_ITERATIONS = 2000  # compared per diff; past it the answer says it was cut
 MAX_TEXT = 4000  # characters of a step's text shown (the comparison uses all of it)
 MAX_STATE_OPS = 100  # state differences listed per iteration
@@ -38,6 +40,8 @@ def diff_records(a: dict, b: dict, limit: int = MAX_ITERATIONS) -> dict:
         "iterations": rows,
         "first_divergence": _divergence(first) if first else None,
         "summary": {"compared": len(rows), "differing": sum(1 for r in rows if r["differs"]),
+                    "unfinished": [k for k, r, st in (("a", a, steps_a), ("b", b, steps_b))
+                                   if _unfinished_end(r, st) is not None],
                     "state_differing": sum(1 for r in rows if r["state"]), "shared_before": skipped,
                     "truncated": cut, "limit": limit},
     }
@@ -75,14 +79,25 @@ def _to_iteration(record: dict) -> int | None:
     return end if isinstance(end, int) else None
 
 
+def _unfinished_end(record: dict, steps: dict) -> int | None:
+    """The newest step of a session that has not finished (it may take the
+    next ones yet, so they are not "only the other took it"); None once finished."""
+    status = (record.get("snapshot") or {}).get("status")
+    if status is None or status in SESSION_FINISHED:
+        return None
+    return max(steps) if steps else -1
+
+
 def _span(a: dict, b: dict, steps_a: dict, steps_b: dict) -> tuple[list[int], int]:
-    """The iterations compared (from where both have steps of their own) and
-    how many earlier ones were shared history, skipped."""
+    """The iterations compared (from where both have steps of their own, up to
+    where both could have: a replay's ``to_iteration``, an unfinished session's
+    newest step) and how many earlier ones were shared history, skipped."""
+    ends = [e for e in (_to_iteration(a), _to_iteration(b), _unfinished_end(a, steps_a), _unfinished_end(b, steps_b))
+            if e is not None]
     if not steps_a or not steps_b:
         every = sorted(set(steps_a) | set(steps_b))
-        return every, 0
+        return [i for i in every if not ends or i <= min(ends)], 0
     start = max(min(steps_a), min(steps_b))
-    ends = [e for e in (_to_iteration(a), _to_iteration(b)) if e is not None]
     end = min(ends) if ends else None
     every = sorted(set(steps_a) | set(steps_b))
     kept = [i for i in every if i >= start and (end is None or i <= end)]

@@ -103,3 +103,13 @@ def test_calls_asked_for_stand_in_when_no_rows_were_stored():
     first = diff.first_divergence(a, b)
     assert first["what"] == ["tool_calls"] and first["a"]["tool_calls"] == [
         {"name": "search", "args": {"q": "x"}, "status": None}]
+
+
+def test_an_unfinished_session_is_compared_up_to_its_newest_step_only():
+    source = record("src", [step(i) for i in range(6)])
+    running = record("r", [step(i) for i in range(1, 3)], status="running")
+    out = diff.diff_records(source, running)
+    assert [r["iteration"] for r in out["iterations"]] == [1, 2] and out["first_divergence"] is None
+    assert out["summary"]["unfinished"] == ["b"]
+    assert diff.diff_records(source, record("p", [], status="pending"))["iterations"] == []
+    assert diff.first_divergence(source, record("s", [step(1)], status="stopped"))["iteration"] == 2
