@@ -12,10 +12,23 @@ from api.context import ctx
 from api.errors import ApiError
 from api.openapi import operation
 from api.profile_library import create_payload
-from api.requests import body, not_found, path_id, query
+from api.requests import IdConverter, body, not_found, path_id, query
 from api.sessions import enqueue, latest_session_id, session_view
 
 bp = Blueprint("agents", __name__, url_prefix="/api")
+
+
+class AgentIdConverter(IdConverter):
+    """An agent id in a path; never ``bulk`` (that path is POST /api/agents/bulk),
+    so ``OPTIONS /api/agents/bulk`` allows POST only."""
+
+    regex = r"(?!bulk(?:/|$))[^/]+"
+    openapi_schema = {"type": "string", "pattern": "^(?!bulk$)" + IdConverter.openapi_schema["pattern"][1:]}
+
+
+@bp.record_once
+def _converter(state):
+    state.app.url_map.converters["agent_id"] = AgentIdConverter
 
 _AGENT = {"agent_id": "$response.body#/agent_id"}
 # what a create's answer leads to (schemathesis follows these in its stateful phase)
@@ -85,7 +98,7 @@ def list_agents():
     return jsonify({**found, "limit": q.limit, "offset": q.offset})
 
 
-@bp.get("/agents/<id:agent_id>")
+@bp.get("/agents/<agent_id:agent_id>")
 @operation(200, schemas.Snapshot, errors=(400, 404), operation_id="getAgent")
 def get_agent(agent_id):
     """the agent's latest session"""
