@@ -65,7 +65,7 @@ def test_back_and_forward_while_a_session_steps(page, shared_service, seed):
     svc = shared_service
     rnd = random.Random(seed)
     elsewhere = svc.create("countdown", "somewhere else to go", config={"n": 2, "interval_s": 0})["session_id"]
-    made = svc.create("countdown", f"count, seed {seed}", config={"n": 150, "interval_s": 0.04})
+    made = svc.create("countdown", f"count, seed {seed}", config={"n": 120, "interval_s": 0.03})
     sid = made["session_id"]
     open_session(page, svc, sid)
     for move in range(4):
@@ -75,7 +75,7 @@ def test_back_and_forward_while_a_session_steps(page, shared_service, seed):
         else:
             page.evaluate(f"location.hash = '#/session/{elsewhere}'")
             playwright_api.expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
-        page.wait_for_timeout(rnd.randint(200, 1500))  # the session steps meanwhile
+        page.wait_for_timeout(rnd.randint(200, 1200))  # the session steps meanwhile
         page.go_back()
         if rnd.random() < 0.5:  # forward and back again
             page.go_forward()
@@ -86,40 +86,44 @@ def test_back_and_forward_while_a_session_steps(page, shared_service, seed):
     svc.wait_status(sid, "done", timeout=60)
     caught_up(page, svc, sid)
     lo, hi = assert_exact(page, svc, sid)
-    assert hi == 149
+    assert hi == 119
     if lo > 0:  # opened afresh from another session's page: the newest steps, older ones on request
         page.get_by_test_id("load-older").click()
         wait_for(lambda: shown(page)[-1][0] < lo, timeout=30, what="older steps")
-        assert assert_exact(page, svc, sid) == (0, 149)
+        assert assert_exact(page, svc, sid) == (0, 119)
 
 
 def test_an_app_restart_with_the_page_open(page, shared_service):
-    """Issue 27, item 1: after a restart only the newest step of the catch-up was drawn."""
+    """Issue 27, item 1: after a restart only the newest step of the catch-up was drawn
+    (a catch-up of fewer steps than a page: the steps are 0.1 s apart)."""
     svc = shared_service
-    made = svc.create("countdown", "count through restarts", config={"n": 250, "interval_s": 0.04})
+    made = svc.create("countdown", "count through restarts", config={"n": 90, "interval_s": 0.1})
     sid = made["session_id"]
     open_session(page, svc, sid)
     for seed in (1, 2):
         rnd = random.Random(seed)
-        svc.wait_steps(sid, newest(svc, sid) + 1 + rnd.randint(5, 20), timeout=60)
+        svc.wait_steps(sid, min(90, newest(svc, sid) + 1 + rnd.randint(3, 10)), timeout=60)
         svc.stop_app()
-        time.sleep(rnd.uniform(0.3, 1.5))  # agents.py keeps stepping; its events to app.py are lost
+        time.sleep(rnd.uniform(0.3, 1.0))  # agents.py keeps stepping; its events to app.py are lost
         svc.start_app()
         playwright_api.expect(page.get_by_test_id("live-indicator")).to_have_text("live", timeout=30_000)
         caught_up(page, svc, sid)
         assert_exact(page, svc, sid)
     svc.wait_status(sid, "done", timeout=90)
     caught_up(page, svc, sid)
-    assert assert_exact(page, svc, sid) == (0, 249)
+    assert assert_exact(page, svc, sid) == (0, 89)
 
 
 def test_a_burst_at_interval_0_never_freezes_the_timeline(page, shared_service):
-    """Issue 27, item 2: with an event every ~65 ms the timeline stayed at one step."""
+    """Issue 27, item 2: with an event every ~65 ms, each restarting a 200 ms debounce,
+    the timeline stayed at one step.  Here one live step in ten is lost besides."""
     svc = shared_service
-    made = svc.create("countdown", "count as fast as it can", config={"n": 600, "interval_s": 0})
+    rnd = random.Random(27)
+    drop_live_steps(page, rnd, 0.1)
+    made = svc.create("countdown", "count as fast as it can", config={"n": 500, "interval_s": 0})
     sid = made["session_id"]
     open_session(page, svc, sid)
-    rnd = random.Random(27)
+    page.reload()  # on a socket that loses one live step in ten
     while svc.session(sid)["status"] not in ("done", "error"):
         move = rnd.choice(["away", "down", "wait"])
         if move == "away":  # to the agents list and back: the page misses events
@@ -137,7 +141,18 @@ def test_a_burst_at_interval_0_never_freezes_the_timeline(page, shared_service):
         assert hi - lo + 1 <= MAX_SHOWN
     caught_up(page, svc, sid)
     lo, hi = assert_exact(page, svc, sid)
-    assert hi == 599 and hi - lo + 1 <= MAX_SHOWN
+    assert hi == 499 and hi - lo + 1 <= MAX_SHOWN
+
+
+def drop_live_steps(page, rnd: random.Random, share: float) -> None:
+    """The page's Socket.IO connections (made from now on) lose ``share`` of
+    their agent_step events, as when the relay drops a batch: gaps to read."""
+    def route(ws):
+        server = ws.connect_to_server()
+        ws.on_message(server.send)
+        server.on_message(lambda m: None if isinstance(m, str) and m.startswith('42["agent_step"')
+                          and rnd.random() < share else ws.send(m))
+    page.route_web_socket(re.compile(r"/socket\.io/"), route)
 
 
 @pytest.fixture(scope="module")
