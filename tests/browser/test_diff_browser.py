@@ -50,6 +50,8 @@ def test_the_diff_of_a_fork_highlights_its_first_divergence(page, shared_service
     page.set_viewport_size({"width": 1100, "height": 760})
     first.scroll_into_view_if_needed()
     screenshot(page, "diff_view.png")  # with AGENTSVC_SCREENSHOTS=docs
+    page.set_viewport_size({"width": 400, "height": 760})  # one card per step, nothing cut off
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
 
     # the "Replay…" dialog of the source's second step: prefilled, and it checks its fields before sending
     page.goto(f"{svc.url}/#/session/{source}")

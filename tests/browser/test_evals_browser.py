@@ -62,6 +62,9 @@ def test_the_evals_page_lists_a_runs_scores_and_compares_runs(page, shared_servi
     assert not scan(page), scan(page)
     page.set_viewport_size({"width": 1100, "height": 760})
     screenshot(page, "eval_runs.png")  # with AGENTSVC_SCREENSHOTS=docs
+    page.set_viewport_size({"width": 400, "height": 760})
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    page.set_viewport_size({"width": 1280, "height": 900})
 
     rows.first.get_by_test_id("eval-result").nth(1).get_by_test_id("eval-diff").click()
     expect(page.get_by_test_id("diff-first")).to_contain_text("First divergence at step 2")

@@ -124,17 +124,19 @@ function table(out) {
     h("thead", h("tr", h("th", { scope: "col" }, "Step"),
       h("th", { scope: "col" }, "Against ", short(out.against)),
       h("th", { scope: "col" }, "Session ", short(out.session_id)))),
-    h("tbody", out.iterations.map((row) => diffRow(row, row.iteration === firstAt))));
+    h("tbody", out.iterations.map((row) => diffRow(row, row.iteration === firstAt, labels(out)))));
 }
 
-function diffRow(row, first) {
+const labels = (out) => ["Against " + short(out.against), "Session " + short(out.session_id)];
+
+function diffRow(row, first, [labelA, labelB]) {
   const differs = row.differs.length > 0;
   return h("tr", { id: rowId(row.iteration), class: [differs ? "differs" : "", first ? "first" : ""].join(" ").trim(),
     dataset: { testid: "diff-row", iteration: String(row.iteration), differs: differs ? "true" : "false" } },
   h("th", { scope: "row", tabindex: "-1" }, `step ${stepNumber(row.iteration)}`,
     differs ? h("small.diff-what", whatWords(row.differs)) : null),
-  h("td", { dataset: { testid: "diff-a" } }, sideCell(row.a, row.differs)),
-  h("td", { dataset: { testid: "diff-b" } }, sideCell(row.b, row.differs), stateChanges(row.state)));
+  h("td", { dataset: { testid: "diff-a", label: labelA } }, sideCell(row.a, row.differs)),
+  h("td", { dataset: { testid: "diff-b", label: labelB } }, sideCell(row.b, row.differs), stateChanges(row.state)));
 }
 
 function sideCell(side, differs) {

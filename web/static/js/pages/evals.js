@@ -113,7 +113,7 @@ function summaryTable(runs) {
       h("small", progress(run)))))),
     h("tbody", scorers.map((name) => h("tr", { dataset: { testid: "eval-scorer", scorer: name } },
       h("th", { scope: "row" }, name),
-      runs.map((run) => h("td", stat(run.summary[name]))))))));
+      runs.map((run, i) => h("td", { dataset: { label: runLabel(run, i) } }, stat(run.summary[name]))))))));
 }
 
 function progress(run) {
@@ -150,15 +150,16 @@ function sessionTable(data) {
     h("tbody", sessions.map((s) => h("tr", { dataset: { testid: "eval-session", session: s.session_id } },
       h("th", { scope: "row" }, h("a", { href: "#/session/" + encodeURIComponent(s.session_id) },
         s.name || short(s.session_id))),
-      runs.map((run) => resultCell(s, run, marks.get(`${run.id}:${s.session_id}`),
+      runs.map((run, i) => resultCell(s, run, runLabel(run, i), marks.get(`${run.id}:${s.session_id}`),
         (changes[run.id] || {})[s.session_id] || {})))))));
 }
 
-function resultCell(session, run, mark, moved) {
+function resultCell(session, run, label, mark, moved) {
   const result = session.runs[run.id];
-  if (!result) return h("td", "—");
+  if (!result) return h("td", { dataset: { label } }, "—");
   const scores = Object.entries(result.scores || {});
-  return h("td", { class: mark ? "eval-" + mark : null, dataset: { testid: "eval-result", mark: mark || "" } },
+  return h("td", { class: mark ? "eval-" + mark : null,
+    dataset: { testid: "eval-result", mark: mark || "", label } },
     mark ? h("strong.eval-mark", mark === "better" ? "▲ better" : "▼ worse") : null,
     h("div", badge(result.replay_status || result.status), " ",
       h("a", { href: `#/diff/${encodeURIComponent(result.replay_session_id)}?against=`
