@@ -17,7 +17,7 @@ only one record took.  State, tokens and cost are shown, never a divergence
 """
 import json
 
-from domain.statuses import SESSION_FINISHED
+from domain.statuses import SESSION_FINISHED, SessionStatus
 
 MAX_ITERATIONS = 2000  # compared per diff; past it the answer says it was cut
 MAX_TEXT = 4000  # characters of a step's text shown (the comparison uses all of it)
@@ -80,10 +80,11 @@ def _to_iteration(record: dict) -> int | None:
 
 
 def _unfinished_end(record: dict, steps: dict) -> int | None:
-    """The newest step of a session that has not finished (it may take the
-    next ones yet, so they are not "only the other took it"); None once finished."""
+    """The newest step of a session still on its way (it may take the next
+    ones yet, so they are not "only the other took it"); None once it finished
+    or waits for input (as the eval runner counts it: what it did is its answer)."""
     status = (record.get("snapshot") or {}).get("status")
-    if status is None or status in SESSION_FINISHED:
+    if status is None or status in SESSION_FINISHED or status == SessionStatus.WAITING:
         return None
     return max(steps) if steps else -1
 

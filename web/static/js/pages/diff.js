@@ -11,7 +11,6 @@ import { h, replace } from "../core/dom.js";
 import { badge, money, short, stepNumber, tokens } from "../core/format.js";
 import { registerPage } from "../core/registry.js";
 
-const FINISHED = ["stopped", "done", "error"];
 const WHAT = { text: "text", tool_calls: "tool calls", status: "status", step: "only one took this step" };
 
 let ui = null;
@@ -54,7 +53,7 @@ async function load(params, { scroll = true } = {}) {
     return;
   }
   if (mine !== generation) return;
-  running = ![out.a.status, out.b.status].every((s) => FINISHED.includes(s));
+  running = out.summary.unfinished.length > 0;
   draw(out, scroll);
 }
 
