@@ -65,3 +65,8 @@ def test_the_diff_of_a_fork_highlights_its_first_divergence(page, shared_service
     assert not scan(page), scan(page)
     dialog.get_by_test_id("replay-cancel").click()
     expect(dialog).to_be_hidden()
+
+    # the sessions a search finds can become an eval set: the search page links to the Evals page's form
+    page.goto(f"{svc.url}/#/search?q=thinking")
+    page.get_by_test_id("search-evalset").click()
+    expect(page.get_by_test_id("evalset-q")).to_have_value("thinking")

@@ -24,8 +24,10 @@ function mount(section) {
     meta: h("p.hint", { role: "status", dataset: { testid: "search-meta" } }),
     list: h("ol.search-results", { dataset: { testid: "search-results" }, "aria-labelledby": "search-title" }),
     empty: h("p.empty", { hidden: true }, "Nothing found. Try other words, or fewer of them."),
+    evals: h("p.hint", { hidden: true }, h("a", { dataset: { testid: "search-evalset" } },
+      "Replay and score the sessions found: make an eval set of them")),
   };
-  replace(section, h("div.panel", ui.title, ui.meta, ui.list, ui.empty));
+  replace(section, h("div.panel", ui.title, ui.meta, ui.list, ui.empty, ui.evals));
 }
 
 async function run(query) {
@@ -33,7 +35,7 @@ async function run(query) {
   const words = (query.get("q") || "").trim();
   showWords(words);
   replace(ui.list);
-  ui.empty.hidden = true;
+  ui.empty.hidden = ui.evals.hidden = true;
   if (!words) {
     ui.meta.textContent = "Type words in the search box above: every step, message, tool call and summary is searched.";
     return;
@@ -54,6 +56,8 @@ async function run(query) {
   ui.meta.textContent = `${result.hits.length} result${result.hits.length === 1 ? "" : "s"} for “${words}” · ${how}`;
   replace(ui.list, result.hits.map(hitNode));
   ui.empty.hidden = result.hits.length > 0;
+  ui.evals.hidden = !result.hits.some((hit) => hit.session_id);  // the Evals page freezes the search's sessions
+  ui.evals.firstChild.href = "#/evals?q=" + encodeURIComponent(words);
 }
 
 function hitNode(hit) {
