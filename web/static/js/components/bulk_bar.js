@@ -113,8 +113,8 @@ function makeDialog() {
     replace(sample, preview.sessions.filter((s) => s.applies).slice(0, SAMPLE).map((s) =>
       h("li", agentLabel(s), " ", h("small", statusWord(s.status)))),
     n > SAMPLE ? h("li", h("small", `and ${plural(n - SAMPLE, "other")}`)) : null);
-    guidanceField.hidden = action !== "interrupt";
-    guidance.required = action === "interrupt";
+    guidanceField.hidden = action !== "interrupt" || !n;
+    guidance.required = !guidanceField.hidden;
     guidance.value = "";
     confirm.textContent = a.label.replace("…", "");
     confirm.className = a.danger ? "danger" : "";
@@ -124,7 +124,7 @@ function makeDialog() {
       node.addEventListener("close", () => resolve(node.returnValue === "confirm"
         ? { guidance: guidance.value.trim() } : null), { once: true });
       node.showModal();
-      (action === "interrupt" ? guidance : node.querySelector("[value=cancel]")).focus();
+      (guidanceField.hidden ? node.querySelector("[value=cancel]") : guidance).focus();
     });
   }
 

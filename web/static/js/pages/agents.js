@@ -263,7 +263,7 @@ function fillRow(entry, a) {
   set(cells.output, output);
   cells.output.title = output;
   cells.output.classList.toggle("bad", a.status === "error");
-  set(cells.updated, when(a.updated_at));
+  if (old.updated_at !== a.updated_at || !cells.updated.firstChild) replace(cells.updated, when(a.updated_at));
   cells.pick.checked = selection.mode === "matching" || selection.ids.has(a.agent_id);
 }
 
