@@ -207,15 +207,19 @@ function drawRows(agents) {
 }
 
 function patchRows(agents) {
-  const shown = [...ui.body.children].map((tr) => tr.dataset.agent);
-  agents.forEach((a, i) => {
-    const known = rows.get(a.agent_id);
-    if (!known || known.agent.session_id !== a.session_id) return fresh.add(a.agent_id);
-    if ((a.updated_at || "") >= (known.agent.updated_at || "")) fillRow(known, a);
-    if (shown[i] !== a.agent_id) fresh.add(a.agent_id);
-  });
   const ids = new Set(agents.map((a) => a.agent_id));
-  shown.filter((id) => !ids.has(id)).forEach((id) => fresh.add(id));
+  const shown = [...ui.body.children].map((tr) => tr.dataset.agent);
+  shown.filter((id) => !ids.has(id)).forEach((id) => fresh.add(id));  // it would leave the page
+  const kept = shown.filter((id) => ids.has(id));
+  agents.filter((a) => {
+    const known = rows.get(a.agent_id);
+    if (known && known.agent.session_id === a.session_id) {
+      if ((a.updated_at || "") >= (known.agent.updated_at || "")) fillRow(known, a);
+      return true;
+    }
+    fresh.add(a.agent_id);  // it would join the page
+    return false;
+  }).forEach((a, i) => { if (kept[i] !== a.agent_id) fresh.add(a.agent_id); });  // it would move
 }
 
 function makeRow(a) {
@@ -309,8 +313,10 @@ function busy() {
   return ui.table.matches(":hover") || ui.table.contains(document.activeElement);
 }
 
-// Whether the list must not reorder by itself now.
-const held = () => filters.sort === "updated" || busy();
+// Whether the list must not reorder by itself now: while someone points at or
+// works in it, and under "recently active" (which would reorder on every step)
+// unless it is empty.
+const held = () => busy() || (filters.sort === "updated" && rows.size > 0);
 
 // Something changed that would move rows: reorder now, or (under the pointer,
 // the focus, or "recently active") count it on the "new activity" button.
