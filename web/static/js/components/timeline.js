@@ -113,8 +113,9 @@ export function timeline() {
   function sync(live = false) {
     const wasTop = live && topInView();
     if (model.following && model.size > MAX && !trim("old")) trim("new");
+    let changed = 0;
     for (const [i, node] of nodes) {
-      if (!model.has(i)) { node.remove(); nodes.delete(i); }
+      if (!model.has(i)) { node.remove(); nodes.delete(i); changed += 1; }
     }
     let added = 0;
     for (const [i, step] of model.shown) {
@@ -127,7 +128,7 @@ export function timeline() {
     if (live && !wasTop && model.following) unseen += added;
     drawActions();
     decorate();
-    if (added || live) timelineHooks.forEach((hook) => hook({ list, sessionId }));
+    if (added || changed || live) timelineHooks.forEach((hook) => hook({ list, sessionId }));
   }
 
   // An action goes just above the newest shown step made at or before it (steps
