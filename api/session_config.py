@@ -60,3 +60,21 @@ def check(config: SessionConfig, moniker: Moniker) -> dict:
 def runner_schema() -> dict:
     """JSON Schema of the keys every session accepts (for GET /api/monikers and the form)."""
     return SessionConfig.model_json_schema()
+
+
+def changed_config(original: dict | None, changes: dict | None) -> dict:
+    """The original config with ``changes`` applied (one level deep), validated."""
+    config = dict(original or {})
+    if "profile" in (changes or {}):  # the record of the profile a session started from is not for editing
+        raise ApiError(400, "invalid_request", "config.profile: set from a profile, never changed by a fork or replay")
+    for key, value in (changes or {}).items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    try:
+        return SessionConfig.model_validate(config).model_dump()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        raise ApiError(400, "invalid_request", f"config.{where}: {err['msg']}") from None

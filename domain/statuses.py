@@ -54,12 +54,13 @@ class ToolCallStatus(StrEnum):
     FAILED = "failed"
     DENIED = "denied"
     UNKNOWN = "unknown"  # it was running when its worker died and is not safe to run again
+    REPLAYED = "replayed"  # a replay served the recorded outcome (runtime/replay.py); it did not run
 
 
 TOOL_CALL_STATUSES = _values(*ToolCallStatus)
 TOOL_CALL_WAITING = _values(ToolCallStatus.WAITING_APPROVAL, ToolCallStatus.WAITING_RESULT)
 TOOL_CALL_ENDED = _values(ToolCallStatus.SUCCESS, ToolCallStatus.FAILED, ToolCallStatus.DENIED,
-                             ToolCallStatus.UNKNOWN)
+                             ToolCallStatus.UNKNOWN, ToolCallStatus.REPLAYED)
 
 
 class StepStatus(StrEnum):

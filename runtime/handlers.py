@@ -19,6 +19,7 @@ from domain.session_config import CreatePayload
 from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
 from runtime import child_sessions, session_tree
 from runtime.fork import ForkError, fork_snapshot
+from runtime.replay import ReplayError, replay_snapshot
 from runtime.live_sessions import SessionRegistry
 from runtime.session import SessionAgent, SessionFactory
 
@@ -50,7 +51,8 @@ class SessionControls:
             log.info("session %s exists already; create action %s changes nothing", session_id, action["id"])
             return
         fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/fork.py)
-        payload = {k: v for k, v in payload.items() if k != "fork"}
+        replay = payload.get("replay")  # POST /api/sessions/<id>/replay (runtime/replay.py)
+        payload = {k: v for k, v in payload.items() if k not in ("fork", "replay")}
         link = child_sessions.create_fields(payload)  # a sub-agent's parent, tree and first inbox (spawn_agent)
         try:
             spec = CreatePayload.model_validate(payload)
@@ -73,6 +75,11 @@ class SessionControls:
                 snapshot = await fork_snapshot(self.persist, action, fork, snapshot)
             except ForkError as exc:
                 raise ActionError(f"cannot fork: {exc}") from None
+        elif replay is not None:
+            try:
+                snapshot = await replay_snapshot(self.persist, replay, snapshot)
+            except ReplayError as exc:
+                raise ActionError(f"cannot replay: {exc}") from None
         if await child_sessions.parent_destroyed(self.persist, self.sessions, link):
             snapshot.update(status="stopped", status_reason="parent_destroyed")
         agent = self.factory.make(snapshot, moniker)

@@ -33,6 +33,7 @@ from domain.statuses import SESSION_FINISHED
 from runtime.fence import SessionLost
 from runtime.fanout import Observers
 from runtime.persistence import Persistence
+from runtime.replay import Replayer
 from runtime.stepcall import call_moniker
 from runtime.tool_runner import ToolPhase, ToolRunner
 from tools.tool_registry import ToolRegistry
@@ -87,7 +88,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.hooks = profile_hooks.SessionHooks.for_config(self.config)
         self.inbox_priorities: dict[str, int] | None = self.hooks.inbox_priorities  # per kind, over the defaults
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name",
-                                                   *child_sessions.LINK_KEYS)}
+                                                   "replayed_from", "replay", *child_sessions.LINK_KEYS)}
+        self.replay = Replayer.of(persist, snapshot)  # a replay of a recorded session (runtime/replay.py)
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
@@ -294,7 +296,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.wait_while_paused()
             if self.stop_requested:
                 return
-            if await self._must_wait() or await self.hooks.before_step(self):
+            if await self._must_wait() or (self.replay is not None and await self.replay.before_step(self)):
+                continue  # (a replay queues what its recording was given here before the hooks look)
+            if await self.hooks.before_step(self):
                 continue
             if not await self._step_once() or self.finished or self.stop_requested:
                 return

@@ -109,9 +109,11 @@ def capped_result(value):
 
 
 def result_of(row: dict) -> dict:
-    """The StepFrame-v1 ``tool_results`` entry of an ended row."""
-    out = {"id": row.get("call_id") or row["id"], "name": row["name"], "status": row["status"]}
-    if row["status"] == "success":
+    """The StepFrame-v1 ``tool_results`` entry of an ended row.  A replayed
+    call shows the model the recorded outcome, as the recording's step saw it."""
+    status = row.get("replayed_status") or row["status"] if row["status"] == "replayed" else row["status"]
+    out = {"id": row.get("call_id") or row["id"], "name": row["name"], "status": status}
+    if status == "success":
         out["result"] = row.get("result")
     if row.get("error"):
         out["error"] = row["error"]
@@ -384,6 +386,8 @@ class ToolPhase:
                 self.agent.session_id, self.iteration)}
             self.stored = set(stored)
             rows, changed = self.recover(stored)
+        if self.agent.replay is not None:
+            rows, changed = await self._replayed(rows, changed)
         self.rows = {r["id"]: r for r in rows}
         self.rows.update({k: v for k, v in self.delivered.items() if k in self.rows})
         self.loaded = True
@@ -396,6 +400,14 @@ class ToolPhase:
         await self.runner.announce(pending)
         # e.g. runtime/questions.py: post open questions a crash left unposted, arm their timeouts
         await self.runner.observers.notify("tool_phase_loaded", self.agent, list(self.rows.values()))
+
+    async def _replayed(self, rows: list[dict], changed: list[dict]) -> tuple[list[dict], list[dict]]:
+        """A replay's rows: the unwritten ones given their recorded outcome or
+        marked as diverging (runtime/replay.py)."""
+        unwritten = [r for r in changed if r["id"] not in self.stored]
+        rows = await self.agent.replay.serve_calls(self.agent, self.iteration, rows, unwritten)
+        changed_ids = {r["id"] for r in changed}
+        return rows, [r for r in rows if r["id"] in changed_ids]
 
     def recover(self, stored: dict[str, dict]) -> tuple[list[dict], list[dict]]:
         missing = [c for c in self.calls if c["id"] not in stored]

@@ -55,6 +55,9 @@ AGENT_STATE = _schema(
     ("step_started_at", TS, True),  # set while a long step is in flight
     ("heartbeat_at", TS, True),  # refreshed while that step runs
     ("forked_from", pa.string(), True),  # {"session_id", "iteration"} when this session is a fork
+    # a replay (runtime/replay.py): {"session_id", "from_iteration"}, and how it replays and where it diverged
+    ("replayed_from", pa.string(), True),
+    ("replay", pa.string(), True),
     ("tool_step", pa.int64(), True),  # iteration whose tool results no step has consumed yet
     # sub-agents (runtime/child_sessions.py): the tree a child belongs to, and which of
     # its outcomes (one per activation, its "generation") reached its parent
@@ -105,7 +108,7 @@ TOOL_CALLS = _schema(
     ("call_id", pa.string(), True),  # the moniker's id for the call (frame_out), echoed in its result
     ("name", pa.string(), False),
     ("args", pa.string(), True),
-    # pending | waiting_approval | waiting_result | running | success | failed | denied | unknown
+    # pending | waiting_approval | waiting_result | running | success | failed | denied | unknown | replayed
     ("status", pa.string(), False),
     ("result", pa.string(), True),
     ("error", pa.string(), True),
@@ -115,6 +118,9 @@ TOOL_CALLS = _schema(
     ("duration_ms", pa.float64(), True),
     ("usage", pa.string(), True),
     ("decided_by", pa.string(), True),  # id of the action that approved, denied or posted the result
+    # a replay's call given the recorded outcome (status replayed): that call's id and status
+    ("replay_of", pa.string(), True),
+    ("replayed_status", pa.string(), True),
 )
 
 # One row per agents.py process: its heartbeat tells the others it is alive.
@@ -361,7 +367,7 @@ HIDDEN_COLUMNS = {table: set(columns) for table, columns in DERIVED_COLUMNS.item
 JSON_COLUMNS = {
     "actions": {"payload"},
     "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage", "forked_from",
-                    "subagent"},
+                    "replayed_from", "replay", "subagent"},
     "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs", "observers"},
     "tool_calls": {"args", "result", "usage"},
     "conversations": {"tags"},

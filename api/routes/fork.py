@@ -23,6 +23,7 @@ from api.errors import ApiError
 from api.openapi import operation
 from api.requests import body, path_id
 from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, NOT_BLANK, Accepted, Id, Strict, not_blank
+from api.session_config import changed_config
 from api.sessions import enqueue, session_view
 from domain.session_config import SessionConfig
 
@@ -62,24 +63,6 @@ class ForkRequest(Strict):
         return value if value is None else not_blank(value, "guidance")
 
 
-def merged_config(original: dict | None, changes: dict | None) -> dict:
-    """The original config with ``changes`` applied (one level deep), validated."""
-    config = dict(original or {})
-    if "profile" in (changes or {}):  # the record of the profile a session started from is not for editing
-        raise ApiError(400, "invalid_request", "config.profile: set from a profile, never changed by a fork")
-    for key, value in (changes or {}).items():
-        if isinstance(value, dict) and isinstance(config.get(key), dict):
-            config[key] = {**config[key], **value}
-        else:
-            config[key] = value
-    try:
-        return SessionConfig.model_validate(config).model_dump()
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "config"
-        raise ApiError(400, "invalid_request", f"config.{where}: {err['msg']}") from None
-
-
 @bp.post("/sessions/<id:session_id>/fork")
 @operation(202, Accepted, body=ForkRequest, errors=(400, 404, 409),
            also={200: (Accepted, "the fork exists already (same session_id)")})
@@ -113,5 +96,5 @@ def fork_session(session_id):
     if req.guidance is not None:
         fork["guidance"] = req.guidance
     payload = {"moniker": source["moniker"], "task": source.get("task") or "",
-               "config": merged_config(source.get("config"), req.config), "conversation_id": None, "fork": fork}
+               "config": changed_config(source.get("config"), req.config), "conversation_id": None, "fork": fork}
     return enqueue("create", source["agent_id"], req.session_id or str(ULID()), payload)

@@ -1,0 +1,89 @@
+"""What a replay is made of: its request body and the create payload it becomes.
+
+Shared by ``POST /api/sessions/<id>/replay`` (api/routes/replay.py) and the
+eval runs, which replay every session of a set under one set of overrides.
+The agent service does the replaying (runtime/replay.py); this module only
+checks the request against the source session and the installed monikers and
+profiles, so a bad override is a 400 here rather than a failed action later.
+"""
+import json
+from types import SimpleNamespace
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from api import session_config
+from api.context import ctx
+from api.errors import ApiError
+from api.profile_library import create_payload
+from api.schemas import MAX_CONFIG_BYTES, Id, Strict
+from domain.session_config import SessionConfig
+from api.session_config import RUNNER_KEYS, changed_config
+
+
+class ReplayRequest(Strict):
+    from_iteration: int = Field(0, ge=0, le=2**62, description="the first step re-run (the replay starts from "
+                                                                 "the state before it)")
+    to_iteration: int | None = Field(None, ge=0, le=2**62, description="the last step re-run (default: until the "
+                                                                         "session ends as sessions do)")
+    config: dict[str, Any] | None = Field(None, description="keys that change the source's config (or the "
+                                                              "profile's, with profile)")
+    profile: str | None = Field(None, min_length=1, max_length=64, description="run under this profile instead")
+    moniker: str | None = Field(None, min_length=1, max_length=128, description="run under this moniker instead")
+    tools: Literal["recorded", "live", "recorded_then_live"] = Field(
+        "recorded", description="recorded: serve recorded tool results, stop at the first call that differs; "
+                                "recorded_then_live: run that call and later ones live; live: run every call")
+    children: Literal["served"] = Field("served", description="a recorded sub-agent's result is served from its "
+                                                              "record, not spawned again")
+    session_id: Id | None = Field(None, description="the replay's id; a client-supplied one makes it idempotent")
+
+    @field_validator("config")
+    @classmethod
+    def _config_size(cls, value):
+        if value is not None and len(json.dumps(value, default=str)) > MAX_CONFIG_BYTES:
+            raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ReplayRequest":
+        if self.to_iteration is not None and self.to_iteration < self.from_iteration:
+            raise ValueError("to_iteration must be no less than from_iteration")
+        if self.profile is not None and self.moniker is not None:
+            raise ValueError("give at most one of profile or moniker (a profile names its moniker)")
+        return self
+
+
+def replay_payload(source: dict, req: ReplayRequest) -> dict:
+    """The create payload of a replay of ``source`` (a snapshot that has
+    started), its overrides checked; a 400 or 404 when they cannot apply."""
+    session_id = source["session_id"]
+    steps = ctx().store.steps.search(session_id=session_id, min_iteration=req.from_iteration,
+                                     max_iteration=req.from_iteration, limit=1)
+    if not steps:
+        raise ApiError(404, "not_found", f"session {session_id} has no step {req.from_iteration} to replay from")
+    moniker, config = _moniker_and_config(source, req)
+    replay = {"session_id": session_id, "from_iteration": req.from_iteration, "to_iteration": req.to_iteration,
+              "tools": req.tools, "children": req.children}
+    payload = {"moniker": moniker, "task": source.get("task") or "", "config": config, "conversation_id": None,
+               "replay": replay}
+    if source.get("name"):
+        payload["name"] = source["name"]
+    return payload
+
+
+def _moniker_and_config(source: dict, req: ReplayRequest) -> tuple[str, dict]:
+    if req.profile is not None:
+        try:
+            overrides = SessionConfig.model_validate(req.config or {})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ApiError(400, "invalid_config", f"config.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        return create_payload(SimpleNamespace(profile=req.profile, config=overrides))
+    name = req.moniker or source["moniker"]
+    if name not in ctx().monikers:
+        raise ApiError(400, "unknown_moniker", f"no moniker {name!r}; installed: {ctx().monikers.names()}")
+    original = dict(source.get("config") or {})
+    if name != source["moniker"]:  # the old moniker's own keys mean nothing to another
+        original = {k: v for k, v in original.items() if k in RUNNER_KEYS}
+    changed = changed_config(original, req.config)
+    return name, session_config.check(SessionConfig.model_validate(changed), ctx().monikers.get(name))

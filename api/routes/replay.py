@@ -1,0 +1,48 @@
+"""``POST /api/sessions/<id>/replay``: re-run a recorded session under other settings.
+
+A replay is a new session of the same agent, made by a *create* action (so it
+goes through the queue, is idempotent by ``session_id`` and resumes after a
+crash), that re-runs the source's steps from ``from_iteration`` with the
+overrides applied, with recorded tool results served instead of run and what
+arrived from outside delivered at the iteration it arrived then
+(runtime/replay.py).  The source session is only read.
+"""
+from flask import jsonify
+from flask import Blueprint
+from ulid import ULID
+
+from api.context import ctx
+from api.errors import ApiError
+from api.openapi import operation
+from api.replays import ReplayRequest, replay_payload
+from api.requests import body, path_id
+from api.schemas import Accepted
+from api.sessions import enqueue, session_view
+
+bp = Blueprint("replay", __name__, url_prefix="/api")
+
+
+@bp.post("/sessions/<id:session_id>/replay")
+@operation(202, Accepted, body=ReplayRequest, errors=(400, 404, 409),
+           also={200: (Accepted, "the replay exists already (same session_id)")})
+def replay_session(session_id):
+    """a new session of the same agent re-running a recorded session's steps under another model, prompt, profile
+    or moniker, with the recorded tool results served (tools=recorded) and outside input delivered at the same
+    iteration; the source is not changed"""
+    session_id = path_id(session_id, "session_id")
+    req: ReplayRequest = body()
+    source = ctx().store.states.get(session_id)
+    if source is None:
+        if session_view(session_id) is not None:
+            raise ApiError(409, "conflict", f"session {session_id} has not started yet; nothing to replay")
+        raise ApiError(404, "not_found", f"no session {session_id}")
+    if req.session_id:
+        existing = session_view(req.session_id)
+        if existing is not None:
+            if existing.get("agent_id") != source["agent_id"]:
+                raise ApiError(409, "conflict", f"session {req.session_id} belongs to another agent")
+            create = ctx().store.actions.find_create(session_id=req.session_id)
+            return jsonify({"agent_id": existing["agent_id"], "session_id": req.session_id,
+                            "action_id": create["id"] if create else None, "existing": True,
+                            "status": create["status"] if create else existing["status"]}), 200
+    return enqueue("create", source["agent_id"], req.session_id or str(ULID()), replay_payload(source, req))
