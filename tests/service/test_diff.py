@@ -84,3 +84,35 @@ def test_sessions_of_two_lineages_and_bad_ids_are_refused(shared_service):
         assert response.status_code == status, (what, response.text)
         assert set(response.json()["error"]) == {"code", "message"}, what
         assert text is None or text in response.json()["error"]["message"], what
+
+
+def replay(svc, sid: str, **body) -> str:
+    r = svc.post(f"/api/sessions/{sid}/replay", json=body)
+    assert r.status_code == 202, r.text
+    return r.json()["session_id"]
+
+
+def test_a_replay_matches_its_recording_until_its_script_changes(shared_service):
+    svc = shared_service
+    source = scripted(svc, FRAMES)
+    same = replay(svc, source)
+    svc.wait_status(same, "done", timeout=60)
+    out = diff(svc, same, source).json()
+    assert out["lineage"] == {"relation": "descends", "common": source}
+    assert [row["iteration"] for row in out["iterations"]] == [0, 1, 2, 3]
+    assert out["first_divergence"] is None  # the served calls (status replayed) count as their recorded success
+    assert out["iterations"][0]["b"]["tool_calls"] == [{"name": "add", "args": {"numbers": [1, 2]}, "status": "success"}]
+
+    changed = [*FRAMES[:2], {**FRAMES[2], "tool_calls": [{"id": "c2", "name": "add", "args": {"numbers": [3, 5]}}]},
+               FRAMES[3]]
+    diverged = replay(svc, source, from_iteration=1, config={"frames": changed})
+    assert svc.wait_status(diverged, "stopped", timeout=60)["status_reason"] == "diverged"
+    out = diff(svc, diverged, source).json()
+    assert [row["iteration"] for row in out["iterations"]] == [1, 2, 3]
+    first = out["first_divergence"]
+    assert first["iteration"] == 2 and "tool_calls" in first["what"]
+    assert first["b"]["tool_calls"][0]["status"] == "failed"
+    assert out["iterations"][2]["b"] is None and out["iterations"][2]["differs"] == ["step"]
+    siblings = diff(svc, diverged, same).json()
+    assert siblings["lineage"] == {"relation": "siblings", "common": source}
+    assert siblings["first_divergence"]["iteration"] == 2
