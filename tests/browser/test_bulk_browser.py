@@ -97,8 +97,9 @@ def test_focus_and_the_row_under_the_pointer_survive_live_updates(page, shared_s
     expect(newer).to_be_hidden()
 
     # "Recently active": the row under the pointer stays while every agent steps.
-    page.get_by_test_id("agents-sort").select_option("updated")
-    expect(page.get_by_test_id("agents-count")).to_have_text("1–4 of 4 matching", timeout=30_000)
+    with page.expect_response(lambda r: "/api/agents?" in r.url and "sort=updated" in r.url, timeout=30_000):
+        page.get_by_test_id("agents-sort").select_option("updated")
+    expect(newer).to_be_visible(timeout=30_000)  # drawn in its new order, and the agents stepped since
     first = page.get_by_test_id("agent-row").first
     first.hover()
     box = first.bounding_box()
@@ -106,9 +107,12 @@ def test_focus_and_the_row_under_the_pointer_survive_live_updates(page, shared_s
         "([x, y]) => document.elementFromPoint(x, y).closest('tr').dataset.agent",
         [box["x"] + 5, box["y"] + box["height"] / 2])
     pointed = under()
-    expect(newer).to_be_visible(timeout=30_000)  # the others stepped meanwhile
-    expect(newer).to_contain_text("agents have new activity", timeout=30_000)
-    assert under() == pointed
+    steps = first.locator("td[data-label=Steps]")
+    for _ in range(3):  # every agent steps several times meanwhile, each making it the most recently active
+        shown = steps.inner_text()
+        expect(steps).not_to_have_text(shown, timeout=30_000)
+        assert under() == pointed
+    expect(newer).to_contain_text("agents have new activity")
     for made in busy + [newcomer]:
         svc.control(made["agent_id"], "destroy")
 
