@@ -2,7 +2,8 @@
 changes at one step, opened from the fork's record ("Diff against source"),
 shows both sessions side by side step by step, the first divergence
 highlighted and scrolled to; the "Replay…" dialog beside "Fork from here"
-checks what it is given; the pages pass axe-core.
+checks what it is given and starts a replay whose record links its diff; the
+pages pass axe-core.
 
 The dashboard counts steps from 1: iteration 2 is "step 3"."""
 import pytest
@@ -65,6 +66,18 @@ def test_the_diff_of_a_fork_highlights_its_first_divergence(page, shared_service
     assert not scan(page), scan(page)
     dialog.get_by_test_id("replay-cancel").click()
     expect(dialog).to_be_hidden()
+
+    # ... and replays: the replay's record says what it replayed and links its diff, where nothing diverged
+    page.locator('[data-testid=steps] li[data-iteration="1"]').get_by_test_id("replay-here").click()
+    dialog.get_by_test_id("replay-config").fill("")
+    dialog.get_by_test_id("replay-submit").click()
+    expect(page.get_by_test_id("replayed-from")).to_contain_text(f"Replay of session {source[-8:]} from step 2")
+    replayed = page.evaluate("location.hash").split("/")[-1]
+    assert svc.wait_status(replayed, "done", timeout=60)["replayed_from"] == {"session_id": source,
+                                                                              "from_iteration": 1}
+    page.get_by_test_id("diff-source").click()
+    expect(page.get_by_test_id("diff-row")).to_have_count(3)
+    expect(page.get_by_test_id("diff-first")).to_contain_text("No divergence")
 
     # the sessions a search finds can become an eval set: the search page links to the Evals page's form
     page.goto(f"{svc.url}/#/search?q=thinking")
