@@ -8,9 +8,9 @@ profiles, so a bad override is a 400 here rather than a failed action later.
 """
 import json
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from api import session_config
 from api.context import ctx
@@ -26,8 +26,9 @@ class ReplayRequest(Strict):
                                                                  "the state before it)")
     to_iteration: int | None = Field(None, ge=0, le=2**62, description="the last step re-run (default: until the "
                                                                          "session ends as sessions do)")
-    config: dict[str, Any] | None = Field(None, description="keys that change the source's config (or the "
-                                                              "profile's, with profile)")
+    # declared as the session keys (as a create's), so the document says what is accepted
+    config: SessionConfig | None = Field(None, description="keys that change the source's config (or the "
+                                                             "profile's, with profile)")
     profile: str | None = Field(None, min_length=1, max_length=64, description="run under this profile instead")
     moniker: str | None = Field(None, min_length=1, max_length=128, description="run under this moniker instead")
     tools: Literal["recorded", "live", "recorded_then_live"] = Field(
@@ -40,7 +41,7 @@ class ReplayRequest(Strict):
     @field_validator("config")
     @classmethod
     def _config_size(cls, value):
-        if value is not None and len(json.dumps(value, default=str)) > MAX_CONFIG_BYTES:
+        if value is not None and len(json.dumps(changes_of(value), default=str)) > MAX_CONFIG_BYTES:
             raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
         return value
 
@@ -51,6 +52,11 @@ class ReplayRequest(Strict):
         if self.profile is not None and self.moniker is not None:
             raise ValueError("give at most one of profile or moniker (a profile names its moniker)")
         return self
+
+
+def changes_of(config: SessionConfig | None) -> dict:
+    """The keys a request's config sets (not the defaults it would fill in)."""
+    return config.model_dump(exclude_unset=True) if config is not None else {}
 
 
 def replay_payload(source: dict, req: ReplayRequest) -> dict:
@@ -73,17 +79,12 @@ def replay_payload(source: dict, req: ReplayRequest) -> dict:
 
 def _moniker_and_config(source: dict, req: ReplayRequest) -> tuple[str, dict]:
     if req.profile is not None:
-        try:
-            overrides = SessionConfig.model_validate(req.config or {})
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ApiError(400, "invalid_config", f"config.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-        return create_payload(SimpleNamespace(profile=req.profile, config=overrides))
+        return create_payload(SimpleNamespace(profile=req.profile, config=req.config or SessionConfig()))
     name = req.moniker or source["moniker"]
     if name not in ctx().monikers:
         raise ApiError(400, "unknown_moniker", f"no moniker {name!r}; installed: {ctx().monikers.names()}")
     original = dict(source.get("config") or {})
     if name != source["moniker"]:  # the old moniker's own keys mean nothing to another
         original = {k: v for k, v in original.items() if k in RUNNER_KEYS}
-    changed = changed_config(original, req.config)
+    changed = changed_config(original, changes_of(req.config))
     return name, session_config.check(SessionConfig.model_validate(changed), ctx().monikers.get(name))

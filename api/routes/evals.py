@@ -16,7 +16,7 @@ settings and score each replay against its recording.
 - ``GET /api/scorers``: the scorers a run may name (evals/scorers.py).
 """
 import json
-from typing import Any, Literal
+from typing import Literal
 
 from flask import Blueprint, jsonify
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,10 +26,11 @@ from api import eval_views
 from api.context import ctx
 from api.errors import ApiError, describe
 from api.openapi import operation
-from api.replays import ReplayRequest, replay_payload
+from api.replays import ReplayRequest, changes_of, replay_payload
 from api.requests import body, not_found, path_id, query
 from api.routes.search import SearchRequest, run_search
 from api.schemas import MAX_CONFIG_BYTES, Id, Name, Open, Strict
+from domain.session_config import SessionConfig
 from evals.judge import JudgeSpec
 from evals.scorers import default_registry
 
@@ -68,7 +69,7 @@ class EvalSetRequest(Strict):
 
 
 class RunRequest(Strict):
-    config: dict[str, Any] | None = Field(None, description="keys that change each session's config")
+    config: SessionConfig | None = Field(None, description="keys that change each session's config")
     profile: str | None = Field(None, min_length=1, max_length=64, description="replay under this profile")
     moniker: str | None = Field(None, min_length=1, max_length=128, description="replay with this moniker")
     # the replay's own choices, as api/replays.py offers them
@@ -84,7 +85,7 @@ class RunRequest(Strict):
     @field_validator("config")
     @classmethod
     def _config_size(cls, value):
-        if value is not None and len(json.dumps(value, default=str)) > MAX_CONFIG_BYTES:
+        if value is not None and len(json.dumps(changes_of(value), default=str)) > MAX_CONFIG_BYTES:
             raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
         return value
 
