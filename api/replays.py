@@ -10,7 +10,7 @@ import json
 from types import SimpleNamespace
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from api import session_config
 from api.context import ctx
@@ -22,6 +22,9 @@ from api.session_config import RUNNER_KEYS, changed_config
 
 
 class ReplayRequest(Strict):
+    # at most one of profile and moniker, said in the document too (a body it calls valid is never refused)
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"not": {"required": ["profile", "moniker"]}})
+
     from_iteration: int = Field(0, ge=0, le=2**62, description="the first step re-run (the replay starts from "
                                                                  "the state before it)")
     to_iteration: int | None = Field(None, ge=0, le=2**62, description="the last step re-run (default: until the "
@@ -47,8 +50,6 @@ class ReplayRequest(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ReplayRequest":
-        if self.to_iteration is not None and self.to_iteration < self.from_iteration:
-            raise ValueError("to_iteration must be no less than from_iteration")
         if self.profile is not None and self.moniker is not None:
             raise ValueError("give at most one of profile or moniker (a profile names its moniker)")
         return self
@@ -63,6 +64,8 @@ def replay_payload(source: dict, req: ReplayRequest) -> dict:
     """The create payload of a replay of ``source`` (a snapshot that has
     started), its overrides checked; a 400 or 404 when they cannot apply."""
     session_id = source["session_id"]
+    if req.to_iteration is not None and req.to_iteration < req.from_iteration:
+        raise ApiError(400, "invalid_request", "to_iteration must be no less than from_iteration")
     steps = ctx().store.steps.search(session_id=session_id, min_iteration=req.from_iteration,
                                      max_iteration=req.from_iteration, limit=1)
     if not steps:
