@@ -140,3 +140,36 @@ def test_bad_bulk_requests_are_400s_and_queue_nothing(shared_service, body):
     assert r.status_code == 400, r.text
     assert set(r.json()["error"]) == {"code", "message"}
     assert svc.get("/api/actions", limit=1).json()["actions"] == newest
+
+
+def test_more_than_1000_matches_is_a_400_unless_limit_asks_for_the_oldest(shared_service):
+    """1,001 finished agents of one moniker, written straight into the store (running
+    them would take minutes): a destroy reaching them all is refused, and with
+    ``limit`` it queues the two oldest and says how many were left."""
+    from datetime import datetime, timedelta, timezone
+    from store import Store
+    svc = shared_service
+    moniker = f"seeded-{ULID()}"
+    start = datetime.now(timezone.utc) - timedelta(hours=1)
+    rows = [{"session_id": str(ULID()), "agent_id": str(ULID()), "moniker": moniker, "name": f"seeded {i}",
+             "task": "", "config": {}, "status": "done", "status_reason": "done", "iteration": 0,
+             "created_at": start + timedelta(milliseconds=i), "updated_at": start, "status_changed_at": start}
+            for i in range(1001)]
+    store = Store(svc.data_dir + "/lancedb")
+    try:
+        store.writer.submit_upsert("agent_state", "session_id", rows).result()
+    finally:
+        store.close()
+
+    seen = bulk(svc, filter={"moniker": moniker}, action="destroy", dry_run=True).json()
+    assert seen["matched"] == seen["applies"] == 1001 and seen["truncated"] and len(seen["sessions"]) == 1000
+    assert bulk(svc, filter={"moniker": moniker}, action="pause", dry_run=True).json()["applies"] == 0  # all done
+    refused = bulk(svc, filter={"moniker": moniker}, action="destroy")
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "too_many"
+    r = bulk(svc, filter={"moniker": moniker}, action="destroy", limit=2)
+    assert r.status_code == 202, r.text
+    answer = r.json()
+    assert answer["matched"] == 1001 and answer["remaining"] == 999
+    assert [a["session_id"] for a in answer["actions"]] == [rows[0]["session_id"], rows[1]["session_id"]]
+    for a in answer["actions"]:
+        assert svc.action(a["action_id"], timeout=60)["status"] == "done"  # already over: nothing to stop

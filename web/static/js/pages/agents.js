@@ -38,6 +38,8 @@ let reloadTimer = null;
 let cameFrom = null;  // the location before the last change of it
 let formLoaded = false;
 let typingEntry = false;  // the current history entry is a search being typed
+let loads = 0;  // loads started: only the latest one's answer is drawn
+let fullPending = false;  // a full load was asked for and its answer not drawn yet
 let wantFull = true;  // the next load redraws the list in its new order (a new view, a user's request)
 
 window.addEventListener("hashchange", (e) => { cameFrom = new URL(e.oldURL).hash; });
@@ -160,9 +162,16 @@ async function loadMonikers() {
 async function load({ full = false } = {}) {
   clearTimeout(reloadTimer);
   reloadTimer = null;
-  if (full) wantFull = false;
+  if (full) {
+    wantFull = false;
+    fullPending = true;
+  }
   const { status, moniker, q, sort, offset } = filters;
+  const mine = ++loads;
   const data = await get("/api/agents", { status, moniker, q, sort, offset, limit: LIMIT });
+  if (mine !== loads) return;  // a later load was started: its answer is newer (and full if this one was)
+  full = fullPending;
+  fullPending = false;
   if (status !== filters.status || moniker !== filters.moniker || q !== filters.q || sort !== filters.sort ||
       offset !== filters.offset) return;  // the filters changed meanwhile: a newer load follows
   total = data.total;
@@ -188,8 +197,10 @@ async function load({ full = false } = {}) {
 function drawRows(agents) {
   const wanted = agents.map((a) => {
     const known = rows.get(a.agent_id);
-    if (known) fillRow(known, a);
-    else rows.set(a.agent_id, makeRow(a));
+    if (!known) rows.set(a.agent_id, makeRow(a));
+    else if (known.agent.session_id !== a.session_id || (a.updated_at || "") >= (known.agent.updated_at || "")) {
+      fillRow(known, a);  // not back to what a live update has already moved past
+    }
     return rows.get(a.agent_id).row;
   });
   const ids = new Set(agents.map((a) => a.agent_id));
