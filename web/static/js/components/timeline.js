@@ -24,19 +24,19 @@ import { get } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { stepNumber } from "../core/format.js";
 import { timelineHooks } from "../core/registry.js";
-import { actionNode, stepNode } from "./step_node.js";
+import { stepNode } from "./step_node.js";
 import { StepWindow } from "./step_window.js";
+import { timelineActions } from "./timeline_actions.js";
 
 const PAGE = 100;
 const FIRST_PAGE = 50;
 const MAX = 300;        // steps kept in the page; beyond, those far from the view are dropped
 const RANGES = 10;      // missing ranges read at once
 const FLUSH_MS = 50;    // live steps are drawn together, at most this often
-const pad = (i) => String(i).padStart(12, "0");
 // A read in the background that fails (app.py restarting) is dropped: the
 // catch-up on reconnect, or the next live step, reads it again.
 const quietly = (promise) => promise.catch((err) => console.warn("timeline read failed:", err.message));
-const stepKey = (i) => `${pad(i)}|s`;
+const stepKey = (i) => `${String(i).padStart(12, "0")}|s`;  // sorts with timeline_actions.js's keys
 
 export function timeline() {
   const list = h("ol.timeline", { dataset: { testid: "steps" }, "aria-label": "Steps, newest first" });
@@ -52,8 +52,7 @@ export function timeline() {
 
   const model = new StepWindow();
   const nodes = new Map();        // iteration -> its <li>
-  const actionNodes = new Map();  // action id -> its <li>
-  let actions = new Map();        // action id -> action (all read; drawn when their steps are)
+  const actions = timelineActions(model, place);
   let session = null;             // snapshot, for step parts
   let sessionId = null;
   let generation = 0;             // bumps on reset, so answers for an old view are dropped
@@ -82,9 +81,8 @@ export function timeline() {
     flushTimer = null;
     unseen = 0;
     model.reset();
-    actions = new Map();
+    actions.reset();
     nodes.clear();
-    actionNodes.clear();
     replace(list);
     replace(origin);
     decorate();
@@ -126,47 +124,9 @@ export function timeline() {
       added += 1;
     }
     if (live && !wasTop && model.following) unseen += added;
-    drawActions();
+    actions.draw();
     decorate();
     if (added || changed || live) timelineHooks.forEach((hook) => hook({ list, sessionId }));
-  }
-
-  // An action goes just above the newest shown step made at or before it (steps
-  // are sorted by iteration, not by clock); it is drawn only when the steps
-  // around it are shown.
-  function actionKey(a) {
-    if (a.type === "create" || !model.size) return null;
-    let lo = model.lo, hi = model.hi, anchor = null;
-    while (lo <= hi) {
-      const mid = (lo + hi) >> 1;
-      if ((model.step(mid).created_at || "") <= (a.created_at || "")) { anchor = mid; lo = mid + 1; } else hi = mid - 1;
-    }
-    if (anchor === null) return model.lo === model.floor ? `${pad(model.lo)}|a|${a.created_at}|${a.id}` : null;
-    if (anchor === model.hi && !model.following) return null;  // it may follow steps not shown
-    return `${pad(anchor)}|t|${a.created_at}|${a.id}`;
-  }
-
-  function drawActions() {
-    for (const a of actions.values()) {
-      const key = actionKey(a);
-      const node = actionNodes.get(a.id);
-      if (node && node.dataset.key === key) continue;
-      if (node) { node.remove(); actionNodes.delete(a.id); }
-      if (key === null) continue;
-      const fresh = actionNode(a, key);
-      actionNodes.set(a.id, fresh);
-      place(fresh);
-    }
-  }
-
-  function upsertAction(action) {
-    const known = actions.get(action.id);
-    actions.set(action.id, { ...(known || {}), ...action, payload: action.payload || (known && known.payload) });
-    const node = actionNodes.get(action.id);
-    if (node && (!known || known.status !== action.status || known.error !== action.error)) {
-      node.remove();  // drawn again with its outcome
-      actionNodes.delete(action.id);
-    }
   }
 
   // The words and buttons around the list.
@@ -309,9 +269,7 @@ export function timeline() {
     unseen = 0;
     if (!model.following) {
       model.clear();
-      replace(list);
-      nodes.clear();
-      actionNodes.clear();
+      sync();  // empty, until the newest page comes
       await readNewest();
     }
     decorate();
@@ -347,7 +305,7 @@ export function timeline() {
     if (!model.started || model.following) await readNewest();
     const answer = await acts;
     if (mine !== generation || !answer) return;
-    answer.actions.forEach((a) => upsertAction(a));
+    answer.actions.forEach((a) => actions.upsert(a));
     sync();
   }
 
@@ -398,8 +356,8 @@ export function timeline() {
     onStep,
     onAction(action) {
       if (action.session_id !== sessionId) return;
-      upsertAction(action);
-      drawActions();
+      actions.upsert(action);
+      actions.draw();
     },
     get size() { return nodes.size; },
   };
