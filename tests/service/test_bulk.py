@@ -155,6 +155,7 @@ def test_more_than_1000_matches_is_a_400_unless_limit_asks_for_the_oldest(shared
              "task": "", "config": {}, "status": "done", "status_reason": "done", "iteration": 0,
              "created_at": start + timedelta(milliseconds=i), "updated_at": start, "status_changed_at": start}
             for i in range(1001)]
+    rows[5]["config"] = {"profile": {"name": "seeded-profile"}, "llm": {"model": "seeded-model"}}
     store = Store(svc.data_dir + "/lancedb")
     try:
         store.writer.submit_upsert("agent_state", "session_id", rows).result()
@@ -164,6 +165,11 @@ def test_more_than_1000_matches_is_a_400_unless_limit_asks_for_the_oldest(shared
     seen = bulk(svc, filter={"moniker": moniker}, action="destroy", dry_run=True).json()
     assert seen["matched"] == seen["applies"] == 1001 and seen["truncated"] and len(seen["sessions"]) == 1000
     assert bulk(svc, filter={"moniker": moniker}, action="pause", dry_run=True).json()["applies"] == 0  # all done
+    by_profile = bulk(svc, filter={"moniker": moniker, "profile": "seeded-profile"}, action="destroy", dry_run=True)
+    assert [s["session_id"] for s in by_profile.json()["sessions"]] == [rows[5]["session_id"]]
+    both = {"moniker": moniker, "profile": "seeded-profile", "model": "seeded-model"}
+    assert bulk(svc, filter=both, action="destroy", dry_run=True).json()["matched"] == 1
+    assert bulk(svc, filter={**both, "model": "another"}, action="destroy", dry_run=True).json()["matched"] == 0
     refused = bulk(svc, filter={"moniker": moniker}, action="destroy")
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "too_many"
     r = bulk(svc, filter={"moniker": moniker}, action="destroy", limit=2)
