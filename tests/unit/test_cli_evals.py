@@ -233,11 +233,9 @@ def test_replay_resolves_the_id_waits_and_sends_the_overrides(fake):
                         wait_action={"id": "act", "status": "done"},
                         session={"session_id": "rep", "status": "stopped", "status_reason": "diverged",
                                  "replay": {"diverged_at": 3, "divergence": "tool call 0: x vs y"}})
-    result = invoke("replay", "a1", "--from-iteration", "2", "--moniker", "scripted", "--children", "replay",
-                    "--until-finished")
+    result = invoke("replay", "a1", "--from-iteration", "2", "--moniker", "scripted", "--until-finished")
     assert result.exit_code == 0, result.output
-    assert sent(fake, "replay")[0][1] == ("src", {"tools": "recorded", "moniker": "scripted", "from_iteration": 2,
-                                                 "children": "replay"})
+    assert sent(fake, "replay")[0][1] == ("src", {"tools": "recorded", "moniker": "scripted", "from_iteration": 2})
     assert "diverged" in result.output and "divergence: tool call 0: x vs y" in result.output
 
     fake.answers["wait_action"] = {"id": "act", "status": "failed", "error": "no step 9 in the recording"}
