@@ -136,8 +136,8 @@ export function timeline() {
     older.hidden = !model.size || model.lo <= model.floor;
     const newer = model.following ? unseen : model.newer;
     jump.hidden = model.following ? !unseen : !model.started;
-    jump.textContent = newer ? `↑ ${newer} new${model.following ? "" : "er"} step${newer > 1 ? "s" : ""} — jump to latest`
-      : "↑ jump to latest";
+    const what = `${newer} new${model.following ? "" : "er"} step${newer > 1 ? "s" : ""}`;
+    jump.textContent = newer ? `↑ ${what} — jump to latest` : "↑ jump to latest";
     const from = session && session.forked_from;
     origin.hidden = !(from && model.size && model.lo <= model.floor);
     if (from && !origin.hidden && !origin.firstChild) {
