@@ -212,6 +212,9 @@ class PostMessageRequest(Strict):
     text: str = Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=NOT_BLANK)
     user_id: Id | None = Field(None, description="who posts; default 'user'")
     data: dict | None = None
+    answers: bool = Field(True, description="false: a plain message (guidance) even while a question is open "
+                                            "here, as the dashboard's message box posts; true: it answers the open "
+                                            "question data.tool_call_id names, else the oldest")
 
     @field_validator("text")
     @classmethod
@@ -379,6 +382,7 @@ class Participant(Open):
     role: str | None = None
     joined_at: str
     left_at: str | None = None
+    name: str | None = Field(None, description="an agent participant's session name (null when it has none)")
 
 
 class ParticipantList(Open):
@@ -398,6 +402,7 @@ class Message(Open):
     text: str | None = None
     data: Any = None
     iteration: int | None = None
+    name: str | None = Field(None, description="in GET …/messages, an agent sender's session name")
 
 
 class MessageList(Open):

@@ -97,7 +97,17 @@ def list_participants(conversation_id):
     conversation_id = conversation_or_404(conversation_id)["conversation_id"]
     page: schemas.Page = query()
     rows = ctx().store.conversations.participants(conversation_id, limit=page.limit, offset=page.offset)
-    return jsonify({"participants": rows, "limit": page.limit, "offset": page.offset})
+    return jsonify({"participants": with_names(rows), "limit": page.limit, "offset": page.offset})
+
+
+def with_names(rows: list[dict]) -> list[dict]:
+    """Each agent row with its session's ``name`` (one query for the page), so
+    a page can show agents by name instead of by id."""
+    agents = [r for r in rows if "agent" in (r.get("kind"), r.get("sender_type")) and r.get("session_id")]
+    names = ctx().store.states.get_many([r["session_id"] for r in agents], columns=("session_id", "name"))
+    for row in agents:
+        row["name"] = (names.get(row["session_id"]) or {}).get("name")
+    return rows
 
 
 @bp.post("/<id:conversation_id>/messages")
@@ -109,7 +119,8 @@ def post_message(conversation_id):
     store = ctx().store
     sender = req.user_id or "user"
     message_id, answer = str(ULID()), None
-    question = answers.route_reply(conversation_id, req.data)  # a reply to an open question answers it
+    # a reply to an open question answers it, unless the poster said it is a plain message
+    question = answers.route_reply(conversation_id, req.data) if req.answers else None
     if question is not None:
         source = {"conversation_id": conversation_id, "message_id": message_id, "sender": sender}
         try:
@@ -117,9 +128,10 @@ def post_message(conversation_id):
             answer = {**response.get_json(), "tool_call_id": question["id"]}
         except ApiError:
             pass  # another answer got there first: the message is ordinary guidance after all
+    data = {**(req.data or {}), "tool_call_id": question["id"]} if answer else req.data  # which one it answered
     message = store.conversations.post({"message_id": message_id, "conversation_id": conversation_id,
                                         "sender_type": "user", "user_id": sender, "text": req.text,
-                                        "data": req.data, "event_type": "answer" if answer else "message"})
+                                        "data": data, "event_type": "answer" if answer else "message"})
     live_publish("conversation_message", message["message_id"], message)
     if answer is not None:
         return jsonify({"message": message, "deliveries": [], "answer": answer}), 201
@@ -151,4 +163,4 @@ def list_messages(conversation_id):
         if after is None:
             raise ApiError(404, "unknown_cursor", f"no message {q.after} in conversation {conversation_id}")
     rows = store.conversations.transcript(conversation_id, after=after, limit=q.limit)
-    return jsonify({"messages": rows, "limit": q.limit, "after": q.after})
+    return jsonify({"messages": with_names(rows), "limit": q.limit, "after": q.after})
