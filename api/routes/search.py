@@ -25,6 +25,7 @@ bp = Blueprint("search", __name__, url_prefix="/api")
 
 MAX_QUERY_CHARS = 1000
 MAX_MONIKER_SESSIONS = 5000
+MAX_OFFSET = 1000  # a page past the best 1,200 hits is not worth ranking that deep
 
 
 _KIND = "(step|message|tool_call|summary)"
@@ -44,6 +45,7 @@ class SearchRequest(Strict):
     until: datetime | None = Field(None, description="ISO-8601; rows created before it")
     moniker: Id | None = Field(None, description="only rows of sessions running this moniker")
     limit: int = Field(20, ge=1, le=200)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET, description="hits to skip (the next page: offset + limit)")
     mode: str = Field("auto", pattern="^(auto|fts)$", description="auto: hybrid when embeddings are configured")
 
     @field_validator("kind")
@@ -90,6 +92,8 @@ class Hit(Open):
     snippet: str
     highlights: list[list[int]] = Field(description="[start, end) offsets into snippet of matched words")
     link: str = Field(description="the dashboard's address of the row (a #/ hash route)")
+    agent_name: str | None = Field(None, description="the name of the hit's session (null: none, or no session)")
+    moniker: str | None = Field(None, description="the moniker of the hit's session")
 
 
 class SearchResult(Open):
@@ -98,6 +102,9 @@ class SearchResult(Open):
     terms: list[str]
     mode: str = Field(description="fts or hybrid")
     hits: list[Hit]
+    offset: int
+    limit: int
+    more: bool = Field(description="a next page exists (ask again with offset + limit)")
 
 
 class SummaryList(Open):
@@ -129,7 +136,7 @@ def build_query(req: SearchRequest, store) -> store_search.SearchQuery:
     return store_search.SearchQuery(
         terms=store_search.terms_of(req.q), kinds=kinds, agent_id=req.agent_id, session_id=req.session_id,
         conversation_id=req.conversation_id, status=req.status, since=req.since, until=req.until,
-        session_ids=session_ids, limit=req.limit)
+        session_ids=session_ids, limit=req.offset + req.limit + 1)  # one more: is there a next page?
 
 
 @bp.get("/search")
@@ -156,9 +163,14 @@ def run_search(req: SearchRequest, store) -> dict:
             result["incomplete"] = failed  # kinds left out because their table could not be read
         result["mode"] = "fts"
         result["semantic"] = "not configured" if semantic is None else "not requested"
-    for hit in hits:
+    page = hits[req.offset:req.offset + req.limit]
+    names = store.states.get_many([h["session_id"] for h in page if h.get("session_id")],
+                                  columns=("session_id", "name", "moniker"))  # one read per page
+    for hit in page:
         hit["link"] = link_of(hit)
-    result["hits"] = hits
+        known = names.get(hit.get("session_id")) or {}
+        hit["agent_name"], hit["moniker"] = known.get("name"), known.get("moniker")
+    result.update(hits=page, offset=req.offset, limit=req.limit, more=len(hits) > req.offset + req.limit)
     return result
 
 
