@@ -91,6 +91,12 @@ function buildNav() {
   }
 }
 
+// "Skip to content" moves focus to <main> and leaves the address alone ("#main" is no route).
+$("a.skip").addEventListener("click", (e) => {
+  e.preventDefault();
+  $("#main").focus();
+});
+
 buildNav();
 connect();
 window.addEventListener("hashchange", route);
