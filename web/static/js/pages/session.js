@@ -15,6 +15,7 @@ import { toast } from "../core/toast.js";
 import { generating } from "../components/generating.js";
 import { jsonView } from "../components/json_view.js";
 import { sessionRecord } from "../components/session_record.js";
+import { agentSessions } from "../components/agent_sessions.js";
 import { timeline } from "../components/timeline.js";
 
 const FINISHED = ["stopped", "done", "error"];
@@ -37,6 +38,7 @@ function mount(section) {
   ui = {
     steps,
     record,
+    sessions: agentSessions(),
     generating: generating(),
     title: h("h2", { id: "s-title", tabindex: "-1" }),
     facts: h("dl.facts"),
@@ -59,6 +61,7 @@ function mount(section) {
         ui.guidance, ui.sendGuidance)),
     h("div.panel", h("h2", "Usage ", h("small", "model calls of this session")), ui.usage, ui.json),
     record.root,
+    ui.sessions.root,
     h("div.panel", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), ui.generating.root, steps.root));
   replace(section, h("a.back", { href: "#/" }, "← all agents"), ui.missing, ui.body, ui.dialog);
 }
@@ -110,6 +113,7 @@ function render(s) {
   ui.steps.setSession(s);
   ui.generating.setSession(s);
   ui.record.update(s);
+  ui.sessions.show(s);
   ui.title.replaceChildren(agentLabel(s), " ", badge(s.status),
     s.status_reason ? h("small", { dataset: { testid: "session-reason" } }, " " + reasonWords(s.status_reason, s.status)) : "");
   replace(ui.facts,
@@ -281,6 +285,7 @@ registerPage({
     if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);
     ui.generating.reset(params.id);
     ui.record.reset(params.id);
+    ui.sessions.reset();
     ui.body.hidden = true;  // nothing of the previous session stays on screen
     ui.missing.hidden = true;
     ui.title.textContent = "";
