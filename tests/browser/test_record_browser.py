@@ -30,8 +30,10 @@ def test_search_a_step_open_it_see_the_summary_and_fork_from_it(page, shared_ser
     expect(page.locator("[data-testid=steps] li.linked")).to_have_attribute("data-iteration", "3")
     expect(page.get_by_test_id("session-summary")).to_contain_text("narwhals")
 
-    page.once("dialog", lambda dialog: dialog.accept("count the walruses instead"))
     page.locator('[data-testid=steps] li[data-iteration="1"]').get_by_test_id("fork-here").click()
+    page.get_by_test_id("fork-guidance").fill("count the walruses instead")  # the fork dialog (components/fork.js)
+    expect(page.get_by_test_id("fork-state")).not_to_have_value("")  # the step's state, read for editing
+    page.get_by_test_id("fork-submit").click()
     expect(page.locator(".forked-from")).to_contain_text("at step 2")
     fork_id = page.evaluate("location.hash").split("/")[-1]
     assert fork_id != made["session_id"]
