@@ -4,6 +4,12 @@
 // received (it was on another view, or disconnected).
 // A link may point at one message (#/conversation/ID?message=MID, from search):
 // once the messages are read, that one is marked and scrolled to.
+// A question an agent asked (ask_user) is answered only through its own
+// buttons and answer box; the message box at the bottom always posts a plain
+// message (answers: false), so free text never silently becomes an answer.
+// Once a question is answered (an answer message names it, or its tool call is
+// no longer waiting) it shows the answer and offers no buttons.
+// Agents show by their session's name (the API adds it), else by their tag.
 import { get, post } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { short, stepNumber, tag, when } from "../core/format.js";
@@ -11,7 +17,14 @@ import { registerPage } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 
 let ui = null;
-let current = { id: null, messages: new Map(), cursor: null, linked: null };
+let current = fresh(null, null);
+
+// questions: tool_call_id -> its box in the transcript; answers: tool_call_id ->
+// the answer seen (it may arrive before its question is drawn); names: session_id -> name.
+function fresh(id, linked) {
+  return { id, messages: new Map(), cursor: null, linked, questions: new Map(), answers: new Map(),
+    names: new Map() };
+}
 
 function mount(section) {
   const text = h("input", { name: "text", required: true, "aria-label": "Message",
@@ -30,18 +43,19 @@ function mount(section) {
     e.preventDefault();
     error.textContent = "";
     try {
-      const posted = await post(`/api/conversations/${current.id}/messages`, { text: text.value });
+      const posted = await post(`/api/conversations/${current.id}/messages`, { text: text.value, answers: false });
       addMessage(posted.message);
       text.value = "";
       const n = posted.deliveries.length;
-      if (posted.answer) toast("Sent as the answer to the open question");
-      else toast(n ? `Sent to ${n} agent session${n > 1 ? "s" : ""}` : "Sent (no agents in this conversation yet)");
+      toast(n ? `Sent to ${n} agent session${n > 1 ? "s" : ""}` : "Sent (no agents in this conversation yet)");
     } catch (err) {
       error.textContent = err.message;
     }
   } }, text, h("button.primary", { type: "submit", dataset: { testid: "post-submit" } }, "Send"));
+  const note = h("p.hint", { dataset: { testid: "post-note" } }, "A message here reaches every agent in this "
+    + "conversation as guidance; it never answers a question. Answer a question with its own buttons or box.");
   ui.body = h("div.columns",
-    h("div.panel.grow", ui.title, ui.messages, ui.empty, form, error),
+    h("div.panel.grow", ui.title, ui.messages, ui.empty, form, note, error),
     h("div.panel.side", h("h2", "Participants"), ui.participants, ui.nobody));
   replace(section, h("a.back", { href: "#/conversations" }, "← all conversations"), ui.missing, ui.body);
 }
@@ -51,8 +65,10 @@ const keyOf = (m) => m.created_at + " " + m.message_id;
 function addMessage(m) {
   if (current.messages.has(m.message_id) || m.conversation_id !== current.id) return;
   current.messages.set(m.message_id, m);
+  if ("name" in m && m.session_id) current.names.set(m.session_id, m.name);  // listed rows carry it, live ones not
   const who = m.sender_type === "agent"
-    ? [h("a", { href: "#/session/" + m.session_id }, tag(m.agent_id)), ` · step ${stepNumber(m.iteration)}`]
+    ? [h("a.msg-who", { href: "#/session/" + m.session_id, dataset: { session: m.session_id || "" } },
+      whoIs(m)), ` · step ${stepNumber(m.iteration)}`]
     : [m.user_id || "user"];
   const li = h("li." + m.sender_type, { dataset: { key: keyOf(m), message: m.message_id, testid: "message" } },
     h("div.msg-head", ...who, " · ", when(m.created_at)), h("div.msg-text", m.text || ""), questionPart(m));
@@ -60,30 +76,123 @@ function addMessage(m) {
   ui.messages.insertBefore(li, later || null);
   ui.empty.hidden = true;
   if (!later) li.scrollIntoView({ block: "nearest" });
+  const answered = m.event_type === "answer" && m.data && m.data.tool_call_id;
+  if (answered) settle(m.data.tool_call_id, `answered: “${m.text}”` + (m.user_id ? ` by ${m.user_id}` : ""));
+  if (m.sender_type === "agent" && !current.names.has(m.session_id)) scheduleNames();
+}
+
+function whoIs(m) {
+  const data = m.data || {};
+  return current.names.get(m.session_id) || m.name || (data.session_id === m.session_id && data.name)
+    || tag(m.agent_id || "");
 }
 
 // A question an agent asked (ask_user; a child's, in its root's conversation): a
-// link to the asking session and its choices as buttons.  A reply here answers
-// it (the server routes it), so a button just posts the choice, naming the question.
+// link to the asking session, its choices as buttons and its own answer box,
+// each naming the question (data.tool_call_id), so no other question is answered.
 function questionPart(m) {
   const data = m.data || {};
   if (m.event_type !== "question" || data.kind !== "question") return null;
+  const id = data.tool_call_id || m.message_id;
   const child = data.child;
-  return h("div.msg-question", { dataset: { testid: "message-question" } },
-    child ? h("a", { href: `#/session/${child.session_id}` }, "open " + (child.name || tag(child.agent_id))) : null,
+  const text = h("input", { name: "answer", required: true, placeholder: "your answer",
+    "aria-label": "Answer to: " + (data.question || m.text), dataset: { testid: "question-text" } });
+  const actions = h("div.msg-question", { dataset: { testid: "question-actions" } },
     (data.choices || []).map((choice) => h("button", { type: "button", dataset: { testid: "message-choice" },
-      onclick: () => reply(choice, { tool_call_id: data.tool_call_id }) }, choice)),
-    h("span.hint", " or reply below"));
+      onclick: () => answer(id, choice) }, choice)),
+    h("form.inline", { onsubmit: (e) => {
+      e.preventDefault();
+      if (text.value.trim()) answer(id, text.value);
+    } }, text, h("button", { type: "submit", dataset: { testid: "question-submit" } }, "Answer")));
+  const state = h("p.hint", { role: "status", dataset: { testid: "question-state" } });
+  const box = h("div", { dataset: { testid: "message-question", call: id } },
+    child ? h("a", { href: `#/session/${child.session_id}` }, "open " + (child.name || tag(child.agent_id))) : null,
+    actions, state);
+  current.questions.set(id, { box, actions, state, settled: false });
+  if (current.answers.has(id)) queueMicrotask(() => settle(id, current.answers.get(id)));
+  return box;
 }
 
-async function reply(text, data) {
+// The question is closed: say how, and take its buttons and box away.
+function settle(id, words) {
+  current.answers.set(id, words);
+  const q = current.questions.get(id);
+  if (!q || q.settled) return;
+  q.settled = true;
+  q.actions.remove();
+  q.state.textContent = words;
+  q.box.closest("li")?.classList.add("answered");
+}
+
+async function answer(id, text) {
+  const q = current.questions.get(id);
+  q.actions.querySelectorAll("button, input").forEach((n) => { n.disabled = true; });
   try {
-    const posted = await post(`/api/conversations/${current.id}/messages`, { text, data });
+    const call = await get("/api/tool-calls/" + encodeURIComponent(id));
+    if (call.status !== "waiting_result") {  // closed meanwhile: post nothing, not even a plain message
+      settle(id, closedWords(call));
+      toast("That question was closed already", true);
+      return;
+    }
+    const posted = await post(`/api/conversations/${current.id}/messages`, { text, data: { tool_call_id: id } });
     addMessage(posted.message);
-    toast(posted.answer ? "Answer sent" : "Sent (that question was closed already)");
+    if (posted.answer) settle(id, `answered: “${text}”`);
+    else settle(id, "closed before this answer arrived (it was sent as a plain message)");
+    toast(posted.answer ? "Answer sent" : "That question was closed already", !posted.answer);
   } catch (err) {
+    q.actions.querySelectorAll("button, input").forEach((n) => { n.disabled = false; });
     toast(err.message, true);
   }
+}
+
+function closedWords(call) {
+  const result = call.result || {};
+  if (result.timed_out) return `timed out; answered with its default “${result.answer}”`;
+  if (typeof result.answer === "string") return `answered: “${result.answer}”`
+    + (result.answered_by ? ` by ${result.answered_by}` : "");
+  return "closed unanswered (" + call.status + ")";
+}
+
+// Questions drawn as open whose answer this page has not seen (answered while
+// it was away, before the answer message existed, or timed out): ask their calls.
+async function checkOpenQuestions(id) {
+  const open = [...current.questions].filter(([, q]) => !q.settled).map(([call]) => call);
+  for (const call of open) {
+    const row = await get("/api/tool-calls/" + encodeURIComponent(call)).catch(() => null);
+    if (id !== current.id) return;
+    if (row && row.status !== "waiting_result") settle(call, closedWords(row));
+  }
+}
+
+let namesTimer = null;
+
+// A sender this page has no name for (it joined after the participants were read): read them again, once a second at most.
+function scheduleNames() {
+  if (namesTimer || !current.id) return;
+  namesTimer = setTimeout(() => {
+    namesTimer = null;
+    loadParticipants(current.id).catch(() => {});
+  }, 1000);
+}
+
+async function loadParticipants(id) {
+  const participants = await get(`/api/conversations/${encodeURIComponent(id)}/participants`, { limit: 500 });
+  if (id !== current.id) return;
+  showParticipants(participants.participants);
+}
+
+function showParticipants(list) {
+  for (const p of list) if (p.kind === "agent") current.names.set(p.session_id, p.name || null);
+  replace(ui.participants, list.map((p) => h("li", p.kind === "agent"
+    ? ["agent ", h("a", { href: "#/session/" + p.session_id }, p.name || tag(p.agent_id)),
+      h("small", " session " + short(p.session_id))]
+    : ["user " + p.user_id])));
+  ui.nobody.hidden = list.length > 0;
+  ui.messages.querySelectorAll("a.msg-who").forEach((a) => {
+    if (!current.names.has(a.dataset.session)) current.names.set(a.dataset.session, null);  // looked up: none
+    const name = current.names.get(a.dataset.session);
+    if (name && a.textContent !== name) a.textContent = name;
+  });
 }
 
 async function load() {
@@ -106,11 +215,7 @@ async function load() {
   if (id !== current.id) return;
   ui.body.hidden = false;
   ui.title.textContent = conversation.title || "untitled conversation";
-  replace(ui.participants, participants.participants.map((p) => h("li", p.kind === "agent"
-    ? ["agent ", h("a", { href: "#/session/" + p.session_id }, tag(p.agent_id)),
-      h("small", " session " + short(p.session_id))]
-    : ["user " + p.user_id])));
-  ui.nobody.hidden = participants.participants.length > 0;
+  showParticipants(participants.participants);
   for (;;) {
     const data = await get(`/api/conversations/${id}/messages`, { limit: 500, after: current.cursor });
     if (id !== current.id) return;
@@ -119,6 +224,7 @@ async function load() {
     if (data.messages.length < 500) break;
   }
   showLinked();
+  await checkOpenQuestions(id);
 }
 
 function showLinked() {
@@ -143,7 +249,7 @@ registerPage({
       current.linked = linked;  // the catch-up that follows shows it
       return;
     }
-    current = { id: params.id, messages: new Map(), cursor: null, linked };
+    current = fresh(params.id, linked);
     replace(ui.messages);
     ui.title.textContent = "";
     ui.empty.hidden = false;

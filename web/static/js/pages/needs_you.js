@@ -2,7 +2,8 @@
 // (GET /api/waiting): questions (ask_user) answered in place (a choice button or
 // free text), approvals approved or denied in place, other external tools'
 // results posted in place.  It follows the "all" room: any tool_call event
-// (a question asked, answered or timed out elsewhere) reloads the list shortly.
+// (a question asked, answered or timed out elsewhere) reloads the list shortly,
+// updating it in place (update below) so that what you type survives.
 // The nav count is components/needs_you_count.js.
 import { get, post } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
@@ -18,7 +19,7 @@ let reloadTimer = null;
 
 function mount(section) {
   ui = {
-    list: h("ul.waiting-list", { dataset: { testid: "waiting" } }),
+    list: h("ul.waiting-list", { tabIndex: -1, "aria-label": "Waiting for you", dataset: { testid: "waiting" } }),
     empty: h("p.empty", { hidden: true }, "Nothing waits for you. Questions agents ask (ask_user) and tool calls "
       + "that need your approval show up here."),
     more: h("p.hint", { hidden: true }),
@@ -29,12 +30,31 @@ function mount(section) {
 
 async function load() {
   const data = await get("/api/waiting", { limit: PAGE });
-  replace(ui.list, data.waiting.map(item));
+  update(data.waiting);
   ui.empty.hidden = data.waiting.length > 0;
   ui.count.textContent = data.total ? `(${data.total} open, oldest first)` : "";
   ui.more.hidden = data.total <= data.waiting.length;
   ui.more.textContent = `${data.total - data.waiting.length} more wait behind these; they show as these are settled.`;
   refreshCount(data.total);
+}
+
+// Keyed in place, by tool call id: a settled item's card goes, a new one is
+// inserted where it belongs, and every other card (the one being typed in,
+// with its focus and selection) stays the very same node, untouched.  The
+// list is oldest first and items keep their order, so no card ever moves.
+function update(waiting) {
+  const wanted = new Set(waiting.map((w) => w.tool_call_id));
+  const cards = new Map([...ui.list.children].map((li) => [li.dataset.call, li]));
+  for (const [call, li] of cards) {
+    if (wanted.has(call)) continue;
+    if (li.contains(document.activeElement)) ui.list.focus({ preventScroll: true });
+    li.remove();
+  }
+  waiting.forEach((w, at) => {
+    const here = ui.list.children[at] || null;
+    if (here && here.dataset.call === w.tool_call_id) return;
+    ui.list.insertBefore(cards.get(w.tool_call_id) || item(w), here);
+  });
 }
 
 function item(w) {
