@@ -1,7 +1,12 @@
-// The form that starts an agent.  Its config fields come from the schemas of
-// GET /api/monikers: the chosen moniker's own keys, a few of the keys every
-// session accepts, and a JSON box for the rest.  The API checks the whole
-// config and names a bad key; that message is shown here.
+// The form that starts an agent, from a moniker or from a profile.  Its config
+// fields come from the schemas of GET /api/monikers: the chosen moniker's own
+// keys, a few of the keys every session accepts, and a JSON box for the rest.
+// A profile (GET /api/profiles) brings its own moniker and config: then only
+// the JSON box is sent, as the overrides the profile allows.  The API checks
+// the whole config and names a bad key; that message is shown here.  After a
+// create the fields are drawn again from the schemas, so they show the real
+// defaults (form.reset() would put back the HTML defaults: the first moniker,
+// unchecked boxes), and the moniker or profile chosen stays chosen.
 import { get, post } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { fieldsFor, read } from "./schema_fields.js";
@@ -11,10 +16,15 @@ const COMMON_KEYS = ["interval_s", "max_steps", "stop_on_done", "budget_tokens",
 export function createForm() {
   let monikers = [];
   let sessionSchema = null;
+  let profiles = [];
   const error = h("p.form-error", { role: "alert", dataset: { testid: "create-error" } });
   const monikerSelect = h("select", { id: "create-moniker", name: "moniker", required: true,
     dataset: { testid: "create-moniker" }, onchange: () => drawMonikerFields() });
   const monikerHelp = h("p.hint", { id: "moniker-help" });
+  const profileSelect = h("select", { id: "create-profile", name: "profile", dataset: { testid: "create-profile" },
+    onchange: () => drawProfile() });
+  const profileHelp = h("p.hint", { dataset: { testid: "create-profile-help" } });
+  const monikerPart = h("div.moniker-part");
   const monikerFields = h("div.moniker-fields", { dataset: { testid: "moniker-fields" } });
   const commonFields = h("div.common-fields");
   const conversation = h("select", { id: "create-conversation", name: "conversation_id",
@@ -31,18 +41,38 @@ export function createForm() {
   h("h2", { id: "create-title" }, "Start an agent"),
   h("label", { for: "create-name" }, "Name ", h("small", "optional; shown instead of the id"),
     nameInput),
-  h("label", { for: "create-moniker" }, "Moniker ", h("small", "what it does at each step"), monikerSelect),
-  monikerHelp,
+  h("label", { for: "create-profile" }, "Profile ", h("small", "optional; a profile brings its moniker, prompt, "
+    + "tools and limits"), profileSelect),
+  profileHelp,
+  monikerPart,
   h("label", { for: "create-task" }, "Task ", h("small", "what it should do"),
     taskInput),
   h("label", { for: "create-conversation" }, "Conversation ",
     h("small", "optional; it posts its steps there and hears messages"), conversation),
-  h("fieldset", h("legend", "Settings of this moniker"), monikerFields),
-  h("fieldset", h("legend", "Every session"), commonFields),
   h("label", { for: "create-json" }, "More settings (JSON) ",
     h("small", "any other config keys; merged over the fields above"), json),
   h("button.primary", { type: "submit", dataset: { testid: "create-submit" } }, "Start agent"),
   error);
+  replace(monikerPart,
+    h("label", { for: "create-moniker" }, "Moniker ", h("small", "what it does at each step"), monikerSelect),
+    monikerHelp,
+    h("fieldset", h("legend", "Settings of this moniker"), monikerFields),
+    h("fieldset", h("legend", "Every session"), commonFields));
+
+  // A profile chosen: the moniker and its fields give way to the profile's own.
+  function drawProfile() {
+    const profile = profiles.find((p) => p.name === profileSelect.value);
+    monikerPart.hidden = Boolean(profile);
+    monikerSelect.disabled = Boolean(profile);
+    profileHelp.textContent = profile ? `${profile.description || ""} Moniker ${profile.moniker}; the JSON box `
+      + "below overrides what the profile allows." : "";
+  }
+
+  // The fields as the schemas say, empty or at their defaults.
+  function drawDefaults() {
+    replace(commonFields, fieldsFor(sessionSchema, COMMON_KEYS, "run"));
+    drawMonikerFields();
+  }
 
   function drawMonikerFields() {
     const moniker = monikers.find((m) => m.name === monikerSelect.value);
@@ -57,20 +87,30 @@ export function createForm() {
   }
 
   async function load() {
-    const [m, c] = await Promise.all([get("/api/monikers"), get("/api/conversations", { limit: 200 })]);
+    const [m, c, p] = await Promise.all([get("/api/monikers"), get("/api/conversations", { limit: 200 }),
+      get("/api/profiles").catch(() => ({ profiles: [] }))]);
     monikers = m.monikers;
+    profiles = p.profiles.filter((x) => x.ok);
+    const keepProfile = profileSelect.value;
+    replace(profileSelect, h("option", { value: "" }, "— none: choose a moniker —"),
+      profiles.map((x) => h("option", { value: x.name }, x.name)));
+    profileSelect.value = profiles.some((x) => x.name === keepProfile) ? keepProfile : "";
     sessionSchema = m.session_config_schema;
     const keep = monikerSelect.value || "joke";
     replace(monikerSelect, monikers.map((x) => h("option", { value: x.name, selected: x.name === keep }, x.name)));
+    const keepConversation = conversation.value;
     replace(conversation, h("option", { value: "" }, "— none —"),
       c.conversations.map((x) => h("option", { value: x.conversation_id }, x.title || x.conversation_id)));
+    conversation.value = keepConversation;
+    if (!conversation.value) conversation.value = "";
     if (!commonFields.childElementCount) replace(commonFields, fieldsFor(sessionSchema, COMMON_KEYS, "run"));
     drawMonikerFields();
+    drawProfile();
     clearUnreachable();
   }
 
-  function config() {
-    const values = { ...read(commonFields), ...read(monikerFields) };
+  function config(fromProfile) {
+    const values = fromProfile ? {} : { ...read(commonFields), ...read(monikerFields) };
     const text = json.value.trim();
     if (!text) return values;
     let extra;
@@ -90,12 +130,16 @@ export function createForm() {
     error.textContent = "";
     delete error.dataset.unreachable;
     try {
-      const body = { moniker: monikerSelect.value, task: taskInput.value, config: config() };
+      const profile = profileSelect.value;
+      const body = { task: taskInput.value, config: config(Boolean(profile)) };
+      if (profile) body.profile = profile;
+      else body.moniker = monikerSelect.value;
       if (nameInput.value.trim()) body.name = nameInput.value.trim();
       if (conversation.value) body.conversation_id = conversation.value;
       const made = await post("/api/agents", body);
-      form.reset();
-      json.value = "";
+      nameInput.value = taskInput.value = json.value = "";
+      conversation.value = "";
+      drawDefaults();  // the moniker or profile chosen stays
       location.hash = "#/session/" + made.session_id;
     } catch (err) {
       error.textContent = err.message;
