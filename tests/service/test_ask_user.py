@@ -89,7 +89,7 @@ def test_a_child_asks_the_root_conversation_answers_once_across_restarts(service
     assert r.status_code == 201, r.text
     reply = r.json()
     assert reply["deliveries"] == [] and reply["answer"]["tool_call_id"] == row["id"]
-    assert reply["message"]["data"] is None
+    assert reply["message"]["data"] == {"tool_call_id": row["id"]}  # the question it answered
     svc.start_agents()
     assert svc.action(reply["answer"]["action_id"], timeout=60)["status"] == "done"
     svc.wait_status(sid, "done")
