@@ -119,6 +119,13 @@ function clearFilters() {
   go(new URLSearchParams({ q: query.get("q") || "" }));
 }
 
+function onlyAgent(agentId) {
+  const next = new URLSearchParams(query);
+  next.set("agent_id", agentId);
+  next.delete("offset");
+  go(next);
+}
+
 function turn(direction) {
   const next = new URLSearchParams(query);
   const limit = Number(query.get("limit")) || PAGE;
@@ -176,20 +183,17 @@ function hitNode(hit) {
     hit.conversation_id ? "conversation " + short(hit.conversation_id) : null,
     hit.name ? "tool " + hit.name : null,
   ].filter(Boolean).join(" · ");
-  const only = new URLSearchParams(query);
-  if (hit.agent_id) {
-    only.set("agent_id", hit.agent_id);
-    only.delete("offset");
-  }
   return h("li.hit." + hit.kind, { dataset: { testid: "search-hit", kind: hit.kind } },
     h("a.hit-link", { href: hit.link },
       h("span.badge.kind", KIND_WORDS[hit.kind] || hit.kind), " ",
       who ? h("strong.hit-agent", { title: hit.agent_id || "", dataset: { testid: "search-hit-agent" } }, who) : null,
       who && where ? " · " : " ", h("span.hit-where", where)),
     hit.created_at ? h("span.hint", " · ", when(hit.created_at)) : null,
-    hit.agent_id && query.get("agent_id") !== hit.agent_id
-      ? h("span.hint", " · ", h("a", { href: "#/search?" + only.toString(), dataset: { testid: "search-only-agent" } },
-        "only this agent")) : null,
+    hit.agent_id && query.get("agent_id") !== hit.agent_id  // a filter, so a button: the hit has one link
+      ? h("span.hint", " · ", h("button.only-agent", { type: "button", dataset: { testid: "search-only-agent" },
+        title: `Only hits of ${who || "this agent"}`, style: { padding: "1px 8px", fontSize: "0.9em" },
+        onclick: () => onlyAgent(hit.agent_id) },
+      "only this agent")) : null,
     highlighted(hit.snippet || "", hit.highlights));
 }
 
