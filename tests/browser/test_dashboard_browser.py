@@ -433,17 +433,19 @@ def test_tool_calls_in_the_timeline_approve_and_post_a_result(page, shared_servi
     calls = page.locator("[data-testid=step][data-iteration='0'] [data-testid=tool-call]")
     expect(calls).to_have_count(2, timeout=30_000)
     expect(page.get_by_test_id("session-status")).to_have_text("waiting", timeout=30_000)
-    expect(calls.nth(0)).to_contain_text("waiting_approval")
-    expect(calls.nth(1)).to_contain_text("waiting_result")
+    expect(calls.nth(0)).to_contain_text("waits for your approval")
+    expect(calls.nth(0).get_by_test_id("tool-approval-args")).to_be_visible()  # what is approved, unfolded
+    expect(calls.nth(0).get_by_test_id("tool-approval-args")).to_contain_text('"numbers"')
+    expect(calls.nth(1)).to_contain_text("waits for a result")
 
     calls.nth(0).get_by_test_id("tool-approve").click()
-    expect(calls.nth(0)).to_contain_text("success", timeout=30_000)
+    expect(calls.nth(0)).to_contain_text("succeeded", timeout=30_000)
     calls.nth(0).locator("summary").click()
     expect(calls.nth(0).locator(".tool-json").nth(1)).to_contain_text('"sum": 5')
 
     calls.nth(1).locator("textarea").fill('{"colour": "blue"}')
     calls.nth(1).get_by_test_id("tool-post-result").click()
-    expect(calls.nth(1)).to_contain_text("success", timeout=30_000)
+    expect(calls.nth(1)).to_contain_text("succeeded", timeout=30_000)
     expect(page.locator("[data-testid=step][data-iteration='1']")).to_contain_text("thanks", timeout=30_000)
     expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
     step1 = shared_service.steps(made["session_id"])[1]

@@ -36,8 +36,10 @@ function failedWords(usage) {
 
 export function actionNode(a, key) {
   const what = {
-    pause: "Pause", resume: "Resume", destroy: "Destroy", interrupt: "Guidance",
-  }[a.type] || a.type;
+    pause: "Pause", resume: "Resume", destroy: "Destroy", interrupt: "Guidance", create: "Start",
+    tool_approve: "Approve a tool call", tool_deny: "Deny a tool call", tool_result: "A tool's result posted",
+    answer: "An answer", child_result: "A sub-agent's result", child_message: "A sub-agent's message",
+  }[a.type] || a.type.replace(/_/g, " ");
   const payload = a.payload || {};
   const extra = a.type === "interrupt" ? `: “${payload.guidance || ""}”`
     : a.type === "resume" && (payload.budget_tokens || payload.budget_cost)

@@ -1,7 +1,8 @@
 // Tool calls in the session timeline (StepFrame-v1), live.
 //
 // Each call is shown inside the step that made it: name, status, duration, and
-// its args and result in an expandable box.  A call waiting for approval has
+// its args and result in an expandable box; its status in words (TOOL_WORDS).
+// A call waiting for approval shows its args unfolded (what you approve) and
 // Approve / Deny buttons; a call waiting for an external result has a box to
 // post it.  Rows come over HTTP on every catch-up of the session
 // (GET /api/tool-calls?session_id=…) and live as `tool_call` events, one per
@@ -12,7 +13,6 @@
 // a step part (the box inside each step), a live event, and a session catch-up.
 import { get, post } from "../core/api.js";
 import { $, h } from "../core/dom.js";
-import { badge } from "../core/format.js";
 import { registerLiveEvent, registerSessionHook, registerStepPart } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 
@@ -50,9 +50,17 @@ function render(row) {
   }
 }
 
+// A tool call's status in words (the raw one on hover, and as the badge's class).
+const TOOL_WORDS = { pending: "queued", waiting_approval: "waits for your approval", waiting_result:
+  "waits for a result", running: "running", success: "succeeded", failed: "failed", denied: "denied",
+unknown: "outcome unknown", replayed: "replayed from the record" };
+
+const toolBadge = (status) => h("span.badge." + (status || "unknown"), { title: status },
+  TOOL_WORDS[status] || status || "unknown");
+
 function callNode(row, open) {
   return h("div.tool-call." + row.status, { dataset: { call: row.id, seq: String(row.seq), testid: "tool-call" } },
-    h("div.tool-head", h("span.tool-name", "🔧 " + row.name), badge(row.status),
+    h("div.tool-head", h("span.tool-name", "🔧 " + row.name), toolBadge(row.status),
       row.duration_ms != null ? h("span.hint", ` ${Math.round(row.duration_ms)} ms`) : null,
       row.attempts > 1 ? h("span.hint", ` · attempt ${row.attempts}`) : null,
       row.error ? h("div.step-error", row.error) : null),
@@ -67,7 +75,10 @@ function controls(row) {
   if (row.status === "waiting_approval") {
     const reason = h("input", { placeholder: "reason (told to the model)", name: "reason",
       "aria-label": "Reason for denying " + row.name });
-    return h("div.tool-actions",
+    // What is to be approved is shown, not folded away in "args and result".
+    return h("div.tool-actions", h("span", "Run ", h("strong", row.name), " with"),
+      h("pre.tool-json", { style: { flexBasis: "100%" }, dataset: { testid: "tool-approval-args" } },
+        JSON.stringify(row.args, null, 2)),
       h("button", { type: "button", dataset: { testid: "tool-approve" }, onclick: () => decide(row, "approve", {}) },
         "Approve"),
       h("button.danger", { type: "button", dataset: { testid: "tool-deny" },
