@@ -31,6 +31,7 @@ function mount(section) {
     placeholder: "Write to everyone in this conversation…", dataset: { testid: "post-text" } });
   const error = h("p.form-error", { id: "post-error", role: "alert" });
   ui = {
+    text,
     title: h("h2", { id: "c-title" }),
     messages: h("ol.messages", { dataset: { testid: "messages" } }),
     empty: h("p.empty", "No messages yet. Agents in this conversation post each step here; "
@@ -119,7 +120,9 @@ function settle(id, words) {
   const q = current.questions.get(id);
   if (!q || q.settled) return;
   q.settled = true;
+  const hadFocus = q.actions.contains(document.activeElement);
   q.actions.remove();
+  if (hadFocus) ui.text.focus();  // its box went: the message box, not the page body, has focus
   q.state.textContent = words;
   q.box.closest("li")?.classList.add("answered");
 }
