@@ -97,4 +97,6 @@ def fork_session(session_id):
         fork["guidance"] = req.guidance
     payload = {"moniker": source["moniker"], "task": source.get("task") or "",
                "config": changed_config(source.get("config"), req.config), "conversation_id": None, "fork": fork}
+    if source.get("name"):
+        payload["name"] = source["name"]  # the same agent: it keeps its name (not a generated tag)
     return enqueue("create", source["agent_id"], req.session_id or str(ULID()), payload)

@@ -155,6 +155,7 @@ def test_fork_through_the_dialog_with_edited_state_and_back_to_the_original(page
     expect(page.locator(".forked-from")).to_contain_text("at step 2", timeout=30_000)
     fork_id = page.evaluate("location.hash").split("/")[-1]
     assert fork_id != made["session_id"]
+    expect(page.locator("#s-title")).to_contain_text("forked echo")  # the same agent, under its name
     svc.wait_status(fork_id, "done", timeout=60)
     assert svc.steps(fork_id)[0]["state"] == {"n": 101, "heard": ["edited"]}  # the edited state reached the fork
     first = page.locator('[data-testid=steps] li[data-iteration="2"]')
