@@ -106,7 +106,7 @@ def document(app: Flask, monikers, profiles: ProfileLibrary) -> dict:
         built = app.extensions.get("agentsvc_openapi")
         if built is None:
             built = app.extensions["agentsvc_openapi"] = _build(app, monikers)
-    return profile_variants(built, profiles, monikers)
+    return replay_choices(profile_variants(built, profiles, monikers), profiles, monikers)
 
 
 def _build(app: Flask, monikers) -> dict:
@@ -208,7 +208,69 @@ def profile_variants(spec: dict, lib: ProfileLibrary, monikers) -> dict:
     return spec
 
 
+# Bodies that name a moniker or a profile to replay under (api/replays.py, eval runs)
+REPLAY_BODIES = ("ReplayRequest", "RunRequest")
+
+
+def replay_choices(spec: dict, lib: ProfileLibrary, monikers) -> dict:
+    """A replay's body, as a create's, one shape per way of naming what it runs
+    under: neither moniker nor profile (``config`` documents the runner's keys;
+    the source's moniker's own keys are taken too, checked against it), one per
+    installed moniker (the runner's keys and that moniker's), one per usable
+    profile (the keys it lets a create override)."""
+    components = spec["components"]["schemas"]
+    runner = components["SessionConfig"]["properties"]
+    tools = lib.known_tools()
+    usable = [e.profile for e in lib.entries() if e.profile is not None and not lib.check(e, tools)]
+    for body in REPLAY_BODIES:
+        if body not in components:
+            continue
+        plain = copy.deepcopy(components[body])
+        plain.pop("not", None)
+        for key in ("profile", "moniker"):
+            plain["properties"].pop(key, None)
+        plain["properties"]["config"] = _config_of(runner, {}, "keys that change the source's config (and the "
+                                                               "source moniker's own keys)")
+        variants = [plain]
+        for name in sorted(monikers.names()) if monikers is not None else []:
+            model = monikers.get(name).config_model
+            own = model.model_json_schema(ref_template=REF) if model is not None else {}
+            components.update(own.pop("$defs", {}))
+            config = _config_of(runner, own.get("properties", {}))
+            if model is None:  # a moniker that declares no config model takes any further keys
+                config["additionalProperties"] = True
+            variants.append(_named(plain, "moniker", name, config))
+        variants += [_named(plain, "profile", p.name, _profile_config(p, runner, monikers)) for p in usable]
+        components[body] = {"oneOf": variants}
+    return spec
+
+
+def _config_of(runner: dict, own: dict, description: str | None = None) -> dict:
+    config = {"type": "object", "additionalProperties": False, "properties": {**runner, **own}}
+    return {**config, "description": description} if description else config
+
+
+def _named(plain: dict, key: str, name: str, config: dict) -> dict:
+    variant = copy.deepcopy(plain)
+    variant["properties"][key] = {"type": "string", "const": name}
+    variant["properties"]["config"] = config
+    variant["required"] = sorted({*variant.get("required", []), key})
+    return variant
+
+
 def _profile_variant(p, base: dict, runner: dict, monikers) -> dict:
+    variant = copy.deepcopy(base)
+    variant["title"] = f"CreateAgentRequest (profile {p.name})"
+    variant["properties"].pop("moniker", None)
+    variant["properties"] = {"profile": {"type": "string", "const": p.name,
+                                         "description": "a profile of GET /api/profiles"},
+                             **variant["properties"], "config": _profile_config(p, runner, monikers)}
+    variant["required"] = ["profile"]
+    return variant
+
+
+def _profile_config(p, runner: dict, monikers) -> dict:
+    """The config a body naming profile ``p`` may carry: the keys it lets a create override."""
     moniker = monikers.get(p.moniker)
     own = moniker.config_model.model_json_schema()["properties"] if moniker.config_model else {}
     props = {}
@@ -224,12 +286,4 @@ def _profile_variant(p, base: dict, runner: dict, monikers) -> dict:
             props[key] = runner[key]
         elif key in own:
             props[key] = own[key]
-    variant = copy.deepcopy(base)
-    variant["title"] = f"CreateAgentRequest (profile {p.name})"
-    variant["properties"].pop("moniker", None)
-    variant["properties"] = {"profile": {"type": "string", "const": p.name,
-                                         "description": "a profile of GET /api/profiles"},
-                             **variant["properties"],
-                             "config": {"type": "object", "additionalProperties": False, "properties": props}}
-    variant["required"] = ["profile"]
-    return variant
+    return {"type": "object", "additionalProperties": False, "properties": props}

@@ -212,9 +212,10 @@ class PostMessageRequest(Strict):
     text: str = Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=NOT_BLANK)
     user_id: Id | None = Field(None, description="who posts; default 'user'")
     data: dict | None = None
-    answers: bool = Field(True, description="false: a plain message (guidance) even while a question is open "
-                                            "here, as the dashboard's message box posts; true: it answers the open "
-                                            "question data.tool_call_id names, else the oldest")
+    answers: bool = Field(True, strict=True,
+                          description="false: a plain message (guidance) even while a question is open here, as the "
+                                      "dashboard's message box posts; true: it answers the open question "
+                                      "data.tool_call_id names, else the oldest")
 
     @field_validator("text")
     @classmethod

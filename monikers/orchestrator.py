@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from monikers import llm_call, output_schemas
 from monikers.llm_call import CallInfo, baml_api, endpoint_error
+from domain.json_types import JsonInt
 from monikers.llm_settings import LLMConfig, resolve_settings
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
 from monikers.llm_gate import estimate_tokens
@@ -44,7 +45,7 @@ class OrchestratorConfig(BaseModel):
     llm: LLMConfig | None = Field(None, description="the LLM that decides (as the baml moniker's)")
     sub_moniker: str = Field("baml", min_length=1, max_length=128, description="the moniker of new sub-agents")
     sub_config: dict[str, Any] = Field(default_factory=dict, description="the session config of new sub-agents")
-    history_messages: int = Field(20, ge=1, le=200, description="conversation lines the model sees")
+    history_messages: JsonInt = Field(20, ge=1, le=200, description="conversation lines the model sees")
 
 
 def _short(text, limit: int) -> str:

@@ -69,6 +69,9 @@ class EvalSetRequest(Strict):
 
 
 class RunRequest(Strict):
+    # at most one of profile and moniker (as a replay's), said in the document too
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"not": {"required": ["profile", "moniker"]}})
+
     config: SessionConfig | None = Field(None, description="keys that change each session's config")
     profile: str | None = Field(None, min_length=1, max_length=64, description="replay under this profile")
     moniker: str | None = Field(None, min_length=1, max_length=128, description="replay with this moniker")
