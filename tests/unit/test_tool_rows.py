@@ -43,6 +43,7 @@ class Agent:
         self.config = SessionConfig.model_validate({"tools": tools, "tool_concurrency": concurrency})
         self.tool_slots = asyncio.Semaphore(concurrency)
         self.stop_requested, self.status = False, "running"
+        self.replay = None  # not a replay (runtime/replay.py)
         self._stopped = asyncio.Event()
 
     async def reflect_waiting(self, reason):
