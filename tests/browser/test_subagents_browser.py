@@ -4,7 +4,7 @@ reload, links go down to a child and back up to its parent."""
 import pytest
 
 from tests.browsing import scan
-from tests.subagent_api import parent, spawned_ids, working
+from tests.subagent_api import parent, spawned_ids, tool_rows, working
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -46,4 +46,27 @@ def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_
     up.click()
     expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=30_000)
     assert page.evaluate("location.hash") == f"#/session/{root}"
+    svc.control(made["agent_id"], "destroy")
+
+
+def test_a_parent_page_open_before_the_spawn_shows_the_panel_and_the_list_names_the_parent(page, shared_service):
+    svc, expect = shared_service, playwright_api.expect
+    frames = working(6) + [{"text": "spawning", "tool_calls": [
+        {"name": "spawn_agent", "args": {"task": "later", "moniker": "scripted", "name": "late child",
+                                         "config": {"interval_s": 0.2, "frames": working(400)}}}]}] + working(400)
+    made = svc.create("scripted", task="delegate", name="live parent", config={
+        "interval_s": 1, "tools": ["spawn_agent", "message_agent", "wait"], "frames": frames})
+    root = made["session_id"]
+    page.goto(f"{svc.url}/#/session/{root}")
+    expect(page.get_by_test_id("session-status")).to_be_visible(timeout=30_000)
+    assert not [r for r in tool_rows(svc, root) if r["name"] == "spawn_agent"], "opened after the spawn"
+    (child,) = spawned_ids(svc, root, 1)
+    tree = page.get_by_test_id("session-tree")
+    expect(tree.locator(f"[data-session='{child}']")).to_be_visible(timeout=30_000)  # no reload
+
+    page.goto(f"{svc.url}/#/agents")
+    link = page.locator(f"[data-testid=agent-row][data-agent='{svc.session(child)['agent_id']}'] "
+                        "[data-testid=agent-parent-link]")
+    expect(link).to_have_text("live parent", timeout=30_000)
+    assert link.get_attribute("href") == f"#/session/{root}"
     svc.control(made["agent_id"], "destroy")

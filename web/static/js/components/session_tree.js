@@ -9,7 +9,10 @@
 // It is read on every catch-up of the session (first load, reconnects) and,
 // while any session of the tree is unfinished and the page is shown, again
 // every few seconds, so children's statuses stay current without subscribing
-// to each child's room.
+// to each child's room.  The poll runs while the panel is still hidden too:
+// a running session may spawn its first child at any step (often while it
+// then waits on that child, so no step event of its own would wake us), and
+// the panel must appear without a reload.
 //
 // Plugged in with one import in main.js, through registerSessionHook.
 import { get } from "../core/api.js";
@@ -74,7 +77,7 @@ async function refresh(id, mine) {
     : here.children.length ? `${here.children.length} sub-agent${here.children.length > 1 ? "s" : ""}` : "");
   replace(root.querySelector("[data-testid=tree]"), node(rows[0], rows, id));
   clearTimeout(timer);
-  if (rows.some((r) => !FINISHED.includes(r.status)) && !root.hidden) {
+  if (rows.some((r) => !FINISHED.includes(r.status))) {
     timer = setTimeout(() => {
       if (mine === generation && sessionId === id && !$("#view-session")?.hidden) refresh(id, mine);
     }, REFRESH_MS);

@@ -240,6 +240,7 @@ function makeRow(a) {
     link: h("a.agent-link"),
     id: h("code"),
     task: h("span"),
+    parent: h("span", { dataset: { testid: "agent-parent" } }),
     moniker: h("td", { dataset: { label: "Moniker" } }),
     status: h("td", { dataset: { label: "Status" } }),
     steps: h("td", { dataset: { label: "Steps" } }),
@@ -249,7 +250,7 @@ function makeRow(a) {
   const row = h("tr.clickable", { dataset: { agent: a.agent_id, testid: "agent-row" },
     onclick: (e) => { if (!e.target.closest("a, input, label, button")) location.hash = cells.link.getAttribute("href"); } },
   h("td.pick", cells.pick),
-  h("td", { dataset: { label: "Agent" } }, cells.link, h("div.hint", cells.id, cells.task)),
+  h("td", { dataset: { label: "Agent" } }, cells.link, h("div.hint", cells.id, cells.task, cells.parent)),
   cells.moniker, cells.status, cells.steps, cells.output, cells.updated);
   const entry = { row, cells, agent: null };
   fillRow(entry, a);
@@ -269,6 +270,7 @@ function fillRow(entry, a) {
   set(cells.id, short(a.agent_id));
   set(cells.task, a.task ? " · " + a.task : "");
   set(cells.moniker, a.moniker || "");
+  fillParent(cells.parent, a);
   if (old.status !== a.status || old.status_reason !== a.status_reason || !cells.status.firstChild) {
     replace(cells.status, badge(a.status), a.status_reason ? h("div.hint", reasonWords(a.status_reason, a.status)) : null);
   }
@@ -280,6 +282,18 @@ function fillRow(entry, a) {
   cells.output.classList.toggle("bad", a.status === "error");
   if (old.updated_at !== a.updated_at || !cells.updated.firstChild) replace(cells.updated, when(a.updated_at));
   cells.pick.checked = selection.mode === "matching" || selection.ids.has(a.agent_id);
+}
+
+// A sub-agent names its parent (by name when the parent's row is on this
+// page, else by short id) with a link to the parent's session.
+function fillParent(cell, a) {
+  const href = a.parent_session_id ? "#/session/" + a.parent_session_id : "";
+  const known = a.parent_agent_id && rows.get(a.parent_agent_id);
+  const name = known ? agentLabel(known.agent) : short(a.parent_agent_id || a.parent_session_id || "");
+  const link = cell.querySelector("a");
+  if (!href) { if (cell.firstChild) replace(cell); return; }
+  if (link && link.getAttribute("href") === href && link.textContent === name) return;
+  replace(cell, " · sub-agent of ", h("a", { href, dataset: { testid: "agent-parent-link" } }, name));
 }
 
 // Chips keyed by status, like the rows: a focused chip stays focused.
