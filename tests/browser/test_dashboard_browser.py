@@ -450,22 +450,3 @@ def test_tool_calls_in_the_timeline_approve_and_post_a_result(page, shared_servi
     expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
     step1 = shared_service.steps(made["session_id"])[1]
     assert [r["result"] for r in step1["inputs"]["tool_results"]] == [{"sum": 5}, {"colour": "blue"}]
-
-
-def test_one_page_load_reads_each_api_path_once(page, shared_service):
-    """The record was read twice per load: once on routing, once on the socket's first connect."""
-    svc = shared_service
-    made = svc.create("countdown", task="count", config={"interval_s": 0, "n": 2})
-    svc.wait_status(made["session_id"], "done", timeout=60)  # quiet: no live event asks for a catch-up
-    seen: dict[str, int] = {}
-    page.on("request", lambda r: "/api/" in r.url and seen.__setitem__(
-        r.url.split("//", 1)[1].split("/", 1)[1], seen.get(r.url.split("//", 1)[1].split("/", 1)[1], 0) + 1))
-    page.goto(f"{svc.url}/#/session/{made['session_id']}")
-    playwright_api.expect(page.get_by_test_id("session-status")).to_be_visible(timeout=30_000)
-    page.wait_for_load_state("networkidle")
-    # the Needs-you count refreshes on its own clock; the Sub-agents panel reads the
-    # root's snapshot (this very session) and its children beside the page
-    panel = {f"api/sessions/{made['session_id']}": 2}
-    twice = {path: n for path, n in seen.items() if n > panel.get(path, 1) and "/children" not in path
-             and not path.startswith("api/waiting")}
-    assert seen and not twice, twice

@@ -15,14 +15,10 @@ const streams = new Map();
 let rooms = [];
 let current = null;  // {rooms(), catchUp(), on}
 let socket = null;
-let fallback = null;  // the first load's HTTP catch-up if the socket is slow to connect
-let connectedOnce = false;
 
 export function connect() {
   socket = io({ transports: ["websocket", "polling"] });
   socket.on("connect", () => {
-    clearTimeout(fallback);
-    connectedOnce = true;
     setLive(true);
     rooms = [];
     subscribe().then(catchUp);
@@ -48,16 +44,8 @@ function setLive(on) {
 }
 
 // The view changed: follow its rooms, then catch it up.
-// Before the socket's first connect the connect handler does both (subscribe,
-// then catch up); catching up here too made every page load read twice.  If
-// that connect is slow, the page is read over HTTP after a short wait anyway.
 export async function follow(view) {
   current = view;
-  if (!connectedOnce && !socket.connected) {
-    clearTimeout(fallback);
-    fallback = setTimeout(() => { if (!socket.connected) catchUp(); }, 1500);
-    return;
-  }
   await subscribe();
   await catchUp();
 }
