@@ -437,6 +437,9 @@ def test_tool_calls_in_the_timeline_approve_and_post_a_result(page, shared_servi
     expect(calls.nth(0).get_by_test_id("tool-approval-args")).to_be_visible()  # what is approved, unfolded
     expect(calls.nth(0).get_by_test_id("tool-approval-args")).to_contain_text('"numbers"')
     expect(calls.nth(1)).to_contain_text("waits for a result")
+    resume = page.locator("[data-verb=resume]")
+    expect(resume).to_be_disabled()  # waiting is not paused: Resume would do nothing
+    expect(resume).to_have_attribute("title", re.compile("waits for"))
 
     calls.nth(0).get_by_test_id("tool-approve").click()
     expect(calls.nth(0)).to_contain_text("succeeded", timeout=30_000)
