@@ -453,3 +453,15 @@ def test_tool_calls_in_the_timeline_approve_and_post_a_result(page, shared_servi
     expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
     step1 = shared_service.steps(made["session_id"])[1]
     assert [r["result"] for r in step1["inputs"]["tool_results"]] == [{"sum": 5}, {"colour": "blue"}]
+
+
+def test_a_new_session_page_logs_no_404(page, shared_service):
+    """The newest-first step read of a session not started yet (no state row) is an empty list, not a 404."""
+    svc = shared_service
+    assert svc.get("/api/agent-steps", session_id="01M8CBSA35C780522SPF79FFRR", order="desc").json()["steps"] == []
+    bad = []
+    page.on("response", lambda r: r.status >= 400 and bad.append((r.status, r.url)))
+    made = svc.create("countdown", task="x", config={"interval_s": 0, "n": 2})
+    page.goto(f"{svc.url}/#/session/{made['session_id']}")
+    playwright_api.expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
+    assert not bad, bad
