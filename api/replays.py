@@ -44,15 +44,20 @@ class ReplayRequest(Strict):
     @field_validator("config")
     @classmethod
     def _config_size(cls, value):
-        if value is not None and len(json.dumps(changes_of(value), default=str)) > MAX_CONFIG_BYTES:
-            raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
-        return value
+        return capped_changes(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ReplayRequest":
         if self.profile is not None and self.moniker is not None:
             raise ValueError("give at most one of profile or moniker (a profile names its moniker)")
         return self
+
+
+def capped_changes(config: SessionConfig | None) -> SessionConfig | None:
+    """``config`` unchanged, unless the keys it sets are over the size a create's config may be."""
+    if config is not None and len(json.dumps(changes_of(config), default=str)) > MAX_CONFIG_BYTES:
+        raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
+    return config
 
 
 def changes_of(config: SessionConfig | None) -> dict:

@@ -9,6 +9,7 @@ queued action.
 from flask import jsonify
 
 from api.context import ctx
+from api.errors import ApiError
 
 
 def pending_snapshot(create: dict) -> dict:
@@ -51,3 +52,28 @@ def enqueue(type_: str, agent_id: str, session_id: str, payload: dict, status: i
     ctx().metrics.actions_enqueued.labels(type_).inc()
     return jsonify({"agent_id": agent_id, "session_id": session_id, "action_id": action["id"],
                     "status": action["status"]}), status
+
+
+def started_session(session_id: str, verb: str) -> dict:
+    """The snapshot of a session another is made from (a fork, a replay): a 404
+    when there is none, a 409 while its create is still queued."""
+    source = ctx().store.states.get(session_id)
+    if source is None:
+        if session_view(session_id) is not None:
+            raise ApiError(409, "conflict", f"session {session_id} has not started yet; nothing to {verb}")
+        raise ApiError(404, "not_found", f"no session {session_id}")
+    return source
+
+
+def repeated_session(session_id: str | None, agent_id: str):
+    """The 200 answer to a fork or replay naming a session that exists (nothing
+    is made again), a 409 when it is another agent's, or None when it is new."""
+    existing = session_view(session_id) if session_id else None
+    if existing is None:
+        return None
+    if existing.get("agent_id") != agent_id:
+        raise ApiError(409, "conflict", f"session {session_id} belongs to another agent")
+    create = ctx().store.actions.find_create(session_id=session_id)
+    return jsonify({"agent_id": existing["agent_id"], "session_id": session_id,
+                    "action_id": create["id"] if create else None, "existing": True,
+                    "status": create["status"] if create else existing["status"]}), 200

@@ -127,9 +127,9 @@ def _tool_calls(step: dict, rows: list[dict] | None) -> list[dict]:
     """The step's calls as compared: its tool call rows, or (none stored) what
     the step asked for, with no status."""
     if rows:
-        return [{"name": r.get("name"), "args": _json(r.get("args")), "status": _status(r)} for r in rows]
+        return [{"name": r.get("name"), "args": json_value(r.get("args")), "status": _status(r)} for r in rows]
     asked = step.get("tool_calls") if isinstance(step.get("tool_calls"), list) else []
-    return [{"name": c.get("name"), "args": _json(c.get("args")), "status": None} for c in asked
+    return [{"name": c.get("name"), "args": json_value(c.get("args")), "status": None} for c in asked
             if isinstance(c, dict)]
 
 
@@ -140,7 +140,7 @@ def _status(row: dict) -> str | None:
     return row.get("status")
 
 
-def _json(value):
+def json_value(value):
     """Args as JSON values (a row not decoded yet holds them as text)."""
     if isinstance(value, str):
         try:

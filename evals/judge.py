@@ -28,6 +28,7 @@ from monikers.frame import StepError
 from monikers.llm_call import CallInfo, baml_api, endpoint_error
 from monikers.llm_gate import estimate_tokens
 from monikers.llm_settings import LLMConfig, resolve_settings
+from evals.diff import json_value
 
 NAME = "llm_judge"
 DESCRIPTION = "an LLM compares the replay's final answer with the recorded one against the task (0..1)"
@@ -67,22 +68,16 @@ class Unusable(Exception):
 def final_answer(record: dict) -> str:
     """A session's final answer as text: its result's text, then its data as JSON;
     without a result, its newest ok step's.  ``record`` is ``{snapshot, steps, ...}``."""
-    result = _json(((record or {}).get("snapshot") or {}).get("result"))
+    result = json_value(((record or {}).get("snapshot") or {}).get("result"))
     if not isinstance(result, dict) or (not result.get("text") and result.get("data") in (None, {}, [])):
         ok = [s for s in (record or {}).get("steps") or [] if s.get("status") == "ok"]
-        result = {"text": ok[-1].get("text"), "data": _json(ok[-1].get("data"))} if ok else {}
+        result = {"text": ok[-1].get("text"), "data": json_value(ok[-1].get("data"))} if ok else {}
     parts = [str(result.get("text") or "").strip()]
     if result.get("data") not in (None, {}, [], ""):
         parts.append("data: " + json.dumps(result["data"], sort_keys=True, default=str))
     return "\n".join(p for p in parts if p) or NO_ANSWER
 
 
-def _json(value):
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
     return value
 
 

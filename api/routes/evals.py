@@ -15,7 +15,6 @@ settings and score each replay against its recording.
   the next); ``GET /api/evalruns/<id>`` is one run with every session's scores.
 - ``GET /api/scorers``: the scorers a run may name (evals/scorers.py).
 """
-import json
 from typing import Literal
 
 from flask import Blueprint, jsonify
@@ -26,10 +25,10 @@ from api import eval_views
 from api.context import ctx
 from api.errors import ApiError, describe
 from api.openapi import operation
-from api.replays import ReplayRequest, changes_of, replay_payload
+from api.replays import ReplayRequest, capped_changes, replay_payload
 from api.requests import body, not_found, path_id, query
 from api.routes.search import SearchRequest, run_search
-from api.schemas import MAX_CONFIG_BYTES, Id, Name, Open, Strict
+from api.schemas import Id, Name, Open, Strict
 from domain.session_config import SessionConfig
 from evals.judge import JudgeSpec
 from evals.scorers import default_registry
@@ -88,9 +87,7 @@ class RunRequest(Strict):
     @field_validator("config")
     @classmethod
     def _config_size(cls, value):
-        if value is not None and len(json.dumps(changes_of(value), default=str)) > MAX_CONFIG_BYTES:
-            raise ValueError(f"config must serialise to at most {MAX_CONFIG_BYTES} bytes")
-        return value
+        return capped_changes(value)
 
     @field_validator("scorers")
     @classmethod

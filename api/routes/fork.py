@@ -14,8 +14,8 @@ inherited steps stay in the original session (``forked_from`` links to them).
 import json
 from typing import Any
 
-from flask import Blueprint, jsonify
-from pydantic import Field, ValidationError, field_validator
+from flask import Blueprint
+from pydantic import Field, field_validator
 from ulid import ULID
 
 from api.context import ctx
@@ -24,8 +24,7 @@ from api.openapi import operation
 from api.requests import body, path_id
 from api.schemas import MAX_CONFIG_BYTES, MAX_TEXT, NOT_BLANK, Accepted, Id, Strict, not_blank
 from api.session_config import changed_config
-from api.sessions import enqueue, session_view
-from domain.session_config import SessionConfig
+from api.sessions import enqueue, repeated_session, started_session
 
 bp = Blueprint("fork", __name__, url_prefix="/api")
 
@@ -72,24 +71,14 @@ def fork_session(session_id):
     session_id = path_id(session_id, "session_id")
     req: ForkRequest = body()
     store = ctx().store
-    source = store.states.get(session_id)
-    if source is None:
-        if session_view(session_id) is not None:
-            raise ApiError(409, "conflict", f"session {session_id} has not started yet; nothing to fork")
-        raise ApiError(404, "not_found", f"no session {session_id}")
+    source = started_session(session_id, "fork")
     steps = store.steps.search(session_id=session_id, min_iteration=req.from_iteration,
                                max_iteration=req.from_iteration, limit=1)
     if not steps:
         raise ApiError(404, "not_found", f"session {session_id} has no step {req.from_iteration}")
-    if req.session_id:
-        existing = session_view(req.session_id)
-        if existing is not None:
-            if existing.get("agent_id") != source["agent_id"]:
-                raise ApiError(409, "conflict", f"session {req.session_id} belongs to another agent")
-            create = store.actions.find_create(session_id=req.session_id)
-            return jsonify({"agent_id": existing["agent_id"], "session_id": req.session_id,
-                            "action_id": create["id"] if create else None, "existing": True,
-                            "status": create["status"] if create else existing["status"]}), 200
+    repeated = repeated_session(req.session_id, source["agent_id"])
+    if repeated is not None:
+        return repeated
     fork = {"session_id": session_id, "iteration": req.from_iteration}
     if req.state is not None:
         fork["state"] = req.state

@@ -7,17 +7,14 @@ overrides applied, with recorded tool results served instead of run and what
 arrived from outside delivered at the iteration it arrived then
 (runtime/replay.py).  The source session is only read.
 """
-from flask import jsonify
 from flask import Blueprint
 from ulid import ULID
 
-from api.context import ctx
-from api.errors import ApiError
 from api.openapi import operation
 from api.replays import ReplayRequest, replay_payload
 from api.requests import body, path_id
 from api.schemas import Accepted
-from api.sessions import enqueue, session_view
+from api.sessions import enqueue, repeated_session, started_session
 
 bp = Blueprint("replay", __name__, url_prefix="/api")
 
@@ -31,18 +28,8 @@ def replay_session(session_id):
     iteration; the source is not changed"""
     session_id = path_id(session_id, "session_id")
     req: ReplayRequest = body()
-    source = ctx().store.states.get(session_id)
-    if source is None:
-        if session_view(session_id) is not None:
-            raise ApiError(409, "conflict", f"session {session_id} has not started yet; nothing to replay")
-        raise ApiError(404, "not_found", f"no session {session_id}")
-    if req.session_id:
-        existing = session_view(req.session_id)
-        if existing is not None:
-            if existing.get("agent_id") != source["agent_id"]:
-                raise ApiError(409, "conflict", f"session {req.session_id} belongs to another agent")
-            create = ctx().store.actions.find_create(session_id=req.session_id)
-            return jsonify({"agent_id": existing["agent_id"], "session_id": req.session_id,
-                            "action_id": create["id"] if create else None, "existing": True,
-                            "status": create["status"] if create else existing["status"]}), 200
+    source = started_session(session_id, "replay")
+    repeated = repeated_session(req.session_id, source["agent_id"])
+    if repeated is not None:
+        return repeated
     return enqueue("create", source["agent_id"], req.session_id or str(ULID()), replay_payload(source, req))
