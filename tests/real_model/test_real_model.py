@@ -283,3 +283,72 @@ def test_usage_counts_every_attempt_of_a_step_cut_short(svc, model):
     usage = steps[-1]["usage"]
     assert usage["attempts"] == 2 and usage["failed_attempts"] == 2 and usage["output_tokens"] >= 2
     assert snap["usage"]["failed_attempts"] == 2
+
+
+# ---- replay and evals (issue 29) ----------------------------------------------------------
+
+def served_or_diverged(svc: Service, replay_id: str) -> list[dict]:
+    """A ``recorded`` replay's tool calls: each served from the record or a
+    divergence that stopped it; none ran."""
+    calls = tool_calls(svc, replay_id)
+    for call in calls:
+        assert call["status"] == "replayed" and call["replay_of"] or (
+            call["status"] == "failed" and call["error"].startswith("diverged from the recording")), call
+    return calls
+
+
+def test_a_replay_with_other_sampling_finishes_and_its_diff_reads(svc, model):
+    """Record a session that calls a tool, replay it with other sampling (one
+    real model is installed here, so 'another model' is the same weights
+    sampled otherwise), and read the diff."""
+    task = "Call the tool wait with seconds 1. Then say what it returned and finish."
+    made = svc.create("baml", task=task, config=config(model, max_steps=3, tools=["wait"]))
+    sid = made["session_id"]
+    finish(svc, sid)
+    recorded = check_record(svc, sid)
+    r = svc.post(f"/api/sessions/{sid}/replay",
+                 json={"config": {"llm": {"temperature": 0.8, "seed": 7}}, "tools": "recorded"})
+    assert r.status_code == 202, r.text
+    rid = r.json()["session_id"]
+    snap = finish(svc, rid)
+    assert snap["replayed_from"] == {"session_id": sid, "from_iteration": 0}
+    assert snap["config"]["llm"]["temperature"] == 0.8 and snap["config"]["llm"]["model"] == llm_server.MODEL_NAME
+    steps = check_record(svc, rid)
+    assert steps[0]["iteration"] == 0
+    served_or_diverged(svc, rid)
+    if snap["status_reason"] == "diverged":
+        assert snap["replay"]["diverged_at"] is not None and snap["last_error"].startswith("diverged")
+    diff = svc.get(f"/api/sessions/{rid}/diff", against=sid)
+    assert diff.status_code == 200, diff.text
+    body = diff.json()
+    assert body["a"]["session_id"] == sid and body["b"]["session_id"] == rid
+    assert body["a"]["steps"] == len(recorded) and body["b"]["steps"] == len(steps)
+    paired = [row["iteration"] for row in body["iterations"]]
+    assert paired == sorted(paired) and paired[0] == 0
+    first = body["first_divergence"]
+    assert first is None or first["iteration"] in paired
+
+
+def test_an_eval_run_over_five_real_sessions_produces_scores(svc, model):
+    tasks = ["Say hello and finish.", "Name one colour and finish.", "Name one animal and finish.",
+             "Say a number between 1 and 9 and finish.", "Say goodbye and finish."]
+    sessions = [svc.create("baml", task=t, config=config(model, max_steps=1))["session_id"] for t in tasks]
+    for sid in sessions:
+        finish(svc, sid)
+    r = svc.post("/api/evalsets", json={"name": "five real sessions", "session_ids": sessions})
+    assert r.status_code == 201, r.text
+    scorers = ["final_equal", "steps", "tokens", "errors", "divergence_step", "llm_judge"]
+    run = svc.post(f"/api/evalsets/{r.json()['id']}/runs",
+                   json={"config": {"llm": {"temperature": 0.7, "seed": 3}}, "scorers": scorers, "concurrency": 2})
+    assert run.status_code == 202, run.text
+    done = wait_for(lambda: (v := svc.get(f"/api/evalruns/{run.json()['id']}").json())["status"] == "done" and v,
+                    timeout=FLOW_TIMEOUT_S, interval=1, what="the eval run over five real sessions")
+    assert done["progress"]["scored"] == 5, done["progress"]
+    for result in done["results"]:
+        scores = result["scores"]
+        assert set(scores) == set(scorers), scores
+        assert scores["steps"]["value"] is not None and scores["tokens"]["value"] is not None
+        judged = scores["llm_judge"]
+        assert (judged["value"] is not None and 0 <= judged["value"] <= 1) or judged["detail"], judged
+        served_or_diverged(svc, result["replay_session_id"])
+    assert done["summary"]["steps"]["n"] == 5
