@@ -122,7 +122,7 @@ function mount(section) {
   ui.table.addEventListener("focusout", () => setTimeout(settle, 0));
   replace(section, h("div.columns",
     h("div.panel.grow",
-      h("h2", "Agents ", h("small", "the latest session of each, updating live")),
+      h("h1", "Agents ", h("small", "the latest session of each, updating live")),
       h("div.toolbar", search, moniker, sort), ui.chips, bar.root,
       // the "new activity" button floats over the table's head: showing it moves no row
       h("div.table-wrap.with-activity", ui.newer, ui.table),
@@ -145,8 +145,8 @@ function showFilters() {
   ui.sort.value = filters.sort;
 }
 
-async function loadMonikers() {
-  const { monikers } = await get("/api/monikers");
+// The moniker filter's choices: the create form's monikers (it reads them).
+function showMonikers(monikers) {
   const names = new Set(monikers.map((m) => m.name));
   if (filters.moniker) names.add(filters.moniker);
   replace(ui.moniker, h("option", { value: "" }, "every moniker"),
@@ -458,8 +458,7 @@ registerPage({
     const fromHere = formLoaded && cameFrom !== null && fromAddressPath(cameFrom);
     if (!fromHere) {
       formLoaded = true;
-      ui.creator.load().catch((err) => toast("Could not load the form: " + err.message, true));
-      loadMonikers().catch((err) => toast("Could not load the monikers: " + err.message, true));
+      ui.creator.load().then(showMonikers, (err) => toast("Could not load the form: " + err.message, true));
     }
   },
   rooms: () => ["all"],

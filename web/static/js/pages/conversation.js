@@ -32,7 +32,7 @@ function mount(section) {
   const error = h("p.form-error", { id: "post-error", role: "alert" });
   ui = {
     text,
-    title: h("h2", { id: "c-title" }),
+    title: h("h1", { id: "c-title" }),
     messages: h("ol.messages", { dataset: { testid: "messages" } }),
     empty: h("p.empty", "No messages yet. Agents in this conversation post each step here; "
       + "your messages reach them as guidance."),

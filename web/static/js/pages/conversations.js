@@ -32,7 +32,7 @@ function mount(section) {
   error);
   ui = { list: h("ul.cards", { dataset: { testid: "conversations" } }), empty: h("p.empty", { hidden: true },
     "No conversations yet. Create one; then start agents in it.") };
-  replace(section, h("div.columns", h("div.panel.grow", h("h2", "Conversations"), ui.list, ui.empty), form));
+  replace(section, h("div.columns", h("div.panel.grow", h("h1", "Conversations"), ui.list, ui.empty), form));
 }
 
 async function load() {

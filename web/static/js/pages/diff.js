@@ -22,7 +22,7 @@ let running = false;
 function mount(section) {
   ui = {
     back: h("a.back", { href: "#/" }, "← session"),
-    title: h("h2", { id: "diff-title", tabindex: "-1" }, "Diff"),
+    title: h("h1", { id: "diff-title", tabindex: "-1" }, "Diff"),
     meta: h("p.hint", { role: "status", dataset: { testid: "diff-meta" } }),
     sides: h("div.diff-sides"),
     first: h("div", { dataset: { testid: "diff-first" } }),
@@ -87,7 +87,7 @@ function sideFacts(role, side) {
   const link = h("a", { href: "#/session/" + encodeURIComponent(side.session_id) }, short(side.session_id));
   const label = role === "against" ? "the session compared against" : "this session";
   return h("section.diff-side", { "aria-label": label, dataset: { testid: "diff-side-" + role } },
-    h("h3", role === "against" ? "Against " : "Session ", link, " ", badge(side.status)),
+    h("h2", role === "against" ? "Against " : "Session ", link, " ", badge(side.status)),
     h("dl.facts",
       fact("reason", side.status_reason || "—"), fact("steps compared", String(side.steps)),
       fact("tokens", tokens(side.tokens)), fact("cost", money(side.cost)), fact("errors", String(side.errors))),

@@ -40,7 +40,7 @@ async function showSets(query, mine) {
   });
   form.fill(query);
   replace(ui.section, h("div.columns",
-    h("div.panel.grow", h("h2", { id: "evals-title", tabindex: "-1" }, "Eval sets"), list),
+    h("div.panel.grow", h("h1", { id: "evals-title", tabindex: "-1" }, "Eval sets"), list),
     h("div.panel.side", form.root)));
   let sets;
   try {
@@ -87,7 +87,7 @@ function drawSet(data) {
   replace(ui.section, h("a.back", { href: "#/evals" }, "← eval sets"),
     h("div.columns",
       h("div.grow",
-        h("div.panel", h("h2", { id: "evalset-title", tabindex: "-1" }, "Eval set ", set.name),
+        h("div.panel", h("h1", { id: "evalset-title", tabindex: "-1" }, "Eval set ", set.name),
           h("p.hint", `${set.session_ids.length} sessions, replayed from step ${set.from_iteration + 1}; `
             + `${data.runs.length} run${data.runs.length === 1 ? "" : "s"}.`),
           data.runs.length ? summaryTable(data.runs) : h("p.empty", "No runs yet: start one.")),

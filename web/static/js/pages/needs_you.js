@@ -25,7 +25,7 @@ function mount(section) {
     more: h("p.hint", { hidden: true }),
     count: h("span.hint"),
   };
-  replace(section, h("div.panel", h("h2", "Needs you ", ui.count), ui.list, ui.empty, ui.more));
+  replace(section, h("div.panel", h("h1", "Needs you ", ui.count), ui.list, ui.empty, ui.more));
 }
 
 async function load() {
