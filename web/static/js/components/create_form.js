@@ -107,6 +107,7 @@ export function createForm() {
     drawMonikerFields();
     drawProfile();
     clearUnreachable();
+    return monikers;  // the agents page's moniker filter lists them too (one read for both)
   }
 
   function config(fromProfile) {

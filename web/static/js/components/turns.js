@@ -15,7 +15,9 @@ import { registerLiveEvent, registerSessionHook, registerTimelineHook } from "..
 
 const RETRY_MS = [500, 1500, 3000, 6000];
 
-const view = { sessionId: null, list: null, turns: [], collapsed: new Set(), status: null, retry: 0, timer: null };
+// loaded: the turns were read once for this session (before that, every step is "unknown")
+const view = { sessionId: null, list: null, turns: [], loaded: false, collapsed: new Set(), status: null, retry: 0,
+  timer: null };
 
 function triggerWords(turn) {
   const quoted = turn.trigger_text ? ` “${turn.trigger_text}”` : "";
@@ -82,13 +84,14 @@ function draw() {
     li.before(head);
   }
   const last = view.turns[view.turns.length - 1];
-  if (unknown || (last && last.status === "open" && view.status && view.status !== "running")) later();
+  if ((unknown && view.loaded) || (last && last.status === "open" && view.status && view.status !== "running")) later();
 }
 
 async function load(sessionId) {
   const page = await get(`/api/sessions/${sessionId}/turns`, { limit: 1000 }).catch(() => null);
   if (!page || sessionId !== view.sessionId) return;
   view.turns = page.turns;
+  view.loaded = true;
   draw();
 }
 
@@ -103,7 +106,7 @@ function later() {
 function follow(sessionId) {
   if (sessionId === view.sessionId) return;
   clearTimeout(view.timer);
-  Object.assign(view, { sessionId, turns: [], collapsed: new Set(), status: null, retry: 0, timer: null });
+  Object.assign(view, { sessionId, turns: [], loaded: false, collapsed: new Set(), status: null, retry: 0, timer: null });
 }
 
 registerTimelineHook(({ list, sessionId }) => {

@@ -13,12 +13,16 @@ import { liveHandlers } from "./registry.js";
 const EPHEMERAL = ["step_delta"];
 const streams = new Map();
 let rooms = [];
-let current = null;  // {rooms(), catchUp(), on}
+let current = null;  // {rooms(), catchUp(), on, also?: Map(owner -> [room])}
 let socket = null;
+let unconnected = null;  // timer: the HTTP read of a page shown before the socket connects
+const CONNECT_WAIT_MS = 2000;
+const MAX_ROOMS = 100;  // what one subscribe may name (api/live.py)
 
 export function connect() {
   socket = io({ transports: ["websocket", "polling"] });
   socket.on("connect", () => {
+    clearTimeout(unconnected);
     setLive(true);
     rooms = [];
     subscribe().then(catchUp);
@@ -43,9 +47,18 @@ function setLive(on) {
   badge.textContent = on ? "live" : "reconnecting…";
 }
 
-// The view changed: follow its rooms, then catch it up.
+// The view changed: follow its rooms, then catch it up.  While the socket is
+// not connected (a page load, before its first connect) the connect handler
+// does both, in that order; catching up here as well made every page load read
+// each thing twice (issue 27).  A socket that stays away is not waited on for
+// long: the page is read over HTTP anyway, and again on the connect.
 export async function follow(view) {
   current = view;
+  if (!socket.connected) {
+    clearTimeout(unconnected);
+    unconnected = setTimeout(catchUp, CONNECT_WAIT_MS);
+    return;
+  }
   await subscribe();
   await catchUp();
 }
@@ -54,7 +67,8 @@ export async function follow(view) {
 // a gap: an event relayed after the HTTP read but before the join would
 // otherwise reach neither path.
 async function subscribe() {
-  const wanted = current ? current.rooms() : [];
+  const wanted = current ? [...new Set([...current.rooms(), ...[...(current.also || new Map()).values()].flat()])]
+    .slice(0, MAX_ROOMS) : [];
   const stale = rooms.filter((r) => !wanted.includes(r));
   if (stale.length && socket.connected) socket.emit("unsubscribe", { rooms: stale });
   rooms = wanted;
@@ -64,6 +78,21 @@ async function subscribe() {
   } catch (err) {
     scheduleCatchUp();
   }
+}
+
+// A component of the current view follows more rooms (the session page's
+// sub-agent panel: the rooms of the tree's unfinished sessions).  They belong
+// to the view: the next view starts without them.  Resolves once the server
+// has joined them, with whether any room was new (what happened in it before
+// is the caller's to read).
+export async function followAlso(owner, more) {
+  if (!current) return false;
+  const also = current.also || (current.also = new Map());
+  const fresh = more.filter((r) => !rooms.includes(r));
+  if (more.length) also.set(owner, more);
+  else also.delete(owner);
+  await subscribe();
+  return fresh.length > 0;
 }
 
 function sequenced(event) {

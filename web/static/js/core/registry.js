@@ -42,7 +42,8 @@ export function registerLiveEvent(name, handler) {
 }
 
 // Called by the session page after each catch-up of a session (its first load,
-// and after every reconnect): hook(sessionId) reads what live events may have missed.
+// and after every reconnect): hook(sessionId, snapshot) reads what live events may
+// have missed (snapshot: the session as the page read it at the start of that catch-up).
 export const sessionHooks = [];
 export function registerSessionHook(hook) {
   sessionHooks.push(hook);

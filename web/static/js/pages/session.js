@@ -40,7 +40,7 @@ function mount(section) {
     record,
     sessions: agentSessions(),
     generating: generating(),
-    title: h("h2", { id: "s-title", tabindex: "-1" }),
+    title: h("h1", { id: "s-title", tabindex: "-1" }),
     facts: h("dl.facts"),
     notice: h("div.notice", { hidden: true, dataset: { testid: "session-notice" } }),
     usage: h("dl.facts.usage", { dataset: { testid: "session-usage" } }),
@@ -245,7 +245,7 @@ async function load(params) {
     ui.body.hidden = false;
     if (!current.snapshot || (s.updated_at || "") >= (current.snapshot.updated_at || "")) render(s);
     await ui.steps.catchUp();
-    await Promise.all(sessionHooks.map((hook) => hook(id)));
+    await Promise.all(sessionHooks.map((hook) => hook(id, s)));
     await showLinked(id);
   } catch (err) {
     if (id !== current.id) return;
