@@ -365,6 +365,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                            tool_results=self.tool_results or [], inbox=inbox)
         ctx = StepContext(task=self.task_text, agent_id=self.agent_id, session_id=self.session_id,
                           iteration=iteration, config=dict(self._config_dump), tools=self.tools.allowed(self.config),
+                          deadline=time.monotonic() + self.config.step_timeout_s,
                           system_prompt=self.hooks.system_prompt(self, iteration),
                           on_output=live_output.emitter(self.observers, agent_id=self.agent_id,
                                                         session_id=self.session_id,
@@ -384,14 +385,15 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             return False
         out = outcome.out
         calls = [{"id": str(ULID()), "call_id": c.id, "name": c.name, "args": c.args} for c in out.tool_calls]
-        inputs = {"tool_results": frame_in.model_dump()["tool_results"], "inbox": inbox}
+        inputs = {"tool_results": [r.model_dump() for r in frame_in.tool_results], "inbox": inbox} \
+            if (self.tool_results or inbox) else None
         done = out.done and not calls  # a step with tool calls is never the last
         observed = await self.hooks.after_step(self, iteration, out, calls)
         stored = await self.persist.append_step({
             **row, "step_token": out.step, "next_step_token": out.next_step,
             "status": "done" if done else "ok", "text": out.text, "data": out.data, "state": out.state,
             "notes": _with_retries(out.notes, outcome.retried), "error": None,
-            "tool_calls": calls or None, "inputs": inputs if (self.tool_results or inbox) else None,
+            "tool_calls": calls or None, "inputs": inputs,
             "observers": observed})
         self.iteration, self.step_token, self.next_step_token = iteration, out.step, out.next_step
         self.state, self.result = out.state, {"text": out.text, "data": out.data}

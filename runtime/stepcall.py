@@ -77,7 +77,9 @@ async def call_moniker(moniker: Moniker, frame_in: FrameIn, ctx: StepContext, *,
         raw = None
         try:
             # The moniker knows when it will be cancelled, so a model call can end first, with its own error.
-            attempt_ctx = dataclasses.replace(ctx, deadline=time.monotonic() + timeout_s)
+            # A caller may set the first attempt's deadline itself (the session does: one context per step).
+            attempt_ctx = ctx if attempt == 1 and ctx.deadline is not None else \
+                dataclasses.replace(ctx, deadline=time.monotonic() + timeout_s)
             raw = await _with_heartbeats(moniker.step(frame_in, attempt_ctx), timeout_s, heartbeat_s, on_long_step)
             out = raw if isinstance(raw, FrameOut) else FrameOut.model_validate(raw)
             return Outcome(out=out, raw=raw, attempts=attempt, retried=retried)
@@ -104,9 +106,16 @@ async def _with_heartbeats(coro, timeout_s: float, heartbeat_s: float,
     cancellation can be abandoned.  Waiting on it costs one future and one
     timer per wake-up (the step's end, the next heartbeat or the deadline):
     this runs once per step of every agent, and ``asyncio.wait`` with a
-    timeout cost several times that (profiled at 1,000 agents)."""
+    timeout cost several times that (profiled at 1,000 agents).
+
+    Most steps that never wait (a scripted or cached moniker, a tool step's
+    bookkeeping) end within the task's first run: one yield to the loop lets
+    it run, and such a step then costs no timer and no waiter at all."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
+    await asyncio.sleep(0)  # the task runs first: it was scheduled before this coroutine resumes
+    if task.done():
+        return task.result()
     started = time.time()
     deadline = loop.time() + timeout_s
     next_beat = loop.time() + heartbeat_s
