@@ -113,22 +113,19 @@ async def _with_heartbeats(coro, timeout_s: float, heartbeat_s: float,
     it run, and such a step then costs no timer and no waiter at all."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
-    await asyncio.sleep(0)  # the task runs first: it was scheduled before this coroutine resumes
-    if task.done():
-        return task.result()
     started = time.time()
     deadline = loop.time() + timeout_s
     next_beat = loop.time() + heartbeat_s
     try:
-        while True:
+        await asyncio.sleep(0)  # the task runs first: it was scheduled before this coroutine resumes
+        while not task.done():
             if loop.time() >= deadline:
                 raise TimeoutError
             await _first_of(loop, task, min(deadline, next_beat))
-            if task.done():
-                return task.result()
-            if loop.time() >= next_beat:
+            if not task.done() and loop.time() >= next_beat:
                 next_beat += heartbeat_s
                 await on_long_step(started)
+        return task.result()
     finally:
         if not task.done():
             task.cancel()
