@@ -1,12 +1,35 @@
 """The sub-agent tree on the session page, in a real browser (Debian's chromium
 driven by playwright) against the real service: statuses update without a
-reload, links go down to a child and back up to its parent."""
+reload and without polling (from live events), links go down to a child and
+back up to its parent."""
+import time
+
 import pytest
 
 from tests.browsing import scan
 from tests.subagent_api import parent, spawned_ids, tool_rows, working
 
 playwright_api = pytest.importorskip("playwright.sync_api")
+
+
+def tree_reads(page) -> list[float]:
+    """When the page read a session's sub-agents (GET .../children), from now on."""
+    reads = []
+    page.on("request", lambda r: "/children" in r.url and reads.append(time.monotonic()))
+    return reads
+
+
+def quiet_then_count(page, reads, quiet_s: float = 2.0, window_s: float = 6.0, timeout: float = 60.0) -> int:
+    """Wait until the page has not read the tree for ``quiet_s`` (the reads of a
+    load and of rooms just joined are over), then count its reads in the next
+    ``window_s`` while nothing in the tree changes status: polling shows up here."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() - max(reads, default=0) < quiet_s:
+        assert time.monotonic() < deadline, "the page never stopped reading the tree"
+        page.wait_for_timeout(100)
+    before = len(reads)
+    page.wait_for_timeout(window_s * 1000)
+    return len(reads) - before
 
 
 def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_service):
@@ -22,6 +45,7 @@ def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_
     svc.wait_status(quick, "done", timeout=60)
     svc.wait_steps(slow, 1, timeout=60)
 
+    reads = tree_reads(page)
     page.goto(f"{svc.url}/#/session/{root}")
     tree = page.get_by_test_id("session-tree")
     expect(tree).to_be_visible(timeout=30_000)
@@ -30,6 +54,8 @@ def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_
     expect(tree.locator(f"[data-session='{quick}']")).to_contain_text("quick answer")
     slow_node = tree.locator(f"[data-session='{slow}']")
     expect(slow_node).to_have_attribute("data-status", "running")
+    # The parent and the slow child keep stepping (running, running): nothing to read again.
+    assert quiet_then_count(page, reads) == 0, "the tree is polled"
 
     r = svc.post(f"/api/agents/{svc.session(slow)['agent_id']}/destroy", json={})
     assert r.status_code == 202
@@ -57,12 +83,15 @@ def test_a_parent_page_open_before_the_spawn_shows_the_panel_and_the_list_names_
     made = svc.create("scripted", task="delegate", name="live parent", config={
         "interval_s": 1, "tools": ["spawn_agent", "message_agent", "wait"], "frames": frames})
     root = made["session_id"]
+    reads = tree_reads(page)
     page.goto(f"{svc.url}/#/session/{root}")
     expect(page.get_by_test_id("session-status")).to_be_visible(timeout=30_000)
     assert not [r for r in tool_rows(svc, root) if r["name"] == "spawn_agent"], "opened after the spawn"
     (child,) = spawned_ids(svc, root, 1)
     tree = page.get_by_test_id("session-tree")
-    expect(tree.locator(f"[data-session='{child}']")).to_be_visible(timeout=30_000)  # no reload
+    expect(tree.locator(f"[data-session='{child}']")).to_be_visible(timeout=30_000)  # no reload, no poll
+    expect(tree.locator(f"[data-session='{child}']")).to_have_attribute("data-status", "running", timeout=30_000)
+    assert quiet_then_count(page, reads) == 0, "the tree is polled"
 
     page.goto(f"{svc.url}/#/agents")
     link = page.locator(f"[data-testid=agent-row][data-agent='{svc.session(child)['agent_id']}'] "

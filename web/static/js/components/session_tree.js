@@ -5,26 +5,31 @@
 // for a session with no parent and no children.
 //
 // Data: GET /api/sessions/<id>/children (the session's parent and tree root),
-// then GET /api/sessions/<root>/children?descendants=true (the whole tree).
-// It is read on every catch-up of the session (first load, reconnects) and,
-// while any session of the tree is unfinished and the page is shown, again
-// every few seconds, so children's statuses stay current without subscribing
-// to each child's room.  The poll runs while the panel is still hidden too:
-// a running session may spawn its first child at any step (often while it
-// then waits on that child, so no step event of its own would wake us), and
-// the panel must appear without a reload.
+// then, when there is a tree, GET /api/sessions/<root>/children?descendants=true
+// (the whole tree) and the root's snapshot (the page's own when it is the root).
+// It is read on every catch-up of the session (first load, reconnects) and
+// then from live events, never on a timer: the page also follows the rooms of
+// the tree's unfinished sessions (core/live.js followAlso), and a change of
+// status in the tree, a new child (an agent_state whose parent is in the tree)
+// or a spawn_agent call of a session in it (the first child of a session
+// whose panel is still hidden) reads the tree again, debounced with a maximum
+// wait (core/debounce.js) so a burst of events makes one read.
 //
 // Plugged in with one import in main.js, through registerSessionHook.
 import { get } from "../core/api.js";
+import { debouncer } from "../core/debounce.js";
 import { $, h, replace } from "../core/dom.js";
 import { agentLabel, badge, short } from "../core/format.js";
-import { registerSessionHook } from "../core/registry.js";
+import { followAlso } from "../core/live.js";
+import { registerLiveEvent, registerSessionHook } from "../core/registry.js";
 
 const FINISHED = ["stopped", "done", "error"];
-const REFRESH_MS = 2500;
 let sessionId = null;
-let timer = null;
 let generation = 0;
+const shown = new Map();  // session id -> its status as the panel shows it (the open session included)
+const later = debouncer(() => shownPage() && refresh(sessionId, generation), { delay: 300, maxWait: 2000 });
+
+const shownPage = () => sessionId !== null && !$("#view-session")?.hidden;
 
 function panel() {
   let root = $("[data-testid=session-tree]");
@@ -56,41 +61,60 @@ function node(row, rows, open) {
     kids.length ? h("ul", ...kids.map((k) => node(k, rows, open))) : null);
 }
 
-async function refresh(id, mine) {
+async function refresh(id, mine, snapshot = null) {
   const root = panel();
   if (!root) return;
   let here, tree, top;
   try {
     here = await get(`/api/sessions/${encodeURIComponent(id)}/children`);
-    const rootId = here.root_session_id || id;
-    tree = await get(`/api/sessions/${encodeURIComponent(rootId)}/children`, { descendants: true });
-    top = await get("/api/sessions/" + encodeURIComponent(rootId));
+    if (here.parent || here.children.length) {  // else no tree: nothing more to read
+      const rootId = here.root_session_id || id;
+      tree = await get(`/api/sessions/${encodeURIComponent(rootId)}/children`, { descendants: true });
+      top = rootId === id && snapshot ? snapshot : await get("/api/sessions/" + encodeURIComponent(rootId));
+    }
   } catch (err) {
-    return;  // the next catch-up tries again
+    return;  // the next catch-up or event tries again
   }
   if (mine !== generation) return;
+  if (!tree) {
+    root.hidden = true;
+    shown.clear();
+    shown.set(id, snapshot ? snapshot.status : null);
+    return;
+  }
   const rows = [{ ...top, depth: 0, result_text: top.result && top.result.text }, ...tree.children];
-  root.hidden = !here.parent && here.children.length === 0;
+  root.hidden = false;
   replace(root.querySelector("[data-testid=tree-parent]"), here.parent
     ? ["Parent: ", h("a", { href: "#/session/" + here.parent.session_id, dataset: { testid: "tree-parent-link" } },
       "session " + short(here.parent.session_id))]
-    : here.children.length ? `${here.children.length} sub-agent${here.children.length > 1 ? "s" : ""}` : "");
+    : `${here.children.length} sub-agent${here.children.length > 1 ? "s" : ""}`);
   replace(root.querySelector("[data-testid=tree]"), node(rows[0], rows, id));
-  clearTimeout(timer);
-  if (rows.some((r) => !FINISHED.includes(r.status))) {
-    timer = setTimeout(() => {
-      if (mine === generation && sessionId === id && !$("#view-session")?.hidden) refresh(id, mine);
-    }, REFRESH_MS);
-  }
+  shown.clear();
+  rows.forEach((r) => shown.set(r.session_id, r.status));
+  const watched = rows.filter((r) => r.session_id !== id && !FINISHED.includes(r.status))
+    .map((r) => "session:" + r.session_id);
+  // A room joined only now may have had events before the join: read once more.
+  if (await followAlso("session-tree", watched) && mine === generation) later();
 }
 
-registerSessionHook((id) => {
+// What may change the tree: a status in it, a new child, a spawn in it.
+registerLiveEvent("agent_state", (s) => {
+  if (!s || !shownPage()) return;
+  const known = shown.has(s.session_id);
+  if ((known && shown.get(s.session_id) !== s.status) || (!known && shown.has(s.parent_session_id))) later();
+});
+registerLiveEvent("tool_call", (call) => {
+  if (call && call.name === "spawn_agent" && shown.has(call.session_id) && shownPage()) later();
+});
+
+registerSessionHook((id, snapshot) => {
   if (id !== sessionId) {
     sessionId = id;
+    shown.clear();
     const root = panel();
     if (root) root.hidden = true;
   }
+  shown.set(id, shown.get(id) ?? null);
   generation += 1;
-  clearTimeout(timer);
-  return refresh(id, generation);
+  return refresh(id, generation, snapshot);
 });
