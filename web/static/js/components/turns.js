@@ -16,8 +16,8 @@ import { registerLiveEvent, registerSessionHook, registerTimelineHook } from "..
 const RETRY_MS = [500, 1500, 3000, 6000];
 
 // loaded: the turns were read once for this session (before that, every step is "unknown")
-const view = { sessionId: null, list: null, turns: [], loaded: false, collapsed: new Set(), status: null, retry: 0,
-  timer: null };
+const view = { sessionId: null, list: null, turns: [], loaded: false, collapsed: new Set(), status: null, readAt: null,
+  retry: 0, timer: null };
 
 function triggerWords(turn) {
   const quoted = turn.trigger_text ? ` “${turn.trigger_text}”` : "";
@@ -106,7 +106,8 @@ function later() {
 function follow(sessionId) {
   if (sessionId === view.sessionId) return;
   clearTimeout(view.timer);
-  Object.assign(view, { sessionId, turns: [], loaded: false, collapsed: new Set(), status: null, retry: 0, timer: null });
+  Object.assign(view, { sessionId, turns: [], loaded: false, collapsed: new Set(), status: null, readAt: null, retry: 0,
+    timer: null });
 }
 
 registerTimelineHook(({ list, sessionId }) => {
@@ -115,15 +116,18 @@ registerTimelineHook(({ list, sessionId }) => {
   draw();
 });
 
-registerSessionHook(async (sessionId) => {
+registerSessionHook(async (sessionId, snapshot) => {
   follow(sessionId);
   view.retry = 0;
+  view.readAt = snapshot ? snapshot.status : null;
   await load(sessionId);
 });
 
 registerLiveEvent("agent_state", (snapshot) => {
   if (!snapshot || snapshot.session_id !== view.sessionId) return;
-  if (snapshot.status !== view.status) {
+  // readAt: the status when the turns were read; an event saying the same (a
+  // running session's every step) is no change, and reading again is a double.
+  if (snapshot.status !== (view.status ?? view.readAt)) {
     view.status = snapshot.status;
     view.retry = 0;
     load(view.sessionId);
