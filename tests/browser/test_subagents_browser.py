@@ -93,9 +93,17 @@ def test_a_parent_page_open_before_the_spawn_shows_the_panel_and_the_list_names_
     expect(tree.locator(f"[data-session='{child}']")).to_have_attribute("data-status", "running", timeout=30_000)
     assert quiet_then_count(page, reads) == 0, "the tree is polled"
 
+    # Destroy says the running child goes too, and the panel shows it go (the cascade, live).
+    page.get_by_test_id("btn-destroy").click()
+    expect(page.get_by_test_id("destroy-children")).to_have_text(
+        'Its unfinished sub-agent goes too: each is destroyed after it (except one started with '
+        'on_parent_destroy "abandon").', timeout=30_000)
+    page.get_by_test_id("destroy-confirm").click()
+    expect(tree.locator(f"[data-session='{child}']")).to_have_attribute("data-status", "stopped", timeout=30_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("stopped", timeout=30_000)
+
     page.goto(f"{svc.url}/#/agents")
     link = page.locator(f"[data-testid=agent-row][data-agent='{svc.session(child)['agent_id']}'] "
                         "[data-testid=agent-parent-link]")
     expect(link).to_have_text("live parent", timeout=30_000)
     assert link.get_attribute("href") == f"#/session/{root}"
-    svc.control(made["agent_id"], "destroy")

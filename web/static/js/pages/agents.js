@@ -179,6 +179,8 @@ async function load({ full = false } = {}) {
   keepFocus(() => {
     if (full) drawRows(data.agents);
     else patchRows(data.agents);
+    // A sub-agent's row is filled before its parent's (newest first): name the parents now.
+    for (const entry of rows.values()) fillParent(entry.cells.parent, entry.agent);
     drawChips(data.counts);
   });
   const first = data.total ? offset + 1 : 0;

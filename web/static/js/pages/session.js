@@ -72,6 +72,7 @@ function destroyDialog() {
       h("h2", { id: "destroy-title" }, "Destroy this agent?"),
       h("p", "It stops at its next step boundary (a step that hangs is cancelled after a grace period). ",
         "Its steps stay readable, but it cannot be resumed."),
+      h("p", { id: "destroy-children", dataset: { testid: "destroy-children" }, hidden: true }),
       h("div.controls",
         h("button", { value: "cancel", dataset: { testid: "destroy-cancel" } }, "Cancel"),
         h("button.danger", { value: "destroy", dataset: { testid: "destroy-confirm" } }, "Destroy"))));
@@ -84,6 +85,26 @@ function destroyDialog() {
 function confirmDestroy() {
   ui.dialog.returnValue = "";
   ui.dialog.showModal();
+  showDoomedChildren(current.id);
+}
+
+// The dialog says what goes with it: destroy cascades down the sub-agent tree
+// (runtime/session_tree.py), to every unfinished session below this one except
+// those started with on_parent_destroy "abandon".
+async function showDoomedChildren(id) {
+  const line = ui.dialog.querySelector("[data-testid=destroy-children]");
+  line.hidden = true;
+  let below;
+  try {
+    below = (await get(`/api/sessions/${encodeURIComponent(id)}/children`, { descendants: true })).children;
+  } catch (err) {
+    return;  // the dialog still says what happens to this session
+  }
+  const open = below.filter((c) => !["stopped", "done", "error"].includes(c.status));
+  if (id !== current.id || !open.length) return;
+  line.textContent = `Its ${open.length === 1 ? "unfinished sub-agent goes" : open.length + " unfinished sub-agents go"} `
+    + "too: each is destroyed after it (except one started with on_parent_destroy \"abandon\").";
+  line.hidden = false;
 }
 
 async function control(verb, extra = {}) {
