@@ -13,11 +13,13 @@ state per step, so the figures follow what runtime/session.py writes.
 Figures, each on a fresh database directory (each commit adds a fragment and
 a version, so a longer run gets slower; ``fragments_after`` says how many):
 
-- ``lone``: one single-row ``add`` to agent_steps per step, serially: ms per
-  add (p50/p99), for four ways of opening the database: LanceDB's defaults,
-  ``read_consistency_interval=0`` alone, that and the store's capped
-  ``lancedb.Session`` (``session``), and as store/db.py opens it (both, plus
-  the scalar indexes and the primary key: ``store``).
+- ``lone``: one single-row append to agent_steps per step, serially: ms per
+  append (p50/p99), for five ways: LanceDB's ``add`` with LanceDB's defaults,
+  with ``read_consistency_interval=0`` alone, with that and the store's capped
+  ``lancedb.Session`` (``session``), and on the tables as store/db.py opens
+  them (both, plus the scalar indexes and the primary key: ``store_add``); and
+  as store/writer.py appends now, through the table's Lance dataset
+  (``LanceDataset.insert``, the dataset kept between commits: ``store``).
 - ``with_snapshot``: the same plus one ``merge_insert`` upsert of the
   session's snapshot row into agent_state (the store's conditional upsert),
   ``serial`` (add, then upsert) and ``concurrent`` (the two in two threads
@@ -119,13 +121,15 @@ def upsert(table, rows: list[dict]) -> None:
 
 
 class Opened:
-    """agent_steps and agent_state in a fresh directory, opened one of four ways."""
+    """agent_steps and agent_state in a fresh directory, opened one of five ways."""
 
     def __init__(self, root: str, how: str):
-        self.store = None
-        if how == "store":  # exactly as store/db.py opens them
+        self.store, self.dataset = None, None
+        if how in ("store", "store_add"):  # exactly as store/db.py opens them
             self.store = Store(f"{root}/db")
             self.steps, self.state = self.store.tables[STEPS], self.store.tables[STATE]
+            if how == "store":  # and appended to as store/writer.py does
+                self.dataset = self.steps.to_lance()
             return
         interval = timedelta(0) if how in ("consistency", "session") else None
         session = lance_session(DEFAULT_CACHE_MB) if how == "session" else None
@@ -133,6 +137,12 @@ class Opened:
         self.steps = db.create_table(STEPS, schema=AGENT_STEPS)
         self.state = db.create_table(STATE, schema=AGENT_STATE)
         self.state.set_unenforced_primary_key("session_id")
+
+    def append(self, rows: pa.Table) -> None:
+        if self.dataset is not None:
+            self.dataset.insert(rows)
+        else:
+            self.steps.add(rows)
 
     def fragments(self) -> int:
         return self.steps.stats()["fragment_stats"]["num_fragments"]
@@ -152,7 +162,7 @@ def commit(opened: Opened, pool, steps: list[dict], snaps: list[dict], snapshot:
     """One step's (or one group commit's) writes: the step rows' add, and the
     snapshots' upsert after it ("serial"), beside it in another thread
     ("concurrent"), alone ("upsert_only") or not at all (None)."""
-    add = lambda: opened.steps.add(batch(STEPS, steps))  # noqa: E731
+    add = lambda: opened.append(batch(STEPS, steps))  # noqa: E731
     if snapshot is None:
         add()
     elif snapshot == "upsert_only":
@@ -232,8 +242,8 @@ def run(steps: int = 300, batches: int = 20, quick: bool = False) -> dict:
     rows = Rows(capture_rows())
     result["captured"] = {"step_row_columns": sorted(rows.step), "snapshot_row_columns": sorted(rows.snapshot)}
     result["lone"] = {}
-    for how in ("defaults", "consistency", "session", "store"):
-        progress(f"lone writer, {steps} single-row adds, opened: {how}")
+    for how in ("defaults", "consistency", "session", "store_add", "store"):
+        progress(f"lone writer, {steps} single-row appends, opened: {how}")
         result["lone"][how] = lone(rows, how, steps)
     result["with_snapshot"] = {}
     for mode in ("upsert_only", "serial", "concurrent"):
@@ -250,6 +260,7 @@ def run(steps: int = 300, batches: int = 20, quick: bool = False) -> dict:
                         ((1, 50 if quick else 500), (100, 5 if quick else 50), (1000, 2 if quick else 10))]
     result["floor"] = {
         "one_agent_ms_per_step_add_only": result["lone"]["store"]["per_step"]["p50_ms"],
+        "one_agent_ms_per_step_lancedb_add": result["lone"]["store_add"]["per_step"]["p50_ms"],
         "one_agent_ms_per_step_with_snapshot_concurrent": result["with_snapshot"]["concurrent"]["per_step"]["p50_ms"],
         "steps_per_s_100_rows_per_commit": result["batched"]["100_concurrent"]["steps_per_s"],
         "steps_per_s_1000_rows_per_commit": result["batched"]["1000_concurrent"]["steps_per_s"],
