@@ -147,3 +147,31 @@ def test_a_page_load_requests_each_api_url_once(browser, shared_service, pages):
         assert not doubled, doubled
     finally:
         context.close()
+
+
+def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_service):
+    """With steps arriving live, the session page still reads the session, its
+    turns, tool calls and actions once: a live state that says what the page
+    read (running) is no reason to read again (the turns were read twice)."""
+    expect = playwright_api.expect
+    svc = shared_service
+    made = svc.create("joke", "owls", config={"interval_s": 0.3})
+    sid = made["session_id"]
+    svc.wait_steps(sid, 1, timeout=60)
+    context = browser.new_context(viewport={"width": 1400, "height": 800})
+    pg = context.new_page()
+    sent = []
+    pg.on("request", lambda r: "/api/" in r.url and "/socket.io" not in r.url and r.method == "GET"
+          and sent.append(r.url.removeprefix(svc.url)))
+    try:
+        pg.goto(f"{svc.url}/#/session/{sid}")
+        expect(pg.get_by_test_id("live-indicator")).to_have_text("live", timeout=30_000)
+        first = len(svc.steps(sid))
+        # Live steps arrive and are drawn (no reload): ten more than when the page opened.
+        expect(pg.locator(f"[data-testid=step][data-iteration='{first + 9}']")).to_be_attached(timeout=60_000)
+        once = [f"/api/sessions/{sid}", f"/api/sessions/{sid}/turns?limit=1000", f"/api/sessions/{sid}/children",
+                f"/api/actions?session_id={sid}&limit=500"]
+        assert {url: sent.count(url) for url in once} == {url: 1 for url in once}, sent
+    finally:
+        context.close()
+        svc.control(made["agent_id"], "destroy")

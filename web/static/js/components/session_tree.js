@@ -78,8 +78,9 @@ async function refresh(id, mine, snapshot = null) {
   if (mine !== generation) return;
   if (!tree) {
     root.hidden = true;
+    const status = snapshot ? snapshot.status : shown.get(id) ?? null;  // a read from an event keeps the event's
     shown.clear();
-    shown.set(id, snapshot ? snapshot.status : null);
+    shown.set(id, status);
     return;
   }
   const rows = [{ ...top, depth: 0, result_text: top.result && top.result.text }, ...tree.children];
@@ -101,7 +102,10 @@ async function refresh(id, mine, snapshot = null) {
 registerLiveEvent("agent_state", (s) => {
   if (!s || !shownPage()) return;
   const known = shown.has(s.session_id);
-  if ((known && shown.get(s.session_id) !== s.status) || (!known && shown.has(s.parent_session_id))) later();
+  if (known && shown.get(s.session_id) !== s.status) {
+    shown.set(s.session_id, s.status);  // once per change, also when the read shows nothing new
+    later();
+  } else if (!known && shown.has(s.parent_session_id)) later();
 });
 registerLiveEvent("tool_call", (call) => {
   if (call && call.name === "spawn_agent" && shown.has(call.session_id) && shownPage()) later();
@@ -114,7 +118,7 @@ registerSessionHook((id, snapshot) => {
     const root = panel();
     if (root) root.hidden = true;
   }
-  shown.set(id, shown.get(id) ?? null);
+  shown.set(id, snapshot ? snapshot.status : shown.get(id) ?? null);
   generation += 1;
   return refresh(id, generation, snapshot);
 });
