@@ -36,3 +36,7 @@ class SessionRegistry:
 
     def __len__(self) -> int:
         return len(self.sessions)
+
+    def ids(self) -> frozenset[str]:
+        """The ids of every session held here, finished ones too."""
+        return frozenset(self.sessions)

@@ -68,8 +68,8 @@ class Persistence:
     async def load_snapshot(self, session_id: str) -> dict | None:
         return await asyncio.to_thread(self.store.states.get, session_id)
 
-    async def resumable_snapshots(self, skip_owners=()) -> list[dict]:
-        return await asyncio.to_thread(self.store.states.resumable, skip_owners)
+    async def resumable_snapshots(self, skip_owners=(), skip_sessions=frozenset()) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.resumable, skip_owners, skip_sessions)
 
     async def append_step(self, row: dict) -> dict:
         """Append a step row if this worker still owns its session; else raise SessionLost.

@@ -131,7 +131,9 @@ class AgentService:
         if dead and (released := await self.persist.release_claims_of(dead)):
             log.warning("requeued %d actions claimed by dead workers %s", released, sorted(dead))
         # Only orphans are read: sessions of other live workers stay in the store.
-        orphans = await self.persist.resumable_snapshots(skip_owners=alive - {self.worker_id})
+        # Nor the sessions this worker runs (only their ids are read).
+        orphans = await self.persist.resumable_snapshots(skip_owners=alive - {self.worker_id},
+                                                         skip_sessions=self.sessions.ids())
         candidates = [s for s in orphans if not self.sessions.get(s["session_id"])
                       and not (s.get("owner") in alive and s.get("owner") != self.worker_id)]
         if any(s.get("owner") not in (None, self.worker_id) for s in candidates):

@@ -1,7 +1,7 @@
 """agent_state: the latest snapshot of each agent session, one row per session_id."""
 from domain.statuses import SESSION_FINISHED, SESSION_STATUSES
 from concurrent.futures import Future
-from datetime import datetime
+from datetime import datetime, timezone
 
 from store import codec, filters, query
 
@@ -36,6 +36,7 @@ def _config_matches(config, profile: str | None, model: str | None) -> bool:
 
 
 RESUMABLE = ("running", "waiting", "paused", "stopping")
+RESUMABLE_CHUNK = 500  # ids in one filter of the second read
 TIME_COLUMNS = ("created_at", "updated_at", "status_changed_at", "step_started_at", "heartbeat_at")
 
 
@@ -257,12 +258,32 @@ class StateTable:
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))
 
-    def resumable(self, skip_owners=()) -> list[dict]:
-        """Sessions that should be running, paused or stopping, except those of
-        ``skip_owners`` (live workers: an adoption round reads only orphans)."""
+    def resumable(self, skip_owners=(), skip_sessions=frozenset()) -> list[dict]:
+        """Sessions that should be running, paused or stopping, oldest first,
+        except those of ``skip_owners`` (live workers: an adoption round reads
+        only orphans) and the ids in ``skip_sessions`` (those the caller runs).
+
+        Read in two steps: the ids first, then the whole rows of the ids left.
+        An adoption round every few seconds read, and decoded, the whole row of
+        every session its own worker was running (4.5 % of the event loop's time
+        at 1,000 agents stepping)."""
         skip = [filters.check_id(o, "owner") for o in skip_owners if o]
         where = filters.in_words("status", RESUMABLE, STATUSES)
         if skip:
             where = filters.all_of(where, f"(owner IS NULL OR NOT ({filters.in_ids('owner', skip)}))")
-        return query.rows(self.table, self.name, where, order=[("created_at", True)])
+        if not skip_sessions:
+            return query.rows(self.table, self.name, where, order=[("created_at", True)])
+        ids = [r["session_id"] for r in query.rows(self.table, self.name, where, columns=["session_id"])
+               if r["session_id"] not in skip_sessions]
+        found = []
+        for i in range(0, len(ids), RESUMABLE_CHUNK):
+            chunk = filters.all_of(where, filters.in_ids("session_id", ids[i:i + RESUMABLE_CHUNK]))
+            found += query.rows(self.table, self.name, chunk)
+        return sorted(found, key=_created)
 
+
+def _created(row: dict) -> datetime:
+    """A row's created_at as a time (decoded rows hold ISO text, which does not
+    sort as times when one has no fraction of a second)."""
+    value = row.get("created_at")
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else datetime.min.replace(tzinfo=timezone.utc)

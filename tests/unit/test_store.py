@@ -326,6 +326,23 @@ def test_resumable_can_skip_the_sessions_of_live_workers(store):
     assert sorted(s["session_id"] for s in store.states.resumable(skip_owners={"w-alive"})) == ["s2", "s3"]
 
 
+def test_resumable_leaves_out_the_sessions_the_caller_runs_and_keeps_whole_rows_oldest_first(store):
+    from store import state
+    base = datetime(2026, 11, 26, 18, 0, tzinfo=timezone.utc)
+    for n in range(7):  # created_at with and without a fraction of a second
+        store.states.save(snapshot(session_id=f"s{n}", owner="w-me", state={"n": n},
+                                   created_at=base.replace(second=6 - n, microsecond=500 if n % 2 else 0)))
+    whole = store.states.resumable()
+    old_chunk, state.RESUMABLE_CHUNK = state.RESUMABLE_CHUNK, 2  # several reads by ids
+    try:
+        left = store.states.resumable(skip_sessions=frozenset({"s0", "s3"}))
+    finally:
+        state.RESUMABLE_CHUNK = old_chunk
+    assert [r["session_id"] for r in left] == ["s6", "s5", "s4", "s2", "s1"]  # oldest first
+    assert left == [r for r in whole if r["session_id"] not in ("s0", "s3")]  # the same whole rows
+    assert store.states.resumable(skip_sessions=frozenset(f"s{n}" for n in range(7))) == []
+
+
 class _LosesRacesWithCleanup:
     """A table whose first ``failures`` reads fail the way LanceDB does when
     cleanup removed a file the read had resolved; everything else is real."""
