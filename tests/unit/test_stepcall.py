@@ -11,6 +11,15 @@ async def _no_beat(started: float) -> None:
     raise AssertionError("no heartbeat expected")
 
 
+async def _hangs(cancelled: list) -> None:
+    """A step that never ends by itself; notes its cancellation."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        cancelled.append(True)
+        raise
+
+
 def test_a_step_that_never_waits_returns_without_a_timer():
     async def scenario():
         loop = asyncio.get_running_loop()
@@ -30,13 +39,7 @@ def test_a_step_past_its_timeout_is_cancelled_and_raises_timeout():
     cancelled = []
 
     async def scenario():
-        async def hangs():
-            try:
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                cancelled.append(True)
-                raise
-        await _with_heartbeats(hangs(), timeout_s=0.2, heartbeat_s=10, on_long_step=_no_beat)
+        await _with_heartbeats(_hangs(cancelled), timeout_s=0.2, heartbeat_s=10, on_long_step=_no_beat)
     with pytest.raises(TimeoutError):
         asyncio.run(scenario())
     assert cancelled == [True]
@@ -62,13 +65,7 @@ def test_cancelling_the_waiter_cancels_the_step_even_during_the_first_yield(canc
     cancelled = []
 
     async def scenario():
-        async def hangs():
-            try:
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                cancelled.append(True)
-                raise
-        waiter = asyncio.ensure_future(_with_heartbeats(hangs(), timeout_s=30, heartbeat_s=10,
+        waiter = asyncio.ensure_future(_with_heartbeats(_hangs(cancelled), timeout_s=30, heartbeat_s=10,
                                                         on_long_step=_no_beat))
         for _ in range(cancel_after_yields):
             await asyncio.sleep(0)
