@@ -82,5 +82,5 @@ def decode(table: str, row: dict) -> dict:
             continue
         if key in json_cols:
             value = loads(value)
-        out[key] = iso(value)
+        out[key] = iso(value) if isinstance(value, datetime) else value  # (inline: every column of every row read)
     return out
