@@ -11,7 +11,6 @@
 //                  (see core/registry.js); e.g. import "./pages/search.js";
 //   - a step part: registerStepPart((step, {session}) => Node | null), drawn inside
 //                  every step of a session's timeline; e.g. import "./components/fork.js";
-import "./components/replay.js";
 //                  A step part lives in web/static/js/components/ and imports
 //                  registerStepPart from "../core/registry.js"; it may also use
 //                  registerLiveEvent(name, fn) and registerSessionHook(fn) (tool_calls.js does).
@@ -34,6 +33,7 @@ import "./components/turns.js";
 import "./components/needs_you_count.js";
 import "./components/tool_calls.js";
 import "./components/fork.js";
+import "./components/replay.js";
 import "./components/search_box.js";
 import "./components/session_tree.js";
 import "./components/observers.js";
