@@ -426,3 +426,40 @@ def test_newest_first_pages_start_at_the_newest_step_past_the_snapshot(store):
     assert [s["iteration"] for s in page] == [11, 10, 9]
     page = store.steps.search(session_id="behind", newest_first=True, limit=3, offset=3, last_iteration=7)
     assert [s["iteration"] for s in page] == [8, 7, 6]
+
+
+def test_an_unheld_compaction_commits_at_once_while_steps_append_as_fast_as_they_can(store):
+    """The rewrite runs beside the appends and only its commit holds them
+    (store/maintenance.py ``_compact``): racing every append, the whole
+    compaction lost its rebase for 30 s at a time (Lance's "Too many
+    concurrent writers") and the fragments piled up."""
+    from store.maintenance import Maintainer
+    for i in range(120):  # 120 small fragments to compact
+        store.steps.append(step(i))
+    stop, appended = threading.Event(), []
+
+    def appender():
+        i = 1000
+        while not stop.is_set():
+            store.steps.submit(step(i))[1].result(timeout=30)
+            appended.append(i)
+            i += 1
+    thread = threading.Thread(target=appender)
+    thread.start()
+    try:
+        while len(appended) < 20:  # the stream is going
+            time.sleep(0.01)
+        table = store.tables["agent_steps"]
+        before = table.stats()["fragment_stats"]["num_fragments"]
+        started = time.monotonic()
+        Maintainer(store)._optimize_once("agent_steps", table, hold_lock=False)
+        took = time.monotonic() - started
+        during = len(appended)
+    finally:
+        stop.set()
+        thread.join()
+    after = table.stats()["fragment_stats"]["num_fragments"]
+    assert took < 25, f"the compaction took {took:.1f} s"  # Lance gives up a race after 30 s
+    assert after < before / 2, (before, after)
+    assert during > 20  # the appends went on around it
+    assert len(store.steps.search(session_id="s1", limit=100_000)) == 120 + len(appended)
