@@ -110,8 +110,14 @@ class Store:
         try:
             table = self.db.open_table(name)
         except (FileNotFoundError, ValueError):
-            # exist_ok makes two processes bootstrapping at once both succeed.
-            table = self.db.create_table(name, schema=schema, exist_ok=True)
+            # exist_ok makes two processes bootstrapping at once both succeed...
+            try:
+                table = self.db.create_table(name, schema=schema, exist_ok=True)
+            except ValueError:
+                # ...unless the other one has also declared the primary key by now: the
+                # schemas then differ in that key's metadata ("Provided schema does not
+                # match existing table schema"; agents.py died of it on a fresh directory).
+                table = self.db.open_table(name)
         self._add_missing_columns(name, table, schema)
         key = PRIMARY_KEYS.get(name)
         if key and not table.schema.field(key).metadata:

@@ -463,3 +463,25 @@ def test_an_unheld_compaction_commits_at_once_while_steps_append_as_fast_as_they
     assert after < before / 2, (before, after)
     assert during > 20  # the appends went on around it
     assert len(store.steps.search(session_id="s1", limit=100_000)) == 120 + len(appended)
+
+
+def test_a_store_opening_while_another_process_creates_its_tables_gets_them(tmp_path, monkeypatch):
+    """Two processes bootstrapping one directory: this one found no table, the
+    other created it and declared its primary key before this one's create, so
+    the schemas differ in that key's metadata and create(exist_ok) refuses."""
+    import lancedb.db
+    from store.schemas import PRIMARY_KEYS
+    Store(str(tmp_path / "db")).close()  # "the other process": every table made, primary keys declared
+    opened = lancedb.db.LanceDBConnection.open_table
+    missed = set()
+
+    def not_there_yet(self, name, *args, **kwargs):
+        if name in PRIMARY_KEYS and name not in missed:
+            missed.add(name)
+            raise ValueError(f"Table '{name}' was not found")
+        return opened(self, name, *args, **kwargs)
+    monkeypatch.setattr(lancedb.db.LanceDBConnection, "open_table", not_there_yet)
+    store = Store(str(tmp_path / "db"))
+    assert missed == set(PRIMARY_KEYS)
+    assert all(store.tables[name].schema.field(key).metadata for name, key in PRIMARY_KEYS.items())
+    store.close()
