@@ -117,14 +117,22 @@ def test_every_page_passes_axe_at_any_impact_and_fits(browser, shared_service, p
         context.close()
 
 
+CONNECT_WAIT_S = 2.0  # core/live.js CONNECT_WAIT_MS: a page reads over HTTP if its socket has not connected by then
+
+
 def test_a_page_load_requests_each_api_url_once(browser, shared_service, pages):
     """Each page opened in a new tab (a real load, not a change of the hash):
     every API GET of the load is sent once, counted until the page has made no
     request for two seconds (the socket's connect, its subscribe and the
-    catch-up it starts have all happened by then)."""
+    catch-up it starts have all happened by then).
+
+    A page whose socket took longer than core/live.js's CONNECT_WAIT_MS (2 s)
+    to connect rightly read over HTTP first and again on the connect; on a
+    loaded machine that can happen, so such a page is not judged, and most
+    pages must be."""
     expect = playwright_api.expect
     context = browser.new_context(viewport={"width": 1400, "height": 800})
-    doubled = {}
+    doubled, judged, slow = {}, [], []
     try:
         for name, (path, ready) in pages.items():
             if name == "api-docs":
@@ -133,18 +141,24 @@ def test_a_page_load_requests_each_api_url_once(browser, shared_service, pages):
             sent = []
             pg.on("request", lambda r: "/api/" in r.url and "/socket.io" not in r.url and r.method == "GET"
                   and sent.append((time.monotonic(), r.url.removeprefix(shared_service.url))))
+            opened = time.monotonic()
             pg.goto(shared_service.url + path)
-            expect(pg.locator(ready).first).to_be_visible(timeout=30_000)
             expect(pg.get_by_test_id("live-indicator")).to_have_text("live", timeout=30_000)
+            if time.monotonic() - opened > CONNECT_WAIT_S * 0.9:
+                slow.append(name)  # the HTTP fallback may have run: two reads are right
+            expect(pg.locator(ready).first).to_be_visible(timeout=30_000)
             deadline = time.monotonic() + 60
             while time.monotonic() - max((at for at, _ in sent), default=0) < 2.0:
                 assert time.monotonic() < deadline, f"{name}: the page never stopped requesting"
                 pg.wait_for_timeout(100)
             twice = {url: n for url, n in Counter(url for _, url in sent).items() if n > 1}
-            if twice:
-                doubled[name] = twice
+            if name not in slow:
+                judged.append(name)
+                if twice:
+                    doubled[name] = twice
             pg.close()
         assert not doubled, doubled
+        assert len(judged) >= len(slow), f"too few pages connected within {CONNECT_WAIT_S} s: {slow}"
     finally:
         context.close()
 
@@ -164,14 +178,16 @@ def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_se
     pg.on("request", lambda r: "/api/" in r.url and "/socket.io" not in r.url and r.method == "GET"
           and sent.append(r.url.removeprefix(svc.url)))
     try:
+        opened = time.monotonic()
         pg.goto(f"{svc.url}/#/session/{sid}")
         expect(pg.get_by_test_id("live-indicator")).to_have_text("live", timeout=30_000)
+        reads = 2 if time.monotonic() - opened > CONNECT_WAIT_S * 0.9 else 1  # a slow connect: HTTP read it first
         first = len(svc.steps(sid))
         # Live steps arrive and are drawn (no reload): ten more than when the page opened.
         expect(pg.locator(f"[data-testid=step][data-iteration='{first + 9}']")).to_be_attached(timeout=60_000)
         once = [f"/api/sessions/{sid}", f"/api/sessions/{sid}/turns?limit=1000", f"/api/sessions/{sid}/children",
                 f"/api/actions?session_id={sid}&limit=500"]
-        assert {url: sent.count(url) for url in once} == {url: 1 for url in once}, sent
+        assert all(1 <= sent.count(url) <= reads for url in once), sent
     finally:
         context.close()
         svc.control(made["agent_id"], "destroy")
