@@ -8,9 +8,10 @@ with two bench-local monikers: ``noop`` (no tools) and ``noop_tool`` (each step
 asks for one call of the bench-local tool ``noop``, which returns at once).
 With ``interval_s: 0`` the time from one moniker call to the next of the same
 session is the whole cost of a step: for ``noop`` the step row's commit; for
-``noop_tool`` that plus the call's rows and the tool itself (the bench's
-tool is idempotent, so the step waits only for its ended row, appended; see
-runtime/tool_runner.py for which rows a step waits for).
+``noop_tool`` that plus the tool phase and the call's ended row (the bench's
+tool is idempotent, so it has no ``running`` row to wait for, and its ended
+row commits beside the next step's row; see runtime/tool_runner.py for which
+rows a step waits for).
 
 Figures, all in one run on one machine:
 - ``single``: one session of each kind in turn; p50/p99 of the step cycle (ms)

@@ -203,6 +203,7 @@ class AgentService:
         if snapshot["status"] == "stopping":  # died while being destroyed: finish the destroy
             snapshot.update(status="stopped", status_reason="destroyed")
         agent = self.factory.make(snapshot, moniker)
+        await self.factory.tools.settle_after_restart(agent, newer_steps)  # ended rows written behind a step
         await agent.save()
         self.sessions.add(agent)
         if agent.finished:

@@ -105,6 +105,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.open_step: dict | None = None  # the step row whose calls still have to be settled
         self.tool_results: list[dict] | None = None
         self.tool_phase: ToolPhase | None = None
+        self._landing: ToolPhase | None = None  # a phase whose ended rows still land behind (tool_rows_landed)
         self.tool_slots = asyncio.Semaphore(self.config.tool_concurrency)
         if self.status == "paused":
             self.request_pause()
@@ -165,6 +166,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         async with self._save_lock:
             if self.lost:
                 raise SessionLost(self.session_id)
+            await self.tool_rows_landed()  # a snapshot says the tool step is over: its rows land first
             await child_sessions.report_if_finished(self)  # a child's outcome is queued before its final snapshot
             snapshot = self.snapshot()
             self._unsaved = False  # this save holds every step so far, whoever asked for it
@@ -313,17 +315,29 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """Run the open step's tool calls to their end (see runtime/tool_runner.py);
         False when the session was stopped meanwhile."""
         step, fresh = self.open_step, self.open_step.get("_fresh", False)
-        self.tool_phase = ToolPhase(self.tools, self, step)
+        self.tool_phase = phase = ToolPhase(self.tools, self, step, behind=True)
         try:
-            await self.tool_phase.load(fresh=fresh)
-            results = await self.tool_phase.run()
+            await phase.load(fresh=fresh)
+            results = await phase.run()
         finally:
-            self.tool_phase = None
+            self.tool_phase, self._landing = None, phase
         if results is None:
             return False
         self.open_step, self.tool_results = None, results
         await self.reflect_waiting(None)
         return True
+
+    async def tool_rows_landed(self) -> None:
+        """Wait for the ended rows of the last tool phase, written behind
+        (runtime/tool_runner.py): the next step's row commits alongside them and
+        records the same results, so the step does not wait for them first.  Any
+        other write that says the tool step is over (a snapshot, an error step)
+        waits for them, and so does the step after, so after a crash at most the
+        newest step's results can be missing from their rows, and
+        :meth:`ToolRunner.settle_after_restart` writes them from it."""
+        phase, self._landing = self._landing, None
+        if phase is not None:
+            await phase.landed()
 
     async def reflect_waiting(self, reason: str | None) -> None:
         """Status ``waiting`` (reason approval | tool_result) while calls wait on
@@ -399,6 +413,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.consume_guidance(guidance)
         self.tool_results, self.tool_step = None, (iteration if calls else None)
         self.open_step = dict(stored, _fresh=True) if calls else None
+        await self.tool_rows_landed()
         await self.observers.notify("step_persisted", self.snapshot(), stored)
         if not calls:
             self._finish_if_over(done, out.text)
@@ -433,6 +448,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         guidance stays queued because the moniker never acted on it."""
         log.warning("session %s step %d failed (%s) agent=%s: %s", self.session_id, row["iteration"],
                     outcome.error_class, self.agent_id, outcome.error)
+        await self.tool_rows_landed()  # this row does not record the last tool results
         stored = await self.persist.append_step({
             **row, "step_token": frame_in.step, "next_step_token": frame_in.step, "status": "error",
             "text": None, "data": {"raw": _raw_text(outcome.raw)} if outcome.raw is not None else None,

@@ -20,8 +20,9 @@ After the runner has persisted a step whose frame_out asked for tools, a
    is ``waiting`` (reason ``approval`` or ``tool_result``) and no step runs.
    Approve / deny / result arrive as actions (:class:`ToolControls`), which
    write the row first and then hand it to the phase.
-4. **End.**  Each call's ended row is durable before the phase ends; the
-   results (in call order) become the next frame_in's ``tool_results``.
+4. **End.**  Each call's ended row is durable before the phase ends (or, with
+   ``behind``, commits alongside the next step's row, below); the results (in
+   call order) become the next frame_in's ``tool_results``.
 
 Crash safety: the step row lists its calls (with ids and ``created_at``), so a
 phase can always be rebuilt from it and the rows (:meth:`ToolPhase.recover`):
@@ -32,8 +33,9 @@ repeating it.  Destroy stops waiting at once and cancels running tools after
 its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
 too but leaves their rows ``running``, so a restart treats them as interrupted.
 
-Why a tool step costs about one commit more than a plain step, not three
-(each commit of ``tool_calls`` is a LanceDB commit the next move waited for):
+Why a step with a quick tool call costs about what a plain step does, not
+four commits in a row (step row, then pending, running and ended rows, each a
+LanceDB commit the next move waited for):
 
 - A ``pending`` row is not written when its call starts at once: the step row
   already says the call exists, and recovery plans a missing row exactly as a
@@ -47,6 +49,19 @@ Why a tool step costs about one commit more than a plain step, not three
   on the key and costs about twice an append, more as the table grows.  An
   append is fenced like a step row (runtime/persistence.py), so a worker that
   lost the session cannot add a second row for a call its new owner re-ran.
+- With ``behind`` (what runtime/session.py asks for), a call's ended row is
+  not waited for: the phase returns the results as soon as every call has
+  ended, and the ended rows commit while the next step's row does (two
+  tables, two committer threads).  That is safe because the next step row
+  records what the rows would say: its ``inputs.tool_results`` holds every
+  call's status, result and error, in call order.  The session keeps two
+  rules (``SessionAgent.tool_rows_landed``): (1) nothing else that says the
+  tool step is over (a snapshot, an error step, the step after next) is
+  written before :meth:`ToolPhase.landed`; so (2) after a crash only the
+  newest step's results can be missing from their rows, and adoption calls
+  :meth:`ToolRunner.settle_after_restart`, which writes them from that step's
+  inputs.  A crash before the next step row landed is the ordinary case: the
+  phase is rebuilt from whatever rows landed.
 
 The observers (live events, metrics) hear of every status, in order: of a
 written row once it is durable; of ``pending`` and of an idempotent call's
@@ -68,6 +83,7 @@ from ulid import ULID
 from domain.errors import ActionError
 from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_WAITING
 from runtime.fanout import Observers
+from runtime.fence import SessionLost
 from runtime.persistence import Persistence
 from tools import schema
 from tools.tool_registry import Deferred, ToolContext, ToolRegistry
@@ -159,19 +175,52 @@ class ToolRunner:
         step row), each with the status it starts in.  ``created_at``: the step
         row's, so a call planned again after a crash keeps its time (the
         ``wait`` tool counts from it)."""
-        created_at = _as_time(created_at) or now()
         rows = []
         for seq, call in enumerate(calls):
-            row = {"id": call["id"], "created_at": created_at, "agent_id": agent.agent_id,
-                   "session_id": agent.session_id, "iteration": iteration, "seq": seq,
-                   "call_id": call.get("call_id"), "name": call["name"], "args": call.get("args") or {},
-                   "status": "pending", "result": None, "error": None, "attempts": 0, "started_at": None,
-                   "finished_at": None, "duration_ms": None, "usage": None, "decided_by": None}
+            row = _blank_row(agent, iteration, seq, call, created_at)
             status, error = self.initial_status(agent.config, call["name"], row["args"])
             row.update(status=status, error=error)
             if status in TOOL_CALL_ENDED:
                 row["finished_at"] = row["created_at"]
             rows.append(row)
+        return rows
+
+    async def settle_after_restart(self, agent: SessionAgent, newer_steps: list[dict]) -> list[dict]:
+        """On adoption: when the newest step (persisted past the snapshot)
+        consumed tool results, the ended rows of the step before it, written
+        behind it, may not have landed (runtime/session.py ``tool_rows_landed``
+        says why only that step's).  Writes the missing ones; returns them."""
+        newest = newer_steps[-1] if newer_steps else None
+        if newest is None or not (newest.get("inputs") or {}).get("tool_results"):
+            return []
+        before = next((s for s in newer_steps if s["iteration"] == newest["iteration"] - 1), None)
+        if before is None:
+            before = await self.persist.step_at(agent.session_id, newest["iteration"] - 1)
+        if before is None:
+            return []
+        return await self.settle_from_next(agent, before, newest)
+
+    async def settle_from_next(self, agent: SessionAgent, step: dict, next_step: dict) -> list[dict]:
+        """After a crash: ``next_step`` consumed the results of ``step``'s calls
+        but their ended rows, written behind it, may not have landed.  Write
+        each call's ended row that is missing from its result there (status,
+        result, error; in call order).  Returns the rows written."""
+        calls = step.get("tool_calls") or []
+        results = (next_step.get("inputs") or {}).get("tool_results") or []
+        if not calls or len(results) != len(calls):
+            return []  # not the step that consumed these calls
+        stored = {r["id"]: r for r in await self.persist.tool_calls_of_step(agent.session_id, step["iteration"])}
+        rows = []
+        for seq, (call, result) in enumerate(zip(calls, results)):
+            row = stored.get(call["id"]) or _blank_row(agent, step["iteration"], seq, call, step.get("created_at"))
+            if row["status"] not in TOOL_CALL_ENDED:
+                rows.append(dict(row, status=result["status"], result=result.get("result"),
+                                 error=result.get("error"), finished_at=row.get("finished_at") or now()))
+        await self.write([r for r in rows if r["id"] in stored])
+        await self.write([r for r in rows if r["id"] not in stored], new=True)
+        if rows:
+            log.warning("session %s: %d ended tool call rows of step %d had not landed; written from step %d",
+                        agent.session_id, len(rows), step["iteration"], next_step["iteration"])
         return rows
 
     def initial_status(self, config, name: str, args) -> tuple[str, str | None]:
@@ -225,8 +274,10 @@ class ToolRunner:
 
     # ---- running one call -----------------------------------------------
 
-    async def execute(self, agent: SessionAgent, row: dict, stored: bool = True) -> dict:
-        """Run one pending call to its end; returns the ended row (durable).
+    async def execute(self, agent: SessionAgent, row: dict, stored: bool = True,
+                      landing: list[asyncio.Future] | None = None) -> dict:
+        """Run one pending call to its end; returns the ended row, durable unless
+        ``landing`` is given: then its write is started and added there.
         ``stored``: the call has a row in the table already."""
         tool = self.registry.get(row["name"]) if row["name"] in self.registry else None
         row = dict(row, status="running", attempts=int(row.get("attempts") or 0) + 1, started_at=now(),
@@ -258,7 +309,11 @@ class ToolRunner:
         except Exception as exc:
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:4000])
         row.update(finished_at=now(), duration_ms=(time.perf_counter() - started) * 1000)
-        await self.write([row], new=not await _written(shown, stored))
+        new = not await _written(shown, stored)
+        if landing is None:
+            await self.write([row], new=new)
+        else:
+            landing.append(asyncio.ensure_future(self.write([row], new=new)))
         log.info("tool call %s %s %s in %.1f ms session=%s iteration=%d", row["id"], row["name"], row["status"],
                  row["duration_ms"], row["session_id"], row["iteration"])
         return row
@@ -317,6 +372,15 @@ async def _written(shown: _RunningRow | None, stored: bool) -> bool:
     return stored or written
 
 
+def _blank_row(agent: SessionAgent, iteration: int, seq: int, call: dict, created_at) -> dict:
+    """A call's row as planned, before its status is decided."""
+    return {"id": call["id"], "created_at": _as_time(created_at) or now(), "agent_id": agent.agent_id,
+            "session_id": agent.session_id, "iteration": iteration, "seq": seq, "call_id": call.get("call_id"),
+            "name": call["name"], "args": call.get("args") or {}, "status": "pending", "result": None,
+            "error": None, "attempts": 0, "started_at": None, "finished_at": None, "duration_ms": None,
+            "usage": None, "decided_by": None}
+
+
 def _as_time(value) -> datetime | None:
     if isinstance(value, str):
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -326,8 +390,12 @@ def _as_time(value) -> datetime | None:
 class ToolPhase:
     """The calls of one step, from their rows to their results."""
 
-    def __init__(self, runner: ToolRunner, agent: SessionAgent, step: dict):
+    def __init__(self, runner: ToolRunner, agent: SessionAgent, step: dict, behind: bool = False):
+        """``behind``: ended rows are written behind the results (see the module
+        docstring for what the session then owes)."""
         self.runner = runner
+        self.behind = behind
+        self.landing: list[asyncio.Future] = []  # ended rows' writes not waited for (behind)
         self.agent = agent
         self.iteration = step["iteration"]
         self.created_at = step.get("created_at")
@@ -449,6 +517,23 @@ class ToolPhase:
             await self._on_cancel()
             raise
 
+    async def landed(self) -> None:
+        """Wait until the ended rows written behind are durable.  A write that
+        failed is tried once more, awaited, as an upsert of every ended row (an
+        append that failed after its commit must not add a second row); a lost
+        session (runtime/fence.py) is not: its new owner writes from now on."""
+        landing, self.landing = self.landing, []
+        outcomes = await asyncio.gather(*landing, return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if not failed:
+            return
+        lost = next((o for o in failed if isinstance(o, SessionLost)), None)
+        if lost is not None:
+            raise lost
+        log.warning("session %s: %d ended tool call rows of step %d failed to land behind (%s); writing them again",
+                    self.agent.session_id, len(failed), self.iteration, failed[0])
+        await self.runner.write([r for r in self.rows.values() if r["status"] in TOOL_CALL_ENDED])
+
     def _start_pending(self) -> None:
         for call in self.calls:
             row = self.rows[call["id"]]
@@ -460,7 +545,8 @@ class ToolPhase:
             await self.runner.write([row], new=True)
             self.stored.add(row["id"])
         async with self.agent.tool_slots:
-            ended = await self.runner.execute(self.agent, row, stored=row["id"] in self.stored)
+            ended = await self.runner.execute(self.agent, row, stored=row["id"] in self.stored,
+                                              landing=self.landing if self.behind else None)
         self.stored.add(ended["id"])
         self.rows[ended["id"]] = ended
 

@@ -465,3 +465,66 @@ def test_a_session_that_rests_between_steps_has_its_snapshot_saved_before_it_res
         await asyncio.wait_for(agent.runner, 30)
 
     asyncio.run(scenario())
+
+
+class GatedToolRows(CountedSnapshots):
+    """Tool call rows commit only when the gate opens; each snapshot notes
+    which of them had landed when it was written."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.tool_rows: dict[str, str] = {}
+        self.landed_at_snapshot = []
+
+    async def save_snapshot(self, row):
+        await super().save_snapshot(row)
+        self.landed_at_snapshot.append((row["iteration"], dict(self.tool_rows)))
+
+    async def save_tool_calls(self, rows, new=False):
+        await self.gate.wait()
+        self.tool_rows.update({r["id"]: r["status"] for r in rows})
+
+
+def test_a_tool_steps_ended_rows_land_beside_the_next_step_and_before_any_snapshot_after_it():
+    """runtime/session.py tool_rows_landed: the step after a tool call commits
+    without waiting for the call's ended row, and no snapshot that says the tool
+    step is over is written before that row landed."""
+    from pydantic import BaseModel
+
+    from monikers.frame import FrameOut, Moniker
+    from runtime.tool_runner import ToolRunner
+    from tools.tool import Tool
+    from tools.tool_registry import ToolRegistry
+
+    class NoArgs(BaseModel):
+        pass
+
+    async def noop(args, ctx):
+        return "ok"
+
+    async def step(frame, ctx):
+        if ctx.iteration == 0:
+            return FrameOut(step="a", next_step="b", state={}, tool_calls=[{"name": "noop", "args": {}}])
+        return FrameOut(step="b", next_step="b", state={}, text=str(frame.tool_results[0].status), done=True)
+
+    async def scenario():
+        persist = GatedToolRows()
+        registry = ToolRegistry()
+        registry.register(Tool("noop", "test", noop, NoArgs, timeout_s=5, idempotent=True))
+        agent = SessionAgent(moniker=Moniker("tooled", step), persist=persist, tools=ToolRunner(registry, persist),
+                             snapshot={"agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
+                                       "config": {"interval_s": 0, "tools": ["noop"]},
+                                       "created_at": datetime.now(timezone.utc)})
+        agent.start()
+        await until(lambda: persist.steps == [0, 1], timeout=30, what="the step after the tool step")
+        await asyncio.sleep(0.2)  # give a wrongly early snapshot time to be written
+        assert persist.tool_rows == {}  # that step did not wait for the ended row
+        assert all(iteration < 1 for iteration, _ in persist.landed_at_snapshot), persist.landed_at_snapshot
+        persist.gate.set()
+        await asyncio.wait_for(agent.runner, 30)
+        assert persist.snapshots[-1][:2] == (1, "done")
+        after = [rows for iteration, rows in persist.landed_at_snapshot if iteration >= 1]
+        assert after and all(list(rows.values()) == ["success"] for rows in after), persist.landed_at_snapshot
+
+    asyncio.run(scenario())

@@ -210,3 +210,117 @@ def test_a_call_waiting_for_a_tool_slot_has_its_pending_row_written(store):
     assert sorted((r["name"], r["status"]) for r in rows_of(store, agent)) == [("quick", "success"),
                                                                                ("slow", "success")]
 
+
+
+# ---- ended rows written behind the next step (ToolPhase behind=True) ----------
+
+def next_step_of(store: Store, agent: Agent, results: list[dict]) -> dict:
+    """The step after the tool step, as the session writes it: it records the results."""
+    stored, committed = store.steps.submit({"agent_id": agent.agent_id, "session_id": agent.session_id,
+                                            "iteration": 2, "status": "ok", "state": {},
+                                            "inputs": {"tool_results": results, "inbox": []}})
+    committed.result()
+    return stored
+
+
+def test_a_phase_behind_returns_the_results_and_its_rows_land_after(store):
+    tools = Tools(store)
+    runner = ToolRunner(tools.registry, Persistence(store))
+    agent = Agent(["quick", "once"])
+    step = step_with(store, agent, ["quick", "once"])
+
+    async def scenario():
+        phase = ToolPhase(runner, agent, step, behind=True)
+        await phase.load(fresh=True)
+        results = await phase.run()
+        await phase.landed()
+        return results
+
+    assert [r["status"] for r in asyncio.run(scenario())] == ["success", "success"]
+    assert sorted((r["name"], r["status"]) for r in rows_of(store, agent)) == [("once", "success"),
+                                                                               ("quick", "success")]
+
+
+def test_a_crash_after_the_next_step_before_the_ended_rows_landed_is_settled_from_it(store):
+    tools = Tools(store)
+    runner = ToolRunner(tools.registry, Persistence(store))
+    agent = Agent(["slow", "slow_once", "quick"])
+    step = step_with(store, agent, ["slow", "slow_once", "quick"])
+
+    async def scenario():
+        # Both slow calls have their running row; the quick one ended (its row landed): the crash comes
+        # after the next step row, which recorded all three results, landed.
+        await crash_when(runner, agent, step, True, lambda: sorted(r["status"] for r in rows_of(store, agent))
+                         == ["running", "running", "success"])
+        results = [{"id": "c0", "name": "slow", "status": "success", "result": {"ran": "slow"}},
+                   {"id": "c1", "name": "slow_once", "status": "failed", "error": "boom"},
+                   {"id": "c2", "name": "quick", "status": "success", "result": {"ran": "quick"}}]
+        nxt = next_step_of(store, agent, results)
+        written = await runner.settle_from_next(agent, step, nxt)
+        again = await runner.settle_from_next(agent, step, nxt)  # a second restart changes nothing
+        return written, again
+
+    written, again = asyncio.run(scenario())
+    assert sorted(r["name"] for r in written) == ["slow", "slow_once"] and again == []
+    rows = {r["name"]: r for r in rows_of(store, agent)}
+    assert len(rows_of(store, agent)) == 3
+    assert rows["slow"]["status"] == "success" and rows["slow"]["result"] == {"ran": "slow"}
+    assert rows["slow_once"]["status"] == "failed" and rows["slow_once"]["error"] == "boom"
+    assert tools.runs == {"slow": 1, "slow_once": 1, "quick": 1}  # settling runs nothing
+
+
+def test_settling_writes_the_rows_of_calls_that_never_had_one(store):
+    runner = ToolRunner(Tools(store).registry, Persistence(store))
+    agent = Agent(["quick"])
+    step = step_with(store, agent, ["quick"])
+    nxt = next_step_of(store, agent, [{"id": "c0", "name": "quick", "status": "success", "result": 7}])
+    asyncio.run(runner.settle_from_next(agent, step, nxt))
+    (row,) = rows_of(store, agent)
+    assert (row["status"], row["result"], row["seq"], row["iteration"]) == ("success", 7, 0, 1)
+
+
+def test_on_restart_only_a_newest_step_that_consumed_results_settles_the_step_before_it(store):
+    runner = ToolRunner(Tools(store).registry, Persistence(store))
+    agent = Agent(["quick"])
+    step = step_with(store, agent, ["quick"])
+    nxt = next_step_of(store, agent, [{"id": "c0", "name": "quick", "status": "success", "result": 3}])
+
+    async def scenario():
+        plain = dict(nxt, inputs=None)  # a newest step that consumed nothing: nothing to settle
+        untouched = await runner.settle_after_restart(agent, [step, plain])
+        # The snapshot was saved after the tool step: only the next step is newer, the tool step is read.
+        written = await runner.settle_after_restart(agent, [nxt])
+        return untouched, written
+
+    untouched, written = asyncio.run(scenario())
+    assert untouched == [] and [r["status"] for r in written] == ["success"]
+    (row,) = rows_of(store, agent)
+    assert (row["status"], row["result"], row["iteration"]) == ("success", 3, 1)
+
+
+def test_ended_rows_that_failed_to_land_behind_are_written_again(store):
+    tools = Tools(store)
+    runner = ToolRunner(tools.registry, Persistence(store))
+    agent = Agent(["quick"])
+    step = step_with(store, agent, ["quick"])
+    real_write, failed = runner.write, []
+
+    async def failing_once(rows, new=False):
+        if not failed and any(r["status"] == "success" for r in rows):
+            failed.append(rows)
+            raise OSError("the store went away for a moment")
+        await real_write(rows, new=new)
+
+    runner.write = failing_once
+
+    async def scenario():
+        phase = ToolPhase(runner, agent, step, behind=True)
+        await phase.load(fresh=True)
+        results = await phase.run()
+        assert rows_of(store, agent) == []  # the ended row's write failed behind the results
+        await phase.landed()
+        return results
+
+    assert [r["status"] for r in asyncio.run(scenario())] == ["success"]
+    assert failed and [r["status"] for r in rows_of(store, agent)] == ["success"]
+    assert tools.runs == {"quick": 1}
