@@ -66,9 +66,12 @@ DEFAULT_MIN_COMMIT_INTERVAL_S = 0.05
 # Under contention a commit also starts this long after the last one began, however
 # fast its writers come back: sixteen writers in lockstep otherwise committed
 # 86 times a second, and upkeep fell behind (278 fragments against a bound of
-# 200, tests/service/test_sustained_load.py).  At most 50 commits a second
-# still carries 100 agents' steps at ~5,000 a second.
-CONTENDED_MIN_GAP_S = 0.02
+# 200, tests/service/test_sustained_load.py; that was before compaction committed
+# under the table's lock, store/maintenance.py).  The gap caps a hundred agents
+# in lockstep at 100 / gap steps a second: 20 ms held them to ~4,650 (issue 28's
+# target is 5,000), 15 ms gives ~6,100 at up to 67 commits a second, which the
+# soak and the sustained-load test show upkeep keeps ahead of.
+CONTENDED_MIN_GAP_S = 0.015
 UNPACED_TABLES = ("actions",)
 
 # Upserts that replace a matched row only when it satisfies a condition
