@@ -10,7 +10,10 @@ next step starts, and the snapshot is saved behind the steps, without the
 step waiting for it (:meth:`SessionAgent.save_behind`).  A crash leaves steps
 newer than the snapshot, which :meth:`SessionAgent.reconcile` folds in on
 restart, so an iteration is never run twice nor skipped.  A change that is
-not a step (a status, a pause, guidance) is saved and waited for.  A step that ran long enough to be
+not a step (a status, a pause, guidance) is saved and waited for.  A tool
+call's ended row commits beside the step after it, which records the same
+result, and lands before any snapshot (:meth:`SessionAgent.tool_rows_landed`).
+A step that ran long enough to be
 marked in flight (``step_started_at``) and whose worker then died is recorded
 as ``interrupted`` by :meth:`SessionAgent.reconcile`, and the next step is told.
 """
