@@ -128,7 +128,7 @@ class Service:
         assert r.status_code == 202, r.text
         return r.json()
 
-    def action(self, action_id: str, timeout: float = 15.0) -> dict:
+    def action(self, action_id: str, timeout: float = 60.0) -> dict:
         """Wait until an action is finished and return it."""
         def finished():
             a = self.get(f"/api/actions/{action_id}").json()
@@ -152,11 +152,11 @@ class Service:
                 return out
             offset += 1000
 
-    def wait_steps(self, session_id: str, n: int, timeout: float = 20.0) -> list[dict]:
+    def wait_steps(self, session_id: str, n: int, timeout: float = 60.0) -> list[dict]:
         return wait_for(lambda: (s := self.steps(session_id)) and len(s) >= n and s, timeout=timeout,
                         what=f"{n} steps of session {session_id}")
 
-    def settled_step_count(self, session_id: str, quiet_s: float = 1.0, timeout: float = 20.0) -> int:
+    def settled_step_count(self, session_id: str, quiet_s: float = 1.0, timeout: float = 60.0) -> int:
         """The step count once it has stopped changing for ``quiet_s``.
 
         A pause or destroy takes effect at the step boundary, so a step already
@@ -175,14 +175,14 @@ class Service:
                 count, since = now, time.monotonic()
         return count
 
-    def wait_status(self, session_id: str, *statuses: str, timeout: float = 20.0) -> dict:
+    def wait_status(self, session_id: str, *statuses: str, timeout: float = 60.0) -> dict:
         return wait_for(lambda: (s := self.session(session_id)).get("status") in statuses and s,
                         timeout=timeout, what=f"session {session_id} to be {statuses}")
 
 
 # ---- in this process ------------------------------------------------------
 
-async def until(predicate, timeout: float = 15.0, what: str = "condition"):
+async def until(predicate, timeout: float = 45.0, what: str = "condition"):
     """Like :func:`wait_for`, for coroutines: the predicate runs in a thread."""
     deadline = time.monotonic() + timeout
     while not (value := await asyncio.to_thread(predicate)):
