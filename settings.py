@@ -111,6 +111,46 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
                              f"{DEFAULT_PROFILES_DIR}]")
 
 
+def add_auth_args(parser: argparse.ArgumentParser) -> None:
+    """Who may use the API and from where (app.py; docs/security.md)."""
+    parser.add_argument("--api-token", default=os.environ.get("AGENTSVC_API_TOKEN") or None,
+                        help="one token, named admin, with the admin role: every route but /api/health needs "
+                             "'Authorization: Bearer TOKEN' (or a login) [AGENTSVC_API_TOKEN, none]")
+    parser.add_argument("--tokens-file", default=os.environ.get("AGENTSVC_TOKENS_FILE") or None, metavar="FILE",
+                        help="named tokens with roles, hashed (api/tokens.py; `agentsvc token new`), re-read when "
+                             "it changes [AGENTSVC_TOKENS_FILE, none]")
+    parser.add_argument("--allowed-hosts", type=_names, default=_names(os.environ.get("AGENTSVC_ALLOWED_HOSTS", "")),
+                        metavar="NAMES", help="Host names the service answers to besides the bind address, "
+                                              "localhost, 127.0.0.1 and ::1; comma-separated, '*' for any "
+                                              "[AGENTSVC_ALLOWED_HOSTS, none]")
+    parser.add_argument("--allowed-origins", type=_names,
+                        default=_names(os.environ.get("AGENTSVC_ALLOWED_ORIGINS", "")), metavar="ORIGINS",
+                        help="origins (scheme://host[:port]) whose pages may POST and open live events besides "
+                             "the service's own, e.g. behind a reverse proxy [AGENTSVC_ALLOWED_ORIGINS, none]")
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def check_exposure(args: argparse.Namespace) -> None:
+    """Refuse to serve an API without any token on an address other machines
+    can reach.  (Refuse rather than make a token and print it, as Jupyter does:
+    an operator binding to a network means to be reached by other programs,
+    which need a token they were given, not one from a log.)"""
+    if not is_loopback(args.host) and not args.api_token and not args.tokens_file:
+        raise SystemExit(f"refusing to serve on {args.host} without a token: anyone who can reach it could run "
+                         "agents and read everything. Give --api-token or --tokens-file (docs/security.md), or "
+                         "bind to 127.0.0.1.")
+
+
 def fetch_policy(args: argparse.Namespace):
     from tools.http_fetch import FetchPolicy
 

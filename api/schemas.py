@@ -258,6 +258,8 @@ class Action(Open):
     processed_at: str | None = None
     error: str | None = None
     attempts: int
+    actor: str | None = Field(None, description="the name of the token whose request queued it (null: the "
+                                                "service itself, or a service without tokens)")
 
 
 class Snapshot(Open):
@@ -356,6 +358,12 @@ class Health(Open):
     pending_actions: int | None = None
     oldest_pending_age_s: float | None = None
     storage: StorageReport | None = Field(None, description="null until app.py's first report is built")
+
+
+class WhoAmI(Open):
+    auth: bool = Field(description="false when the service has no tokens (everyone may do everything)")
+    name: str | None = Field(description="the token's name: recorded as the actor of the actions it queues")
+    role: Literal["viewer", "operator", "admin"]
 
 
 class Conversation(Open):

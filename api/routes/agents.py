@@ -41,7 +41,7 @@ CREATE_LINKS = {"GetAgent": ("getAgent", _AGENT), "GetSessions": ("listSessions"
 
 @bp.post("/agents")
 @operation(202, schemas.Accepted, body=schemas.CreateAgentRequest, body_required=True, errors=(400, 404, 409),
-           also={200: (schemas.Accepted, "the session exists already")}, links=CREATE_LINKS)
+           also={200: (schemas.Accepted, "the session exists already")}, links=CREATE_LINKS, idempotent=True)
 def create_agent():
     """create an agent session (idempotent by session_id), from a moniker or a profile"""
     req: schemas.CreateAgentRequest = body()
@@ -141,7 +141,8 @@ def control(agent_id: str, type_: str, payload_of=lambda req: {}):
 
 
 def _control(body_model, operation_id: str):
-    return operation(202, schemas.Accepted, body=body_model, errors=(400, 404, 409), operation_id=operation_id)
+    return operation(202, schemas.Accepted, body=body_model, errors=(400, 404, 409), operation_id=operation_id,
+                     idempotent=True)
 
 
 @bp.post("/agents/<id:agent_id>/pause")

@@ -63,7 +63,7 @@ class ForkRequest(Strict):
 
 
 @bp.post("/sessions/<id:session_id>/fork")
-@operation(202, Accepted, body=ForkRequest, errors=(400, 404, 409),
+@operation(202, Accepted, body=ForkRequest, errors=(400, 404, 409), idempotent=True,
            also={200: (Accepted, "the fork exists already (same session_id)")})
 def fork_session(session_id):
     """a new session of the same agent continuing from a past step (optionally with edited state, guidance or

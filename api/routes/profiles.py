@@ -98,7 +98,7 @@ def get_profile(name):
 
 
 @bp.post("/profiles/reload")
-@operation(200, ProfileList, errors=())
+@operation(200, ProfileList, errors=(), role="admin")
 def reload_profiles():
     """re-read the profiles directory (also on SIGHUP)"""
     library().load()
