@@ -242,6 +242,7 @@ def main(argv=None) -> None:
     malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
+    settings.private_files(args.data_dir)
     if malloc_tuned:
         log.info("glibc malloc: %s", ", ".join(malloc_tuned))
     run_bounded(serve(args))

@@ -21,6 +21,7 @@ from flask import Flask
 import settings
 from api import auth, errors, live, routes, stream
 from api.guard import SiteGuard, SitePolicy
+from api.json_provider import RedactingJSONProvider
 from api.tokens import TokenRing
 from api.context import KEY, ApiContext
 from api.metrics import Metrics
@@ -54,7 +55,7 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     several instances share their live events."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.json.sort_keys = False
+    app.json = RedactingJSONProvider(app)
     metrics = Metrics(store)
     storage_health = StorageHealth(store)
     metrics.registry.register(StorageCollector(storage_health))
@@ -95,6 +96,7 @@ def build(args: argparse.Namespace) -> Flask:
     malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
+    settings.private_files(args.data_dir)
     if malloc_tuned:
         log.info("glibc malloc: %s", ", ".join(malloc_tuned))
     embedding = EmbeddingSettings.from_env()

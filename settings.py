@@ -185,8 +185,37 @@ def storage_options(args: argparse.Namespace) -> dict | None:
     return options or None
 
 
+class RedactingFilter(logging.Filter):
+    """Replaces credentials in a log line (a bearer token, ``api_key=…``,
+    ``"password": "…"``: domain/redact.py) before any handler writes it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from domain.redact import redact_text
+        message = record.getMessage()
+        cleaned = redact_text(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+def private_files(data_dir: str) -> None:
+    """Files this process makes are its user's alone (0600, folders 0700), and so
+    is the data directory: the record holds every agent's task, state and
+    messages, and the directory the events token and the login key."""
+    os.umask(0o077)
+    os.makedirs(data_dir, exist_ok=True)
+    try:
+        os.chmod(data_dir, 0o700)
+    except OSError:  # not ours to change (a directory the operator made and owns)
+        pass
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # credentials in a message or a traceback are replaced
+        handler.addFilter(RedactingFilter())
     # LanceDB and werkzeug are chatty at INFO; operators want our events.
     for noisy in ("lancedb", "werkzeug", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

@@ -18,7 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from api.errors import ApiError
 from monikers.frame import Moniker
+from domain.redact import is_secret_key
 from domain.session_config import SessionConfig
+from profiles.resolve import ResolveError, check_changes
 
 RUNNER_KEYS = frozenset(SessionConfig.model_fields)
 
@@ -41,9 +43,16 @@ def unknown_key_message(key: str, moniker: Moniker) -> str:
 def check(config: SessionConfig, moniker: Moniker) -> dict:
     """The config as it will be stored: runner keys already validated by
     ``SessionConfig``, the rest validated against the moniker's model (values
-    normalised, e.g. ``"5"`` -> ``5``).  Raises a 400 naming the first bad key."""
+    normalised, e.g. ``"5"`` -> ``5``).  Raises a 400 naming the first bad key,
+    or any key named like a secret, at any depth: a config is stored and shown,
+    so it never holds one (model endpoints and their keys are the operator's)."""
     runner = config.model_dump(exclude=set(config.model_extra or {}))
     extra = dict(config.model_extra or {})
+    secret = secret_path({**runner, **extra})
+    if secret:
+        raise ApiError(400, "secret_in_config", f"config.{secret}: a config never holds a secret (it is stored "
+                                                "and shown); the operator keeps keys with the model endpoints "
+                                                "(docs/llm.md) and tools")
     model: type[BaseModel] | None = moniker.config_model
     if model is None:
         return {**runner, **extra}
@@ -57,24 +66,50 @@ def check(config: SessionConfig, moniker: Moniker) -> dict:
     return {**runner, **own.model_dump(mode="json", include=set(extra))}
 
 
+def secret_path(value, path: str = "") -> str | None:
+    """The dotted path of the first key named like a secret in ``value`` (domain/redact.py), or None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if is_secret_key(key):
+                return where
+            found = secret_path(item, where)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = secret_path(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def runner_schema() -> dict:
     """JSON Schema of the keys every session accepts (for GET /api/monikers and the form)."""
     return SessionConfig.model_json_schema()
 
 
-def changed_config(original: dict | None, changes: dict | None) -> dict:
-    """The original config with ``changes`` applied (one level deep), validated."""
+def changed_config(original: dict | None, changes: dict | None, moniker: Moniker | None = None) -> dict:
+    """The original config with ``changes`` applied (one level deep), validated
+    as a create's would be: a session from a profile keeps to the profile's
+    rules (profiles/resolve.py ``check_changes``), and with ``moniker`` its own
+    keys are checked against its config model."""
     config = dict(original or {})
     if "profile" in (changes or {}):  # the record of the profile a session started from is not for editing
         raise ApiError(400, "invalid_request", "config.profile: set from a profile, never changed by a fork or replay")
+    try:
+        check_changes(config, changes)
+    except ResolveError as exc:
+        raise ApiError(400, "invalid_config", str(exc)) from None
     for key, value in (changes or {}).items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}
         else:
             config[key] = value
     try:
-        return SessionConfig.model_validate(config).model_dump()
+        validated = SessionConfig.model_validate(config)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "config"
         raise ApiError(400, "invalid_request", f"config.{where}: {err['msg']}") from None
+    return check(validated, moniker) if moniker is not None else validated.model_dump()

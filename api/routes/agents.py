@@ -14,6 +14,7 @@ from api.openapi import operation
 from api.profile_library import create_payload
 from api.requests import IdConverter, body, not_found, path_id, query
 from api.sessions import enqueue, latest_session_id, session_view
+from domain.session_config import ExceedsParent, within_parent
 
 bp = Blueprint("agents", __name__, url_prefix="/api")
 
@@ -56,6 +57,13 @@ def create_agent():
     parent = ctx().store.states.get(req.parent_session_id) if req.parent_session_id else None
     if req.parent_session_id and parent is None:
         raise not_found("parent session", req.parent_session_id)
+    if parent is not None:  # a child never has more than its parent (as a spawned one: tools/spawn_agent.py)
+        model = ctx().monikers.get(moniker).config_model
+        try:
+            config = within_parent(parent.get("config") or {}, config,
+                                   takes_llm=model is not None and "llm" in model.model_fields)
+        except ExceedsParent as exc:
+            raise ApiError(400, "exceeds_parent", str(exc)) from None
     with ctx().create_lock:
         existing = session_view(req.session_id) if req.session_id else None
         if existing:
