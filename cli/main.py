@@ -27,7 +27,7 @@ import sys
 
 import click
 
-from cli import evals, render
+from cli import evals, render, tokens
 from cli.client import FAILED, NOT_FOUND, UNREACHABLE, ApiFailure, Client
 from cli.options import parse_config, remote
 from cli.sse import follow as follow_stream
@@ -402,7 +402,7 @@ def waiting(api, as_json, kind, agent_id, session_id, limit, offset):
     render.table(f"{found['total']} waiting", ["kind", "tool call", "session", "name", "since", "what"], rows)
 
 
-for _command in evals.COMMANDS:  # replay, diff, eval (cli/evals.py)
+for _command in [*evals.COMMANDS, *tokens.COMMANDS]:  # replay, diff, eval (cli/evals.py); token, whoami
     cli.add_command(_command)
 
 
