@@ -101,6 +101,27 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds for a whole http_fetch, redirects included [AGENTSVC_HTTP_FETCH_TIMEOUT_S, 20]")
 
 
+def add_llm_args(parser: argparse.ArgumentParser) -> None:
+    """Where model calls may go: set by the operator only, never by a session's config.
+    agents.py and app.py take the same file (app.py checks configs against it)."""
+    parser.add_argument("--llm-endpoints", default=os.environ.get("AGENTSVC_LLM_ENDPOINTS") or None, metavar="FILE",
+                        help="JSON or TOML file naming the model endpoints sessions may use: name -> base_url, "
+                             "api_key_env, models, default_model, structured, rate_limits (docs/llm.md); read again "
+                             "when it changes. Without it (or when it names no 'default') the default endpoint "
+                             "is AGENTSVC_LLM_BASE_URL / _API_KEY / _MODEL [AGENTSVC_LLM_ENDPOINTS, none]")
+
+
+def llm_endpoints(args: argparse.Namespace):
+    """This process's model endpoints (monikers/endpoints.py), installed before
+    anything checks a config; a bad file stops the start, saying why."""
+    from monikers import endpoints
+
+    try:
+        return endpoints.install(endpoints.EndpointCatalog(args.llm_endpoints))
+    except endpoints.EndpointError as exc:
+        raise SystemExit(f"--llm-endpoints: {exc}") from None
+
+
 DEFAULT_PROFILES_DIR = "./profiles"
 
 

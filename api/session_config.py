@@ -12,12 +12,16 @@ A config holds two kinds of keys:
 A key that is in neither is refused.  A plugin moniker that declares no
 ``config_model`` gets its keys passed through unchecked (as before config
 models existed), so installed plugins keep working; ``GET /api/monikers``
-shows its ``config_schema`` as null.
+shows its ``config_schema`` as null.  Its ``llm``, if any, is checked all the
+same (the worker writes summaries with it): every config's ``llm`` names one
+of the operator's endpoints and never a URL or a key
+(monikers/llm_settings.py), also through a fork or a replay.
 """
 from pydantic import BaseModel, ValidationError
 
 from api.errors import ApiError
 from monikers.frame import Moniker
+from monikers.llm_settings import LLMConfig
 from domain.session_config import SessionConfig
 
 RUNNER_KEYS = frozenset(SessionConfig.model_fields)
@@ -27,8 +31,19 @@ def _problems(exc: ValidationError, prefix: str = "config") -> str:
     parts = []
     for err in exc.errors()[:5]:
         where = ".".join([prefix, *(str(p) for p in err["loc"])])
-        parts.append(f"{where}: {err['msg']}")
+        parts.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
+
+
+def check_llm(config: dict) -> None:
+    """A 400 unless the config's ``llm`` (if any) names an endpoint of the
+    operator's and a model it serves, and no URL, key or key variable."""
+    if "llm" not in config:
+        return
+    try:
+        LLMConfig.model_validate(config["llm"])
+    except ValidationError as exc:
+        raise ApiError(400, "invalid_config", _problems(exc, "config.llm")) from None
 
 
 def unknown_key_message(key: str, moniker: Moniker) -> str:
@@ -46,6 +61,7 @@ def check(config: SessionConfig, moniker: Moniker) -> dict:
     extra = dict(config.model_extra or {})
     model: type[BaseModel] | None = moniker.config_model
     if model is None:
+        check_llm(extra)
         return {**runner, **extra}
     for key in extra:
         if key not in model.model_fields:
@@ -72,6 +88,7 @@ def changed_config(original: dict | None, changes: dict | None) -> dict:
             config[key] = {**config[key], **value}
         else:
             config[key] = value
+    check_llm(config)
     try:
         return SessionConfig.model_validate(config).model_dump()
     except ValidationError as exc:
