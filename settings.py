@@ -87,8 +87,11 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
                              "(README: MCP servers) [AGENTSVC_MCP_CONFIG, none]")
     parser.add_argument("--http-fetch-allow", default=os.environ.get("AGENTSVC_HTTP_FETCH_ALLOW", ""),
                         metavar="HOSTS",
-                        help="comma-separated hosts the http_fetch tool may GET: example.com, *.example.com, "
-                             "127.0.0.1:8080 [AGENTSVC_HTTP_FETCH_ALLOW, none: every URL is refused]")
+                        help="comma-separated hosts the http_fetch tool may GET: names (example.com, "
+                             "*.example.com) and addresses or ranges (127.0.0.1:8080, 10.0.0.0/8, [::1]:8080), "
+                             "with a port: only that port. A name that resolves to a loopback, private, link-local "
+                             "or metadata address also needs that address listed (tools/http_fetch.py) "
+                             "[AGENTSVC_HTTP_FETCH_ALLOW, none: every URL is refused]")
     parser.add_argument("--http-fetch-max-bytes", type=int,
                         default=env_int("AGENTSVC_HTTP_FETCH_MAX_BYTES", 1 << 20),
                         help="http_fetch refuses bodies larger than this [AGENTSVC_HTTP_FETCH_MAX_BYTES, 1048576]")
