@@ -113,3 +113,9 @@ def test_endpoint_rate_limits_join_the_rate_limits_file_and_flags(tmp_path):
     assert config.models == {"gpt-4o": ModelLimit(requests_per_minute=100),  # the rate limits file over the endpoints
                              "gpt-4o-mini": ModelLimit(requests_per_minute=9),
                              "x": ModelLimit(requests_per_minute=7)}  # a flag over both
+
+
+def test_the_deploy_example_is_a_valid_endpoints_file():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = load_file(os.path.join(root, "deploy", "llm-endpoints.toml"))
+    assert list(found) == ["default", "openai", "gpu-box"] and found["openai"].api_key_env == "OPENAI_API_KEY"
