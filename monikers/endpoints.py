@@ -41,6 +41,7 @@ then).
 :func:`catalog` is this process's catalog: agents.py and app.py
 :func:`install` theirs at start, before anything checks a config.
 """
+import functools
 import json
 import logging
 import os
@@ -163,13 +164,19 @@ def load_file(path: str) -> dict[str, Endpoint]:
 
 def default_endpoint(environ=os.environ) -> Endpoint:
     """``default`` from the environment (when the file does not name it)."""
-    structured = environ.get("AGENTSVC_LLM_STRUCTURED") or "auto"
+    return _default_endpoint(environ.get("AGENTSVC_LLM_BASE_URL") or DEFAULT_BASE_URL,
+                             environ.get("AGENTSVC_LLM_MODEL") or DEFAULT_MODEL,
+                             environ.get("AGENTSVC_LLM_STRUCTURED") or "auto")
+
+
+@functools.lru_cache(maxsize=16)
+def _default_endpoint(base_url: str, model: str, structured: str) -> Endpoint:
+    """Built once per set of values: every model call looks it up (and checks a model against it)."""
     if structured not in STRUCTURED:
         raise EndpointError(f"environment variable AGENTSVC_LLM_STRUCTURED={structured!r} is not valid: "
                             f"one of {', '.join(STRUCTURED)}")
-    endpoint = Endpoint(base_url=environ.get("AGENTSVC_LLM_BASE_URL") or DEFAULT_BASE_URL,
-                        api_key_env=DEFAULT_KEY_ENV, models=ANY,
-                        default_model=environ.get("AGENTSVC_LLM_MODEL") or DEFAULT_MODEL, structured=structured)
+    endpoint = Endpoint(base_url=base_url, api_key_env=DEFAULT_KEY_ENV, models=ANY, default_model=model,
+                        structured=structured)
     endpoint._key_optional = True
     return endpoint
 
