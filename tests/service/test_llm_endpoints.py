@@ -161,6 +161,9 @@ def test_a_session_on_an_endpoint_the_operator_adds_while_running_gets_the_opera
         assert "default" in [e["name"] for e in svc.get("/api/endpoints").json()["endpoints"]]
         assert server.base_url.split("/v1")[0] not in svc.get("/api/endpoints").text  # names and models, no URL
         assert "AGENTSVC_OPERATOR_KEY" not in svc.get("/api/endpoints").text  # nor the key's variable
+        shown = svc.cli("endpoints")  # the command line offers them too
+        assert shown.returncode == 0, shown.stderr
+        assert any(name in line and "small, large" in line for line in shown.stdout.splitlines()), shown.stdout
 
         r = svc.post("/api/agents", json={"moniker": "baml", "task": "t", "config": {
             "llm": {"endpoint": name, "model": "huge"}}})
