@@ -74,6 +74,12 @@ class FetchArgs(BaseModel):
 
 
 def _split_entry(entry: str) -> tuple[str, int | None]:
+    """An allowlist entry's host (name, address or range) and port (None: any)."""
+    try:
+        ipaddress.ip_network(entry, strict=False)
+        return entry.lower(), None  # an IPv6 address written without brackets: all of it is the address
+    except ValueError:
+        pass
     host, sep, port = entry.rpartition(":")
     if sep and port.isdigit() and "]" not in port:
         return host.replace("[", "").replace("]", "").lower(), int(port)

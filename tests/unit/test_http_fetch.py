@@ -308,6 +308,9 @@ def test_ranges_and_mixed_answers(names, recorder):
     pol = FetchPolicy(allow=("mixed.test", f"127.0.0.0/8:{port}"), timeout_s=5)
     assert get(f"http://mixed.test:{port}/ok", pol)["text"] == "reached"  # 10.9.9.9 was never tried
     assert FetchPolicy(allow=("[fd00::]/8",)).lists(ipaddress.ip_address("fd00:ec2::254"), 80)
+    assert FetchPolicy(allow=("::1",)).lists(ipaddress.ip_address("::1"), 80)  # without brackets: no port
+    assert FetchPolicy(allow=("[::1]:8080",)).lists(ipaddress.ip_address("::1"), 8080)
+    assert not FetchPolicy(allow=("[::1]:8080",)).lists(ipaddress.ip_address("::1"), 80)
     assert not FetchPolicy(allow=("[fd00::]/8:443",)).lists(ipaddress.ip_address("fd00:ec2::254"), 80)
     with pytest.raises(ValueError, match="neither a host name nor an address range"):
         FetchPolicy(allow=("10.0.0.0/33",))
