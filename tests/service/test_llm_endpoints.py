@@ -15,53 +15,22 @@ and receives the operator's key.
 import json
 import secrets
 import textwrap
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.fake_openai import FakeOpenAI, Reply, scripted
 from tests.harness import Service, wait_for
+from tests.recorder import Recorder
 
 CANARY = "canary-" + secrets.token_hex(8)  # a worker secret, as AGENTSVC_API_TOKEN would be
 OPERATOR_KEY = "operator-key-" + secrets.token_hex(8)
 
 
-class Attacker(ThreadingHTTPServer):
-    """Records every request, of any method, with its headers and body."""
-
-    daemon_threads = True
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Recording)
-        self.log: list[str] = []
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _Recording(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _record(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.log.append(f"{self.command} {self.path}\n{self.headers}\n{body.decode('utf-8', 'replace')}")
-        self.send_response(500)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    do_GET = do_POST = do_PUT = _record
-
-
 @pytest.fixture(scope="module")
 def attacker():
-    server = Attacker()
-    yield server
-    server.shutdown()
-    server.server_close()
+    """The attacker's host: records every request that reaches it (and answers 500)."""
+    with Recorder(status=500) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

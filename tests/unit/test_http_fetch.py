@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.recorder import Recorder
 from tools.http_fetch import FetchArgs, FetchPolicy, FetchRefused, fetch, make_tool
 from tools.tool_registry import ToolContext
 
@@ -184,46 +185,11 @@ def test_the_tool(site):
 
 # ---- addresses, not names: every hop is resolved and its address checked ----------
 
-class Recorder(ThreadingHTTPServer):
-    """Stands in for what must not be reached (the service's own port, an internal host): records every request."""
-
-    daemon_threads = True
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), RecordingHandler)
-        self.requests = []
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def handle_error(self, request, client_address):
-        pass
-
-
-class RecordingHandler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        self.server.requests.append(self.path)
-        if self.path.startswith("/to/"):  # a redirect to what follows /to/
-            self.send_response(302)
-            self.send_header("Location", "http://" + self.path[len("/to/"):])
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        body = b"reached"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 @pytest.fixture
 def recorder():
-    server = Recorder()
-    yield server
-    server.shutdown()
-    server.server_close()
+    """What must not be reached (the service's own port, an internal host)."""
+    with Recorder() as server:
+        yield server
 
 
 @pytest.fixture
@@ -283,7 +249,7 @@ def test_a_redirect_to_a_name_that_resolves_to_the_metadata_address_is_refused(n
     pol = FetchPolicy(allow=(f"127.0.0.1:{recorder.server_address[1]}", "metadata.test"), timeout_s=1)
     with pytest.raises(FetchRefused, match=r"169\.254\.169\.254 \(a cloud metadata address\)"):
         get(f"http://127.0.0.1:{recorder.server_address[1]}/to/metadata.test/latest/meta-data/", pol)
-    assert recorder.requests == ["/to/metadata.test/latest/meta-data/"]
+    assert recorder.requests == ["GET /to/metadata.test/latest/meta-data/"]
 
 
 def test_a_listed_address_is_reached_on_its_port_only(names, recorder, site):
@@ -298,7 +264,7 @@ def test_a_listed_address_is_reached_on_its_port_only(names, recorder, site):
         get(f"http://app.test:{other}/text", pol)
     with pytest.raises(FetchRefused, match="not on the operator's allowlist"):
         get(f"http://127.0.0.1:{other}/text", pol)
-    assert len(site.paths) == before and recorder.requests == ["/ok", "/ok"]
+    assert len(site.paths) == before and recorder.requests == ["GET /ok", "GET /ok"]
 
 
 def test_ranges_and_mixed_answers(names, recorder):
