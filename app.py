@@ -86,6 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--message-queue", default=settings.os.environ.get("AGENTSVC_MESSAGE_QUEUE") or None,
                         metavar="URL", help="Flask-SocketIO message queue shared by several app.py instances, "
                                             "e.g. redis://127.0.0.1:6379/0 [AGENTSVC_MESSAGE_QUEUE, none]")
+    settings.add_llm_args(parser)
     settings.add_profile_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
@@ -99,6 +100,7 @@ def build(args: argparse.Namespace) -> Flask:
     settings.private_files(args.data_dir)
     if malloc_tuned:
         log.info("glibc malloc: %s", ", ".join(malloc_tuned))
+    settings.llm_endpoints(args)  # the endpoints configs may name: before the profiles are read
     embedding = EmbeddingSettings.from_env()
     store = Store(settings.db_uri(args), **settings.store_kwargs(args),
                   embedding=embedding.store_option() if embedding else None)

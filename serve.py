@@ -26,6 +26,7 @@ def parse_args(argv=None):
     settings.add_storage_args(parser)
     parser.add_argument("--host", default=os.environ.get("AGENTSVC_HOST", settings.DEFAULT_HOST))
     parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT))
+    settings.add_llm_args(parser)
     settings.add_tool_args(parser)
     settings.add_profile_args(parser)
     settings.add_auth_args(parser)
@@ -61,6 +62,8 @@ def child_args(args) -> list[str]:
         common += ["--index-cache-mb", str(args.index_cache_mb)]
     if args.db_uri:
         common += ["--db-uri", args.db_uri]
+    if args.llm_endpoints:  # both: agents.py calls the endpoints, app.py checks configs against them
+        common += ["--llm-endpoints", os.path.abspath(args.llm_endpoints)]
     for option in args.storage_option:
         common += ["--storage-option", option]
     return common

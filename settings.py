@@ -87,8 +87,11 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
                              "(README: MCP servers) [AGENTSVC_MCP_CONFIG, none]")
     parser.add_argument("--http-fetch-allow", default=os.environ.get("AGENTSVC_HTTP_FETCH_ALLOW", ""),
                         metavar="HOSTS",
-                        help="comma-separated hosts the http_fetch tool may GET: example.com, *.example.com, "
-                             "127.0.0.1:8080 [AGENTSVC_HTTP_FETCH_ALLOW, none: every URL is refused]")
+                        help="comma-separated hosts the http_fetch tool may GET: names (example.com, "
+                             "*.example.com) and addresses or ranges (127.0.0.1:8080, 10.0.0.0/8, [::1]:8080), "
+                             "with a port: only that port. A name that resolves to a loopback, private, link-local "
+                             "or metadata address also needs that address listed (tools/http_fetch.py) "
+                             "[AGENTSVC_HTTP_FETCH_ALLOW, none: every URL is refused]")
     parser.add_argument("--http-fetch-max-bytes", type=int,
                         default=env_int("AGENTSVC_HTTP_FETCH_MAX_BYTES", 1 << 20),
                         help="http_fetch refuses bodies larger than this [AGENTSVC_HTTP_FETCH_MAX_BYTES, 1048576]")
@@ -99,6 +102,27 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-fetch-timeout", type=float,
                         default=env_float("AGENTSVC_HTTP_FETCH_TIMEOUT_S", 20.0),
                         help="seconds for a whole http_fetch, redirects included [AGENTSVC_HTTP_FETCH_TIMEOUT_S, 20]")
+
+
+def add_llm_args(parser: argparse.ArgumentParser) -> None:
+    """Where model calls may go: set by the operator only, never by a session's config.
+    agents.py and app.py take the same file (app.py checks configs against it)."""
+    parser.add_argument("--llm-endpoints", default=os.environ.get("AGENTSVC_LLM_ENDPOINTS") or None, metavar="FILE",
+                        help="JSON or TOML file naming the model endpoints sessions may use: name -> base_url, "
+                             "api_key_env, models, default_model, structured, rate_limits (docs/llm.md); read again "
+                             "when it changes. Without it (or when it names no 'default') the default endpoint "
+                             "is AGENTSVC_LLM_BASE_URL / _API_KEY / _MODEL [AGENTSVC_LLM_ENDPOINTS, none]")
+
+
+def llm_endpoints(args: argparse.Namespace):
+    """This process's model endpoints (monikers/endpoints.py), installed before
+    anything checks a config; a bad file stops the start, saying why."""
+    from monikers import endpoints
+
+    try:
+        return endpoints.install(endpoints.EndpointCatalog(args.llm_endpoints))
+    except endpoints.EndpointError as exc:
+        raise SystemExit(f"--llm-endpoints: {exc}") from None
 
 
 DEFAULT_PROFILES_DIR = "./profiles"

@@ -337,6 +337,17 @@ class MonikerList(Open):
     session_config_schema: dict = Field(description="JSON Schema of the keys every session accepts")
 
 
+class EndpointInfo(Open):
+    name: str = Field(description="what config.llm.endpoint names")
+    models: list[str] | Literal["*"] = Field(description="the models config.llm.model may name; \"*\": any")
+    default_model: str = Field(description="the model of a config that names none")
+    structured: str = Field(description="its sessions' default llm.structured")
+
+
+class EndpointList(Open):
+    endpoints: list[EndpointInfo]
+
+
 class TableShape(Open):
     fragments: int
     versions: int

@@ -12,13 +12,17 @@ A config holds two kinds of keys:
 A key that is in neither is refused.  A plugin moniker that declares no
 ``config_model`` gets its keys passed through unchecked (as before config
 models existed), so installed plugins keep working; ``GET /api/monikers``
-shows its ``config_schema`` as null.
+shows its ``config_schema`` as null.  Its ``llm``, if any, is checked all the
+same (the worker writes summaries with it): every config's ``llm`` names one
+of the operator's endpoints and never a URL or a key
+(monikers/llm_settings.py), also through a fork or a replay.
 """
 from pydantic import BaseModel, ValidationError
 
 from api.errors import ApiError
 from monikers.frame import Moniker
 from domain.redact import is_secret_key
+from monikers.llm_settings import LLMConfig
 from domain.session_config import SessionConfig
 from profiles.resolve import ResolveError, check_changes
 
@@ -29,8 +33,19 @@ def _problems(exc: ValidationError, prefix: str = "config") -> str:
     parts = []
     for err in exc.errors()[:5]:
         where = ".".join([prefix, *(str(p) for p in err["loc"])])
-        parts.append(f"{where}: {err['msg']}")
+        parts.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
+
+
+def check_llm(config: dict) -> None:
+    """A 400 unless the config's ``llm`` (if any) names an endpoint of the
+    operator's and a model it serves, and no URL, key or key variable."""
+    if "llm" not in config:
+        return
+    try:
+        LLMConfig.model_validate(config["llm"])
+    except ValidationError as exc:
+        raise ApiError(400, "invalid_config", _problems(exc, "config.llm")) from None
 
 
 def unknown_key_message(key: str, moniker: Moniker) -> str:
@@ -48,22 +63,29 @@ def check(config: SessionConfig, moniker: Moniker) -> dict:
     so it never holds one (model endpoints and their keys are the operator's)."""
     runner = config.model_dump(exclude=set(config.model_extra or {}))
     extra = dict(config.model_extra or {})
-    secret = secret_path({**runner, **extra})
+    model: type[BaseModel] | None = moniker.config_model
+    if model is None:
+        check_llm(extra)
+        checked = {**runner, **extra}
+    else:
+        for key in extra:
+            if key not in model.model_fields:
+                raise ApiError(400, "invalid_config", unknown_key_message(key, moniker))
+        try:
+            own = model.model_validate(extra)
+        except ValidationError as exc:
+            raise ApiError(400, "invalid_config", _problems(exc)) from None
+        checked = {**runner, **own.model_dump(mode="json", include=set(extra))}
+    refuse_secrets(checked)  # after the model's own checks, whose messages name the setting to use instead
+    return checked
+
+
+def refuse_secrets(config: dict) -> None:
+    secret = secret_path(config)
     if secret:
         raise ApiError(400, "secret_in_config", f"config.{secret}: a config never holds a secret (it is stored "
                                                 "and shown); the operator keeps keys with the model endpoints "
                                                 "(docs/llm.md) and tools")
-    model: type[BaseModel] | None = moniker.config_model
-    if model is None:
-        return {**runner, **extra}
-    for key in extra:
-        if key not in model.model_fields:
-            raise ApiError(400, "invalid_config", unknown_key_message(key, moniker))
-    try:
-        own = model.model_validate(extra)
-    except ValidationError as exc:
-        raise ApiError(400, "invalid_config", _problems(exc)) from None
-    return {**runner, **own.model_dump(mode="json", include=set(extra))}
 
 
 def secret_path(value, path: str = "") -> str | None:
@@ -106,6 +128,7 @@ def changed_config(original: dict | None, changes: dict | None, moniker: Moniker
             config[key] = {**config[key], **value}
         else:
             config[key] = value
+    check_llm(config)
     try:
         validated = SessionConfig.model_validate(config)
     except ValidationError as exc:

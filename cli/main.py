@@ -5,6 +5,7 @@
     agentsvc create joke "cats" --interval 2
     agentsvc create --profile planner "move the wiki"
     agentsvc profiles
+    agentsvc endpoints                # the model endpoints a config's llm.endpoint may name
     agentsvc list --status running
     agentsvc tail -f <session or agent id>
     agentsvc pause <session or agent id>
@@ -115,6 +116,19 @@ def profiles(api, as_json, action):
                    "; ".join(f"{e['file']}:{e['line'] or '?'} {e['field'] or ''} {e['message']}".replace("  ", " ")
                              for e in p["errors"]) or p.get("description") or ""]
                   for p in listed["profiles"]])
+
+
+@cli.command("endpoints")
+@remote
+def endpoints(api, as_json):
+    """The operator's model endpoints: what a config's llm.endpoint may name, and the models each serves."""
+    listed = api.get("/api/endpoints")
+    if as_json:
+        render.as_json(listed)
+        return
+    render.table(None, ["endpoint", "models", "default model", "structured"],
+                 [[e["name"], "any" if e["models"] == "*" else ", ".join(e["models"]), e["default_model"],
+                   e["structured"]] for e in listed["endpoints"]])
 
 
 @cli.command("list")

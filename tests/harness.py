@@ -10,6 +10,8 @@ import time
 
 import requests
 
+from tests.llm_endpoints import EndpointsFile
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -42,6 +44,10 @@ class Service:
         self.agents_args = list(agents_args)
         self.app_args = list(app_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # The operator's model endpoints, beside the data directory: tests add their fake
+        # servers to it (tests/llm_endpoints.py), and both processes read it again when it changes.
+        self.env.setdefault("AGENTSVC_LLM_ENDPOINTS", f"{data_dir.rstrip('/')}.endpoints.json")
+        self.endpoints = EndpointsFile(self.env["AGENTSVC_LLM_ENDPOINTS"])
         self.agents: subprocess.Popen | None = None
         self.app: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []  # extra agents.py processes (start_worker)

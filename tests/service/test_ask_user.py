@@ -286,7 +286,7 @@ def test_a_baml_agent_asks_and_no_model_is_called_until_the_answer(shared_servic
 
     with FakeOpenAI(respond) as llm:
         made = svc.create("baml", task="plan a trip", config={
-            "interval_s": 0, "tools": ["ask_user"], "llm": {"base_url": llm.base_url, "model": "fake-model"}})
+            "interval_s": 0, "tools": ["ask_user"], "llm": svc.endpoints.llm(llm)})
         sid = made["session_id"]
         row = open_question(svc, sid)
         assert row["args"]["question"] == "Which city shall I plan for?"
