@@ -22,7 +22,7 @@ import settings
 from api import auth, errors, live, routes, stream
 from api.guard import SiteGuard, SitePolicy
 from api.json_provider import RedactingJSONProvider
-from api.tokens import TokenRing
+from domain.tokens import TokenRing
 from api.context import KEY, ApiContext
 from api.metrics import Metrics
 from api.profile_library import EXTENSION as PROFILES, make_library

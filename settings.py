@@ -141,7 +141,7 @@ def add_auth_args(parser: argparse.ArgumentParser) -> None:
                         help="one token, named admin, with the admin role: every route but /api/health needs "
                              "'Authorization: Bearer TOKEN' (or a login) [AGENTSVC_API_TOKEN, none]")
     parser.add_argument("--tokens-file", default=os.environ.get("AGENTSVC_TOKENS_FILE") or None, metavar="FILE",
-                        help="named tokens with roles, hashed (api/tokens.py; `agentsvc token new`), re-read when "
+                        help="named tokens with roles, hashed (domain/tokens.py; `agentsvc token new`), re-read when "
                              "it changes [AGENTSVC_TOKENS_FILE, none]")
     parser.add_argument("--allowed-hosts", type=_names, default=_names(os.environ.get("AGENTSVC_ALLOWED_HOSTS", "")),
                         metavar="NAMES", help="Host names the service answers to besides the bind address, "

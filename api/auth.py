@@ -1,5 +1,5 @@
 """Who is asking, and may they: every request but a few open ones needs a
-token when the service has any (api/tokens.py), and the token's role bounds
+token when the service has any (domain/tokens.py), and the token's role bounds
 what it may do.
 
 A request presents its token as ``Authorization: Bearer <token>`` (the CLI,
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from flask import Flask, g, redirect, render_template, request, session, url_for
 
 from api.errors import ApiError, error_response
-from api.tokens import ROLES, Principal, TokenRing
+from domain.tokens import ROLES, Principal, TokenRing
 
 log = logging.getLogger("api.auth")
 

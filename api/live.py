@@ -29,7 +29,7 @@ from ulid import ULID
 
 from api import auth
 from api.guard import SitePolicy
-from api.tokens import TokenRing
+from domain.tokens import TokenRing
 from domain.events import EVENTS, INGEST_NAMESPACE, make_event, rooms_for
 from store.filters import InvalidId, check_id
 

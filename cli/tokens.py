@@ -2,7 +2,7 @@
 
 The token is printed once and never stored: the tokens file (app.py
 ``--tokens-file``, AGENTSVC_TOKENS_FILE) gets its name, role and SHA-256
-(api/tokens.py), and app.py reads the file again when it changes, so the
+(domain/tokens.py), and app.py reads the file again when it changes, so the
 token works at once.  ``agentsvc whoami`` says which token a command sends
 (AGENTSVC_API_TOKEN) and its role.
 """
@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from api.tokens import NAME_PATTERN, ROLES, TokenError, entry_text, new_token, parse
+from domain.tokens import NAME_PATTERN, ROLES, TokenError, entry_text, new_token, parse
 from cli import render
 from cli.options import remote
 

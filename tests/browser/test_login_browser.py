@@ -4,7 +4,7 @@ token) and brings the page back; live events and controls work with the
 cookie alone; the top bar names the token; Log out ends it."""
 import pytest
 
-from api.tokens import entry_text, new_token
+from domain.tokens import entry_text, new_token
 from tests.browsing import scan
 from tests.harness import Service, wait_for
 from tests.plugins import COUNT_DIR_ENV

@@ -21,7 +21,7 @@ import pytest
 import requests
 import socketio
 
-from api.tokens import entry_text, new_token
+from domain.tokens import entry_text, new_token
 from tests.harness import ROOT, Service, free_port, wait_for
 from tests.plugins import COUNT_DIR_ENV
 from tests.subagent_api import tool_rows

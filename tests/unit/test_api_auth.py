@@ -1,4 +1,4 @@
-"""Who may use the API (api/auth.py, api/tokens.py), from where (api/guard.py),
+"""Who may use the API (api/auth.py, domain/tokens.py), from where (api/guard.py),
 and retries that queue nothing twice (api/idempotency.py), checked in process
 against the app itself.  tests/service/test_security.py probes the same from
 outside, against the real processes."""
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from api.guard import SitePolicy
-from api.tokens import entry_text, new_token
+from domain.tokens import entry_text, new_token
 from app import create_app
 from store import Store
 from tests.harness import wait_for

@@ -4,7 +4,7 @@ import stat
 
 from click.testing import CliRunner
 
-from api.tokens import TokenRing
+from domain.tokens import TokenRing
 from cli.tokens import token
 
 

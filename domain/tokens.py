@@ -40,7 +40,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 
-log = logging.getLogger("api.tokens")
+log = logging.getLogger("domain.tokens")
 
 ROLES = ("viewer", "operator", "admin")
 NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
