@@ -104,13 +104,13 @@ class ExceedsParent(ValueError):
     """A sub-agent's config asks for more than its parent has; the message says what."""
 
 
-def within_parent(parent: dict, child: dict, *, takes_llm: bool) -> dict:
+def within_parent(parent: dict, child: dict) -> dict:
     """``child`` (a sub-agent's config) held inside ``parent`` (its parent
     session's config): its tools a subset of the parent's (else
     :class:`ExceedsParent`); every tool the parent must have approved is
-    approved in the child too (added, not refused); and its model calls go
-    where the parent's go (``llm.endpoint``/``model``: inherited when the child
-    names none, refused when it names others).  Depth, children and the tree's
+    approved in the child too (added, not refused); and an ``llm.endpoint`` or
+    ``llm.model`` it names must be the parent's (a child that names none gets the
+    service's default, as any session does).  Depth, children and the tree's
     budget are bounded elsewhere (tools/spawn_agent.py, runtime/session_tree.py)."""
     child = dict(child)
     allowed = list(parent.get("tools") or [])
@@ -125,11 +125,8 @@ def within_parent(parent: dict, child: dict, *, takes_llm: bool) -> dict:
     parent_llm = parent.get("llm") if isinstance(parent.get("llm"), dict) else {}
     child_llm = child.get("llm") if isinstance(child.get("llm"), dict) else {}
     for key in LLM_BOUND_KEYS:
-        if key in child_llm and child_llm[key] != parent_llm.get(key):
+        if child_llm.get(key) is not None and child_llm[key] != parent_llm.get(key):
             raise ExceedsParent(f"llm.{key} {child_llm[key]!r} is not the parent's "
                                 f"({parent_llm.get(key) or 'the service default'}): a sub-agent's model calls "
                                 "go where its parent's go")
-    inherited = {k: parent_llm[k] for k in LLM_BOUND_KEYS if k in parent_llm and k not in child_llm}
-    if takes_llm and inherited:
-        child["llm"] = {**child_llm, **inherited}
     return child

@@ -15,8 +15,8 @@ Limits: a tree is at most ``max_depth`` deep (the root's config, default 3; a
 child may lower it) and a session spawns at most ``max_children`` (its config,
 default 20).  A child never has more than its parent
 (domain/session_config.py ``within_parent``): its tools are among the
-parent's, the parent's approvals apply to it, and its model calls go to the
-parent's endpoint and model.  ``config.inherit: {"transcript": N}`` gives the child's first
+parent's, the parent's approvals apply to it, and an endpoint or model it
+names is the parent's.  ``config.inherit: {"transcript": N}`` gives the child's first
 step the parent's last N step texts and its conversation's messages
 (a ``parent_context`` inbox item).
 
@@ -176,13 +176,11 @@ def build(store, monikers, profiles: Callable[[str, dict], dict] | None = None) 
         moniker, config = resolve(args)
         if moniker not in monikers:
             raise SpawnRefused(f"no moniker {moniker!r}; installed: {monikers.names()}")
-        model = monikers.get(moniker).config_model
+        config = child_config(monikers, moniker, config)  # first: a bad key is named as a create names it
         try:  # never more than the parent: its tools, its approvals, its model endpoint
-            config = within_parent(parent.get("config") or {}, config,
-                                   takes_llm=model is not None and "llm" in model.model_fields)
+            config = within_parent(parent.get("config") or {}, config)
         except ExceedsParent as exc:
             raise SpawnRefused(str(exc)) from None
-        config = child_config(monikers, moniker, config)
         subagent = {"depth": depth, "max_depth": max_depth,
                     "root_session_id": parent.get("root_session_id") or ctx.session_id,
                     "spawned_by": ctx.tool_call_id, "on_parent_destroy": config.get("on_parent_destroy")}

@@ -58,10 +58,8 @@ def create_agent():
     if req.parent_session_id and parent is None:
         raise not_found("parent session", req.parent_session_id)
     if parent is not None:  # a child never has more than its parent (as a spawned one: tools/spawn_agent.py)
-        model = ctx().monikers.get(moniker).config_model
         try:
-            config = within_parent(parent.get("config") or {}, config,
-                                   takes_llm=model is not None and "llm" in model.model_fields)
+            config = within_parent(parent.get("config") or {}, config)
         except ExceedsParent as exc:
             raise ApiError(400, "exceeds_parent", str(exc)) from None
     with ctx().create_lock:
