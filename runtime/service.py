@@ -81,7 +81,7 @@ class AgentService:
         self.actions = ActionTable(self.sessions, monikers, self.factory, store, destroy_grace_s=destroy_grace_s)
         self.dispatcher = Dispatcher(self.persist, self.actions.apply, worker_id=self.worker_id,
                                      observers=self.observers, owns=self._runs, fence=self.fence,
-                                     **dispatcher_options)
+                                     took_effect=self.actions.took_effect, **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)

@@ -624,6 +624,14 @@ class ToolControls:
             raise ActionError(f"unknown tool call {tool_call_id} in session {action['session_id']}")
         return agent, row
 
+    async def took_effect(self, action: dict) -> bool:
+        """Whether the action decided its call already: the row names it in ``decided_by``."""
+        try:
+            _, row = await self.row_of(action)
+        except ActionError:
+            return False
+        return row.get("decided_by") == action["id"]
+
     async def decide(self, action: dict, expected: str, verb: str, change: Callable[[dict], dict]) -> None:
         """Write ``change(row)`` to a call in status ``expected``, marked as decided
         by this action, then hand the row to the session's phase."""
