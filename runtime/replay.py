@@ -18,8 +18,9 @@ the record instead of being asked again:
   ``seq``) gets the recorded outcome without running: its row ends
   ``replayed``, with ``replay_of`` (the recorded call's id) and
   ``replayed_status``.  Any other call is a *divergence*: its row ends
-  ``failed`` ("diverged from the recording: ...") and the replay stops there
-  (status ``stopped``, reason ``diverged``).  No tool ever runs in this mode.
+  ``failed`` ("diverged from the recording: ..."), so do the step's calls
+  after it (not served, not run), and the replay stops there (status
+  ``stopped``, reason ``diverged``).  No tool ever runs in this mode.
   With ``recorded_then_live`` a divergence runs the call live instead (if the
   session's config allows the tool) and every later call runs live too;
   ``live`` runs every call live.
@@ -167,18 +168,33 @@ class Replayer:
         """``rows`` (a step's, in call order) with the ``planned`` ones (not yet
         written) given their recorded outcome, or marked as diverging.  Rows read
         back after a crash are taken as they are, and a divergence among them is
-        noted again."""
+        noted again.  In ``recorded`` mode no planned row is left to run: once a
+        call has diverged, every later one of the step ends ``failed`` too."""
         fresh = {row["id"] for row in planned}
-        served = []
+        recorded = {}
         if self.tools != "live" and fresh:
             recorded = {r["seq"]: r for r in await self.persist.tool_calls_of_step(self.source, iteration)}
-        for row in rows:
-            if row["id"] in fresh and self.tools != "live" and not self.diverged:
-                row = self._serve(agent, row, recorded.get(row["seq"]))
-            elif (row.get("error") or "").startswith(DIVERGED) and not self.diverged:
+        for row in rows:  # a divergence read back is noted first: the calls after it are not served
+            if row["id"] not in fresh and (row.get("error") or "").startswith(DIVERGED) and not self.diverged:
                 self._note_divergence(agent, row["iteration"], row["error"][len(DIVERGED):])
+        served = []
+        for row in rows:
+            if row["id"] in fresh and self.tools != "live":
+                if not self.diverged:
+                    row = self._serve(agent, row, recorded.get(row["seq"]))
+                elif self.tools == "recorded":
+                    row = self._not_run(row)
             served.append(row)
         return served
+
+    def _not_run(self, row: dict) -> dict:
+        """A call after the divergence, in ``recorded`` mode: it never runs."""
+        log.info("tool call %s %s not run: the replay diverged earlier session=%s", row["id"], row["name"],
+                 row["session_id"])
+        return dict(row, status="failed", finished_at=row["created_at"],
+                    error=f"{DIVERGED}the replay stopped at an earlier divergence "
+                          f"(step {self.spec.get('diverged_at')}: {self.spec.get('divergence')}); "
+                          "this call was not run")
 
     def _serve(self, agent: SessionAgent, row: dict, recorded: dict | None) -> dict:
         mismatch = _mismatch(row, recorded)
