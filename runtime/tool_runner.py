@@ -478,8 +478,11 @@ class ToolPhase:
         return rows, [r for r in rows if r["id"] in changed_ids]
 
     def recover(self, stored: dict[str, dict]) -> tuple[list[dict], list[dict]]:
-        missing = [c for c in self.calls if c["id"] not in stored]
-        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, missing, self.created_at)}
+        """The step's rows after a restart: the stored ones, and the calls with no
+        row planned again, as the first time (the whole step is planned, so each
+        keeps its place, ``seq``, in the step)."""
+        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, self.calls, self.created_at)
+                   if r["id"] not in stored}
         rows, changed = [], list(planned.values())
         for call in self.calls:
             row = stored.get(call["id"]) or planned[call["id"]]
