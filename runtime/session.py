@@ -337,10 +337,20 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         other write that says the tool step is over (a snapshot, an error step)
         waits for them, and so does the step after, so after a crash at most the
         newest step's results can be missing from their rows, and
-        :meth:`ToolRunner.settle_after_restart` writes them from it."""
-        phase, self._landing = self._landing, None
-        if phase is not None:
+        :meth:`ToolRunner.settle_after_restart` writes them from it.
+
+        The phase is let go only once its rows have landed: a snapshot save
+        that comes while the step waits here waits too (it once went ahead
+        and saved the step after the tool step before the rows landed, and a
+        crash then left a row ``running`` that nothing would repair)."""
+        phase = self._landing
+        if phase is None:
+            return
+        try:
             await phase.landed()
+        finally:
+            if self._landing is phase and phase.has_landed:
+                self._landing = None
 
     async def reflect_waiting(self, reason: str | None) -> None:
         """Status ``waiting`` (reason approval | tool_result) while calls wait on

@@ -396,6 +396,7 @@ class ToolPhase:
         self.runner = runner
         self.behind = behind
         self.landing: list[asyncio.Future] = []  # ended rows' writes not waited for (behind)
+        self._landed: asyncio.Future | None = None  # landed()'s one wait, shared by all who ask
         self.agent = agent
         self.iteration = step["iteration"]
         self.created_at = step.get("created_at")
@@ -524,7 +525,20 @@ class ToolPhase:
         """Wait until the ended rows written behind are durable.  A write that
         failed is tried once more, awaited, as an upsert of every ended row (an
         append that failed after its commit must not add a second row); a lost
-        session (runtime/fence.py) is not: its new owner writes from now on."""
+        session (runtime/fence.py) is not: its new owner writes from now on.
+        Several may wait at once (the next step's row and a handler's snapshot
+        save): each returns only once the rows have landed, and all see the
+        same outcome.  A waiter that is cancelled does not stop the landing."""
+        if self._landed is None:
+            self._landed = asyncio.ensure_future(self._land())
+        await asyncio.shield(self._landed)
+
+    @property
+    def has_landed(self) -> bool:
+        """Whether :meth:`landed` has finished (its rows landed, or it failed)."""
+        return self._landed is not None and self._landed.done()
+
+    async def _land(self) -> None:
         landing, self.landing = self.landing, []
         outcomes = await asyncio.gather(*landing, return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
