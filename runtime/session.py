@@ -142,11 +142,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             "error": f"worker stopped during this step (in flight since {snapshot['step_started_at']}); "
                      "outcome unknown",
         }
-        note = {"action_id": f"interrupted-{snapshot['session_id']}-{iteration}", "kind": "interrupted_step",
-                "text": INTERRUPTED_NOTE.format(step=step), "source": {"kind": "interrupted_step"}}
-        snapshot.update(iteration=iteration, step_started_at=None, heartbeat_at=None,
-                        pending_guidance=[*(snapshot.get("pending_guidance") or []), note])
-        return snapshot, interrupted
+        snapshot.update(iteration=iteration, step_started_at=None, heartbeat_at=None)
+        return _with_interrupted_note(snapshot, iteration, step), interrupted
 
     # ---- snapshot -------------------------------------------------------
 
@@ -495,6 +492,8 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
         if latest_step["status"] == "error":
             fixed.update(status="error", last_error=latest_step.get("error"), status_reason="step_failed")
         fixed.update(step_started_at=None)
+        if latest_step["status"] == "interrupted":  # recorded, but a crash may have kept its note from the snapshot
+            fixed = _with_interrupted_note(fixed, latest_step["iteration"], latest_step.get("step_token"))
         return fixed
     used = {g.get("action_id") for g in (latest_step.get("guidance") or []) if isinstance(g, dict)}
     fixed["used_guidance"] = [*(snapshot.get("used_guidance") or []), *sorted(used)][-SessionAgent.USED_KEPT:]
@@ -512,6 +511,20 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
           and not latest_step.get("tool_calls") and not (latest_step.get("observers") or {}).get("flow")):
         fixed.update(status="waiting", status_reason="idle")  # died before saving that it waits
     return profile_hooks.caught_up(fixed, latest_step)
+
+
+def _with_interrupted_note(snapshot: dict, iteration: int, step: str | None) -> dict:
+    """The snapshot with the note that step ``iteration`` was interrupted queued
+    for the next step, unless it is queued or used already.  Added both when
+    the interrupted step is recorded and when that record is folded in on a
+    later restart: a kill between the two must not lose the note."""
+    note_id = f"interrupted-{snapshot['session_id']}-{iteration}"
+    pending = snapshot.get("pending_guidance") or []
+    if note_id in (snapshot.get("used_guidance") or []) or any(g.get("action_id") == note_id for g in pending):
+        return snapshot
+    note = {"action_id": note_id, "kind": "interrupted_step", "text": INTERRUPTED_NOTE.format(step=step),
+            "source": {"kind": "interrupted_step"}}
+    return dict(snapshot, pending_guidance=[*pending, note])
 
 
 def _frame_in(token, state, guidance: list, inbox: list, tool_results) -> FrameIn:
