@@ -270,6 +270,7 @@ class SessionControls:
                 agent.runner.cancel()
                 await asyncio.gather(agent.runner, return_exceptions=True)
         if agent.status == "stopping":  # not finished on its own meanwhile
+            await agent.end_open_calls()  # none of its last step's calls is left without an end
             await agent.set_status("stopped", "destroyed")
 
 

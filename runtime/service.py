@@ -200,10 +200,13 @@ class AgentService:
             await self.persist.append_step(interrupted)
             log.warning("session %s: step %d was interrupted by a dead worker; recorded", session_id,
                         interrupted["iteration"])
-        if snapshot["status"] == "stopping":  # died while being destroyed: finish the destroy
+        destroyed = snapshot["status"] == "stopping"  # died while being destroyed: finish the destroy
+        if destroyed:
             snapshot.update(status="stopped", status_reason="destroyed")
         agent = self.factory.make(snapshot, moniker)
         await self.factory.tools.settle_after_restart(agent, newer_steps)  # ended rows written behind a step
+        if destroyed:
+            await agent.end_open_calls()
         await agent.save()
         self.sessions.add(agent)
         if agent.finished:

@@ -349,6 +349,17 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             if self._landing is phase and phase.has_landed:
                 self._landing = None
 
+    async def end_open_calls(self) -> None:
+        """Destroy: the calls of the step no later step consumed end now (see
+        ToolRunner.end_unended); the runner may have stopped before its phase
+        even wrote their rows (a destroy that came while that step ran)."""
+        await self.tool_rows_landed()  # an ended row still landing must not be taken for unended
+        if self.tool_step is None:
+            return
+        step = self.open_step or await self.persist.step_at(self.session_id, self.tool_step)
+        if step is not None:
+            await self.tools.end_unended(self, step)
+
     async def reflect_waiting(self, reason: str | None) -> None:
         """Status ``waiting`` (reason approval | tool_result) while calls wait on
         someone, ``running`` again after; a paused or stopping session keeps its status."""

@@ -30,7 +30,9 @@ a call with no row is planned again, as it was the first time.  A row found
 ``running`` was interrupted by a dying worker: an ``idempotent`` tool runs
 again; any other ends ``unknown`` and the model is told to check before
 repeating it.  Destroy stops waiting at once and cancels running tools after
-its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
+its grace period (rows end ``failed``, ``cancelled``), and ends the calls of a
+step that came in as it stopped, which have no row yet
+(:meth:`ToolRunner.end_unended`); a shutdown cancels them
 too but leaves their rows ``running``, so a restart treats them as interrupted.
 
 Why a step with a quick tool call costs about what a plain step does, not
@@ -221,6 +223,34 @@ class ToolRunner:
         if rows:
             log.warning("session %s: %d ended tool call rows of step %d had not landed; written from step %d",
                         agent.session_id, len(rows), step["iteration"], next_step["iteration"])
+        return rows
+
+    async def end_unended(self, agent: SessionAgent, step: dict) -> list[dict]:
+        """Destroy: every call of ``step`` that has not ended, ends now, and one
+        that never got a row gets one, so no row is left waiting, running or
+        missing.  A non-idempotent call a dead worker left ``running`` may have
+        taken effect: ``unknown``; any other ``failed`` (cancelled).  Returns the
+        rows written."""
+        calls = step.get("tool_calls") or []
+        if not calls:
+            return []
+        stored = {r["id"]: r for r in await self.persist.tool_calls_of_step(agent.session_id, step["iteration"])}
+        rows = []
+        for seq, call in enumerate(calls):
+            row = stored.get(call["id"]) or _blank_row(agent, step["iteration"], seq, call, step.get("created_at"))
+            if row["status"] in TOOL_CALL_ENDED:
+                continue
+            tool = self.registry.get(row["name"]) if row["name"] in self.registry else None
+            if row["status"] == "running" and not (tool is not None and tool.idempotent):
+                rows.append(dict(row, status="unknown", error=UNKNOWN_OUTCOME, finished_at=now()))
+            else:
+                rows.append(dict(row, status="failed", error=CANCELLED.format(
+                    status=row["status"] if row["id"] in stored else "not started"), finished_at=now()))
+        await self.write([r for r in rows if r["id"] in stored])
+        await self.write([r for r in rows if r["id"] not in stored], new=True)
+        if rows:
+            log.info("session %s destroyed: %d calls of step %d ended", agent.session_id, len(rows),
+                     step["iteration"])
         return rows
 
     def initial_status(self, config, name: str, args) -> tuple[str, str | None]:
