@@ -30,6 +30,11 @@ the record instead of being asked again:
   redelivery after a crash is refused like any other.  A sub-agent spawned
   in the recording is not spawned again: its ``spawn_agent`` call is served
   from the record, and its result arrives when it arrived then.
+- **Woken after done.**  A recording that ran on after a ``done`` step (its
+  session was woken by a sub-agent's result, or reactivated by a follow-up)
+  is replayed on too: when the replay is done where the recording has a next
+  step, what that step consumed from outside is queued and the replay is
+  woken as its recording was (:meth:`Replayer.wake`).
 - **to_iteration**: the replay stops (reason ``replay_end``) once that step is done.
 
 The divergence is also kept on the snapshot (``replay.diverged_at`` and
@@ -43,6 +48,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from domain.statuses import TOOL_CALL_ENDED
+from runtime.child_sessions import next_generation, wakeable
 from store.filters import InvalidId, check_id
 
 if TYPE_CHECKING:
@@ -152,6 +158,27 @@ class Replayer:
         if recorded is not None and self._deliver(agent, recorded.get("guidance") or []):
             await agent.save()  # queued durably, like any inbox item, before the step consumes it
         return False
+
+    async def wake(self, agent: SessionAgent) -> bool:
+        """The replay has finished ``done``: when its recording ran on (it was
+        woken by what its next step consumed: a child's result, a follow-up),
+        queue those items and run again, as the recording did.  True when woken."""
+        if agent.stop_requested or not wakeable(agent.status, agent.status_reason):
+            return False
+        iteration = agent.iteration + 1
+        if (self.to_iteration is not None and iteration > self.to_iteration) or (
+                self.diverged and self.tools == "recorded"):
+            return False
+        recorded = await self.persist.step_at(self.source, iteration)
+        if recorded is None:
+            return False
+        self._deliver(agent, recorded.get("guidance") or [])
+        if not any((g.get("kind") or "guidance") in OUTSIDE_KINDS for g in agent.pending_guidance):
+            return False  # the recording was not woken from outside there: nothing to run again for
+        next_generation(agent)
+        await agent.set_status("running", "woken")  # queued durably with the status, as the recording's wake
+        log.info("replay %s woken at step %d, as its recording %s was", agent.session_id, iteration, self.source)
+        return True
 
     @staticmethod
     def _deliver(agent: SessionAgent, items: list) -> bool:

@@ -272,7 +272,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             if self.tool_step is not None and self.open_step is None and self.tool_results is None:
                 self.open_step = await self.persist.step_at(self.session_id, self.tool_step)
             await self._steps()
-            while await child_sessions.wake_for_children(self):  # results came in as it finished
+            while await self._woken():
                 await self._steps()
             await self.flush_saves()
         except asyncio.CancelledError:
@@ -290,6 +290,14 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                 await self.set_status("error", "runner")
             except Exception:
                 log.exception("session %s could not record its error", self.session_id)
+
+    async def _woken(self) -> bool:
+        """Whether to run again once the loop ended: a replay whose recording
+        was woken here (runtime/replay.py), or children's results that came in
+        as the session finished (runtime/child_sessions.py)."""
+        if self.replay is not None and await self.replay.wake(self):
+            return True
+        return await child_sessions.wake_for_children(self)
 
     async def _steps(self) -> None:
         while not self.finished:
