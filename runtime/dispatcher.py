@@ -271,7 +271,7 @@ class Dispatcher:
     async def _attempts(self, claimed: Claimed) -> tuple[bool, str | None]:
         """Try the action's handler until it returns, fails for its own reason
         (ActionError), or has been tried ``max_attempts`` times, counting the
-        attempts its earlier claims made (their record is on the row).  Each
+        attempts of its earlier claims (their record is on the row).  Each
         attempt is counted durably before its handler starts.  Returns (ok, error)."""
         action = claimed.action
         action_id = action["id"]
