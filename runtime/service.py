@@ -97,14 +97,19 @@ class AgentService:
         # Beating before the first adoption: bringing back thousands of sessions
         # takes seconds, and this worker's lease must not run out meanwhile.
         chores = [asyncio.create_task(self._keep_alive(stopping), name="heartbeat")]
+        if self.maintainer:
+            # Upkeep from the start, beside the adoption (in a thread).  Started
+            # after it, a worker that crashed every few seconds never compacted:
+            # fragments piled up, the adoption's reads slowed, and each start
+            # took longer than the last (0.8 s to 46 s over ten restarts in the
+            # kill loop, tests/kill_loop.py), so upkeep was reached less and less.
+            chores.append(asyncio.create_task(self._maintain(stopping), name="maintenance"))
         try:
             await self.adopt()
             log.info("worker %s polling for actions", self.worker_id)
             self.ready = not stopping.is_set()
             chores += [asyncio.create_task(self._adopt_rounds(stopping), name="adoption"),
                        asyncio.create_task(self.monitor.run(stopping), name="monitor")]
-            if self.maintainer:
-                chores.append(asyncio.create_task(self._maintain(stopping), name="maintenance"))
             await self.dispatcher.run(stopping)
         finally:
             self.ready = False
