@@ -26,10 +26,13 @@ claim counts it for the first action of an idle lane, which starts at once,
 and the lane counts it for the others when it reaches them.  A handler that
 raises (anything but :class:`ActionError`, which is the action's own failure)
 is tried again in its lane, after a pause, so the actions behind it keep their
-order.  An action whose attempts reach ``max_attempts`` without one ending
-(its handler kept raising, or kept taking its worker down) is *parked*: failed
-with the record of how each attempt ended, unless the action table sees that
-it took effect after all (``took_effect``), which ends it done.  A worker whose write lease ran out (runtime/fence.py)
+order.  An action whose worker died during one of its attempts is tried again
+*alone* (:class:`SoloGate`: no other handler runs beside it), because a dying
+worker cuts every handler it runs and only a death during a lone attempt is
+that action's doing.  An action with ``max_attempts`` attempts that ran alone
+or raised, none of which ended, is *parked*: failed with the record of how each
+attempt ended, unless the action table sees that it took effect after all
+(``took_effect``), which ends it done.  A worker whose write lease ran out (runtime/fence.py)
 may have been taken for dead and its claims handed to another worker: before
 applying or finishing such an action it checks that the claim is still its own,
 and leaves the action alone otherwise.
@@ -43,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -53,7 +57,7 @@ from domain.statuses import SESSION_FINISHED
 from runtime.fanout import Observers
 from runtime.fence import Fence, SessionLost
 from runtime.persistence import Persistence
-from store.actions import STARTED, attempt_record, describe_attempts
+from store.actions import attempt_record, counts, cut_short, describe_attempts, started_text
 
 if TYPE_CHECKING:
     from runtime.session import SessionAgent
@@ -75,6 +79,53 @@ class Claimed:
     counted: bool = False  # its claim counted the attempt it starts with (the first of an idle lane)
 
 
+class SoloGate:
+    """Handlers run side by side, but one that must run *alone* waits until the
+    others have ended, and none starts while it waits or runs.  Used for an
+    action whose worker died during an earlier attempt (see the module
+    docstring): whether it is what kills the worker is known only when it
+    runs with nothing beside it."""
+
+    def __init__(self):
+        self._beside = 0  # handlers running side by side
+        self._alone_wanted = 0  # handlers waiting to run alone
+        self._alone = False
+        self._changed = asyncio.Condition()
+
+    @property
+    def alone_running(self) -> bool:
+        """A handler runs alone now."""
+        return self._alone
+
+    @asynccontextmanager
+    async def beside(self):
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._alone and not self._alone_wanted)
+            self._beside += 1
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._beside -= 1
+                self._changed.notify_all()
+
+    @asynccontextmanager
+    async def alone(self):
+        async with self._changed:
+            self._alone_wanted += 1
+            try:
+                await self._changed.wait_for(lambda: not self._alone and not self._beside)
+            finally:
+                self._alone_wanted -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._alone = False
+                self._changed.notify_all()
+
+
 class Dispatcher:
     def __init__(self, persist: Persistence, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
                  observers: Observers | None = None,
@@ -90,6 +141,7 @@ class Dispatcher:
         self.owns = owns  # session_id -> the live session if this worker runs it
         self.max_attempts = max_attempts
         self.retry_after_s = retry_after_s  # the pause before a raising handler's next attempt, doubled each time
+        self.gate = SoloGate()
         self.observers = observers or Observers()
         self.worker_id = worker_id
         self.watch_s = watch_s
@@ -171,14 +223,15 @@ class Dispatcher:
 
     def _lane_heads(self, actions: list[dict]) -> set[str]:
         """The actions whose handler starts as soon as they are claimed: the
-        first of each lane not running now (but one to be parked, which is not
-        tried).  Their claim counts their attempt (store/actions.py)."""
+        first of each lane not running now, unless an earlier attempt of it was
+        cut short (it runs alone, and its start says so) or it is to be parked.
+        Their claim counts their attempt (store/actions.py)."""
         busy, heads = set(self.lanes), set()
         for action in actions:
             key = _lane_key(action)
             if key not in busy:
                 busy.add(key)
-                if len(attempt_record(action.get("error"))) < self.max_attempts:
+                if not attempt_record(action.get("error")):
                     heads.add(action["id"])
         return heads
 
@@ -270,36 +323,39 @@ class Dispatcher:
 
     async def _attempts(self, claimed: Claimed) -> tuple[bool, str | None]:
         """Try the action's handler until it returns, fails for its own reason
-        (ActionError), or has been tried ``max_attempts`` times, counting the
-        attempts of its earlier claims (their record is on the row).  Each
-        attempt is counted durably before its handler starts.  Returns (ok, error)."""
+        (ActionError), or ``max_attempts`` of its attempts (those of its earlier
+        claims too: their record is on the row) ran alone or raised without
+        ending.  Each attempt is counted durably before its handler starts.
+        Returns (ok, error)."""
         action = claimed.action
         action_id = action["id"]
         tried = attempt_record(action.get("error"))
         while True:
-            if len(tried) >= self.max_attempts:
+            if sum(map(counts, tried)) >= self.max_attempts:
                 return await self._park(action, tried)
-            if not claimed.counted:
-                await self.persist.start_attempt(action_id, self.worker_id)
-            claimed.counted = False
-            tried.append(f"{STARTED}{self.worker_id} at {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%S.%f}")
-            try:
-                await self._handle(claimed)
-                return True, None
-            except ActionError as exc:
-                log.warning("action %s (%s) failed agent=%s session=%s: %s", action_id, action.get("type"),
-                            action.get("agent_id"), action.get("session_id"), exc)
-                return False, str(exc)
-            except (SessionLost, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                what = f"{type(exc).__name__}: {exc}"
-                log.exception("action %s (%s) raised on attempt %d agent=%s session=%s", action_id,
-                              action.get("type"), len(tried), action.get("agent_id"), action.get("session_id"))
-                await self.persist.attempt_failed(action_id, what)
-                tried[-1] += f", raised {what}"
-                if len(tried) < self.max_attempts:
-                    await asyncio.sleep(self.retry_after_s * 2 ** (len(tried) - 1))
+            alone = cut_short(tried)  # its worker died during an attempt: try it with nothing beside it
+            async with self.gate.alone() if alone else self.gate.beside():
+                if not claimed.counted:
+                    await self.persist.start_attempt(action_id, self.worker_id, alone)
+                claimed.counted = False
+                tried.append(f"{started_text(self.worker_id, alone)}{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%S.%f}")
+                try:
+                    await self._handle(claimed)
+                    return True, None
+                except ActionError as exc:
+                    log.warning("action %s (%s) failed agent=%s session=%s: %s", action_id, action.get("type"),
+                                action.get("agent_id"), action.get("session_id"), exc)
+                    return False, str(exc)
+                except (SessionLost, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    what = f"{type(exc).__name__}: {exc}"
+                    log.exception("action %s (%s) raised on attempt %d agent=%s session=%s", action_id,
+                                  action.get("type"), len(tried), action.get("agent_id"), action.get("session_id"))
+            await self.persist.attempt_failed(action_id, what)
+            tried[-1] += f", raised {what}"
+            if sum(map(counts, tried)) < self.max_attempts:
+                await asyncio.sleep(self.retry_after_s * 2 ** (len(tried) - 1))
 
     async def _park(self, action: dict, tried: list[str]) -> tuple[bool, str | None]:
         """An action tried ``max_attempts`` times, none of which ended: failed,

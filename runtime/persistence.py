@@ -129,9 +129,9 @@ class Persistence:
         their claim counts their attempt (store/actions.py)."""
         return await self._queue(self.store.actions.claim, ids, worker_id, lease_s, starting)
 
-    async def start_attempt(self, action_id: str, worker_id: str) -> None:
+    async def start_attempt(self, action_id: str, worker_id: str, alone: bool = False) -> None:
         """Count an attempt of a claimed action, durably, before its handler starts."""
-        await asyncio.wrap_future(self.store.actions.submit_start_attempt(action_id, worker_id))
+        await asyncio.wrap_future(self.store.actions.submit_start_attempt(action_id, worker_id, alone))
 
     async def attempt_failed(self, action_id: str, what: str) -> None:
         """Note on the action's attempt record what its handler raised."""

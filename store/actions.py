@@ -14,12 +14,20 @@ its process is counted, and parked after a few tries instead of killing every
 worker that picks it up (runtime/dispatcher.py).
 
 While an action is unfinished, ``error`` holds the record of its attempts,
-one line each: ``started by <worker> at <time>``, followed by a line
+one line each: ``started by <worker> at <time>`` (``started alone by ...`` for
+an attempt that ran with no other handler beside it), followed by a line
 ``raised <what>`` when that attempt's handler raised.  On a pending action an
 attempt with no ``raised`` line is one whose worker died before it ended.
 When the action ends, ``error`` becomes its failure's reason (or null when it
-is done).  :func:`attempt_record` reads the record; :func:`describe_attempts`
-words it for a parked action's error.
+is done).  :func:`attempt_record` reads the record, :func:`counts` says which
+attempts count towards parking, and :func:`describe_attempts` words the record
+for a parked action's error.
+
+Why "alone": a worker that dies takes every handler it was running with it,
+so a death during an attempt says nothing about that action when others ran
+beside it (a handler that kills the process, or an operator's kill, cuts them
+all).  So an action whose worker died during one of its attempts is tried
+next time alone, and only attempts that ran alone, or that raised, count.
 """
 from domain.statuses import ACTION_STATUSES
 import os
@@ -36,19 +44,34 @@ TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "t
 STATUSES = ACTION_STATUSES
 PENDING = filters.eq_word("status", "pending", STATUSES)
 PROCESSING = filters.eq_word("status", "processing", STATUSES)
-STARTED = "started by "  # how a line of the attempt record begins (see the module docstring)
+STARTED = "started "  # how a line of the attempt record begins (see the module docstring)
+ALONE = "started alone "
 
 
-def _started_line(worker_id: str) -> str:
-    """SQL appending one ``started by`` line to the attempt record: the same
+def started_text(worker_id: str, alone: bool = False) -> str:
+    """The start of an attempt's line, up to its time."""
+    return f"{ALONE if alone else STARTED}by {filters.check_id(worker_id, 'worker_id')} at "
+
+
+def _started_line(worker_id: str, alone: bool = False) -> str:
+    """SQL appending one ``started ...`` line to the attempt record: the same
     expression for every action of a worker, so starts share a commit."""
-    worker = filters.quote(STARTED + filters.check_id(worker_id, "worker_id") + " at ")
-    return f"concat(coalesce(error, ''), {worker}, CAST(now() AS VARCHAR), '\n')"
+    return f"concat(coalesce(error, ''), {filters.quote(started_text(worker_id, alone))}, CAST(now() AS VARCHAR), '\n')"
+
+
+def counts(attempt: str) -> bool:
+    """Whether an attempt counts towards parking: it ran alone, or it raised."""
+    return attempt.startswith(ALONE) or ", raised " in attempt
+
+
+def cut_short(attempts: list[str]) -> bool:
+    """Whether a worker died during one of these attempts (the action is then tried alone)."""
+    return any(", raised " not in a for a in attempts)
 
 
 def attempt_record(error: str | None) -> list[str]:
     """The attempts recorded on an unfinished action (module docstring), oldest
-    first: each ``started by ...`` line with what it raised, if anything."""
+    first: each ``started ...`` line with what it raised, if anything."""
     attempts: list[str] = []
     for line in (error or "").splitlines():
         if line.startswith(STARTED):
@@ -59,10 +82,13 @@ def attempt_record(error: str | None) -> list[str]:
 
 
 def describe_attempts(attempts: list[str]) -> str:
-    """A parked action's error: how many attempts, and how each ended."""
-    ends = [a if ", raised " in a else f"{a}, its worker stopped before it ended" for a in attempts]
-    return f"parked after {len(attempts)} attempts: " + "; ".join(
-        f"#{n} {_short_time(a)}" for n, a in enumerate(ends, 1))
+    """A parked action's error: how many attempts counted, and how each attempt ended."""
+    def ended(a: str) -> str:
+        if ", raised " in a:
+            return a
+        return f"{a}, its worker stopped before it ended" + ("" if counts(a) else " (beside others: not counted)")
+    return f"parked after {sum(map(counts, attempts))} attempts: " + "; ".join(
+        f"#{n} {_short_time(ended(a))}" for n, a in enumerate(attempts, 1))
 
 
 def _short_time(line: str) -> str:
@@ -203,12 +229,12 @@ class ActionQueue:
             columns=["id"], limit=len(action_ids))
         return {r["id"] for r in held}
 
-    def submit_start_attempt(self, action_id: str, worker_id: str):
+    def submit_start_attempt(self, action_id: str, worker_id: str, alone: bool = False):
         """Queue counting an attempt of a claimed action whose handler is about
         to start (see the module docstring); the future resolves once durable.
         Starts by one worker share one commit."""
         return self.writer.submit_update_ids(self.name, "id", [filters.check_id(action_id, "action_id")], {
-            "attempts": "attempts + 1", "error": _started_line(worker_id)})
+            "attempts": "attempts + 1", "error": _started_line(worker_id, alone)})
 
     def submit_attempt_failed(self, action_id: str, what: str):
         """Queue noting on the attempt record what the current attempt raised."""

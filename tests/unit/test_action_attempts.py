@@ -56,9 +56,10 @@ async def a_life_that_lives(store: Store, worker_id: str, ids: list[str], handle
 
 
 def test_a_backlog_behind_a_crashing_handler_is_tried_not_parked(store):
-    """Six lives die on the first action of a session's lane: that action was
-    tried each time and is parked, saying so; the five behind it were claimed
-    six times but never tried, and each runs once."""
+    """Lives die on the first action of a session's lane: that action is tried
+    each time (alone once its worker has died during it) and is parked after
+    five lone attempts, saying so; the five behind it were claimed seven times
+    but never tried, and each runs once."""
     ids = backlog(store, 6)
     ran = []
 
@@ -66,20 +67,64 @@ def test_a_backlog_behind_a_crashing_handler_is_tried_not_parked(store):
         ran.append(action["id"])
 
     async def scenario():
-        for life in range(5):
+        for life in range(6):
             await a_life_that_dies(store, f"w{life}", hangs=ids[0], max_attempts=5)
         untried = [store.actions.get(i) for i in ids[1:]]
         assert [a["attempts"] for a in untried] == [0] * 5, "a claim counted as an attempt"
-        await a_life_that_lives(store, "w5", ids, handle, max_attempts=5)
+        await a_life_that_lives(store, "w6", ids, handle, max_attempts=5)
 
     asyncio.run(scenario())
     first, rest = store.actions.get(ids[0]), [store.actions.get(i) for i in ids[1:]]
     assert [(a["status"], a["attempts"]) for a in rest] == [("done", 1)] * 5, rest
     assert ran == ids[1:], "the parked action ran again, or the others not once each in order"
-    assert first["status"] == "failed" and first["attempts"] == 5
-    assert first["error"].startswith("parked after 5 attempts: #1 started by w0 at "), first["error"]
-    assert first["error"].count("its worker stopped before it ended") == 5
-    assert [f"#{n} started by w{n - 1}" in first["error"] for n in range(1, 6)] == [True] * 5
+    error = first["error"]
+    assert first["status"] == "failed" and first["attempts"] == 6
+    assert error.startswith("parked after 5 attempts: #1 started by w0 at "), error
+    assert error.count("its worker stopped before it ended") == 6 and error.count("not counted") == 1
+    assert [f"#{n} started alone by w{n - 1}" in error for n in range(2, 7)] == [True] * 5, error
+
+
+def test_an_action_cut_beside_a_crashing_one_runs_alone_and_is_not_parked(store):
+    """A worker dies whenever one action runs (the poison), taking down the
+    action of another lane that runs beside it (which ends only when nothing
+    runs beside it).  Tried alone, the other is done; the poison, which kills
+    its worker when alone too, is parked."""
+    (poison,), (innocent,) = backlog(store, 1, "s1"), backlog(store, 1, "s2")
+
+    async def life(worker_id: str) -> None:
+        poisoned, cut = asyncio.Event(), asyncio.Event()
+
+        async def handle(action):
+            gate = getattr(dispatcher, "gate", None)
+            alone = gate is not None and gate.alone_running
+            if action["id"] == poison:
+                poisoned.set()
+                await asyncio.Event().wait()  # the worker dies here
+            if not alone:
+                cut.set()
+                await asyncio.Event().wait()  # ...with this one, which runs beside it, under way
+
+        dispatcher = Dispatcher(Persistence(store), handle, worker_id=worker_id, max_attempts=2)
+        await dispatcher.poll_once()
+        await until(lambda: (poisoned.is_set() and (cut.is_set() or dispatcher.gate.alone_running))
+                    or (finished(store, innocent) and finished(store, poison)), timeout=30, what="the poison to run")
+        for task in list(dispatcher.lane_tasks.values()):  # kill -9
+            task.cancel()
+        await asyncio.gather(*dispatcher.lane_tasks.values(), return_exceptions=True)
+        await asyncio.to_thread(store.actions.release_claims_of, [worker_id])
+
+    async def scenario():
+        for n in range(8):
+            if finished(store, poison) and finished(store, innocent):
+                return n
+            await life(f"w{n}")
+        raise AssertionError("never settled")
+
+    lives = asyncio.run(scenario())
+    assert store.actions.get(innocent)["status"] == "done", store.actions.get(innocent)
+    parked = store.actions.get(poison)
+    assert parked["status"] == "failed" and parked["error"].startswith("parked after 2 attempts"), parked
+    assert lives <= 5
 
 
 def test_an_attempt_is_durable_before_its_handler_runs(store):
@@ -119,7 +164,7 @@ def test_a_raising_handler_is_tried_again_in_its_lane_then_parked_with_what_each
 
 def test_an_action_whose_attempts_never_ended_but_took_effect_is_done_not_parked(store):
     (applied, not_applied) = backlog(store, 2)
-    record = "".join(f"started by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
+    record = "".join(f"started alone by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
     for action_id in (applied, not_applied):
         store.writer.update("actions", filters.eq_id("id", action_id), {"attempts": 5, "error": record})
 
@@ -132,4 +177,4 @@ def test_an_action_whose_attempts_never_ended_but_took_effect_is_done_not_parked
     asyncio.run(a_life_that_lives(store, "w", [applied, not_applied], handle, took_effect=took_effect))
     assert store.actions.get(applied)["status"] == "done"
     parked = store.actions.get(not_applied)
-    assert parked["status"] == "failed" and parked["error"].startswith("parked after 5 attempts: #1 started by w0")
+    assert parked["status"] == "failed" and parked["error"].startswith("parked after 5 attempts: #1 started alone by w0")

@@ -72,7 +72,7 @@ def test_a_parked_control_that_took_effect_is_done(store):
     session, so the action is done; one whose id is nowhere is parked."""
     store.actions.enqueue("create", agent_id="a", session_id="s",
                           payload={"moniker": "echo", "config": {"interval_s": 0.05}})
-    record = "".join(f"started by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
+    record = "".join(f"started alone by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
 
     def tried_before(type_: str, payload: dict, record: str) -> dict:
         """An action appended as five attempts that never ended left it (in one

@@ -179,7 +179,7 @@ def test_monitor_stops_long_pauses_and_removes_old_finished_sessions(store):
 
 
 def test_an_action_tried_too_often_is_parked_as_failed(store):
-    tried = "".join(f"started by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
+    tried = "".join(f"started alone by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
     poison = {"id": "poison1", "created_at": datetime.now(timezone.utc), "type": "pause", "agent_id": "a",
               "session_id": "nowhere", "priority": 0, "payload": "{}", "status": "pending", "processed": False,
               "attempts": 5, "error": tried}
