@@ -303,10 +303,12 @@ class Dispatcher:
             return
         except asyncio.CancelledError:
             raise  # shutting down: the lease will hand the action back
-        except Exception as exc:  # the queue could not record an attempt: end it rather than loop
-            ok, error = False, f"internal error: {type(exc).__name__}: {exc}"
-            log.exception("action %s (%s) could not be attempted agent=%s session=%s", action_id,
-                          action.get("type"), action.get("agent_id"), action.get("session_id"))
+        except Exception:  # the queue could not record an attempt: untried, it must not fail
+            log.exception("action %s (%s) could not be attempted (its attempt was not recorded); its lease "
+                          "will hand it back agent=%s session=%s", action_id, action.get("type"),
+                          action.get("agent_id"), action.get("session_id"))
+            self.in_flight.discard(action_id)
+            return
         try:
             if not await self._still_claimed(claimed):
                 return

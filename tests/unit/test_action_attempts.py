@@ -178,3 +178,29 @@ def test_an_action_whose_attempts_never_ended_but_took_effect_is_done_not_parked
     assert store.actions.get(applied)["status"] == "done"
     parked = store.actions.get(not_applied)
     assert parked["status"] == "failed" and parked["error"].startswith("parked after 5 attempts: #1 started alone by w0")
+
+
+def test_an_action_whose_attempt_could_not_be_recorded_is_not_failed(store):
+    """The queue refused to record the start (storage failing): the handler
+    must not run, and the action is left to its lease, not failed untried."""
+    (first, second) = backlog(store, 2)
+    ran = []
+
+    async def handle(action):
+        ran.append(action["id"])
+
+    async def main():
+        persist = Persistence(store)
+
+        async def refused(action_id, worker_id, alone=False):
+            raise OSError("the store went away")
+
+        persist.start_attempt = refused  # the second's start is its own commit (the first's rides on the claim)
+        dispatcher = Dispatcher(persist, handle, worker_id="w")
+        await dispatcher.poll_once()
+        await until(lambda: finished(store, first) and not dispatcher.in_flight, what="the lane to end")
+
+    asyncio.run(main())
+    assert ran == [first]
+    left = store.actions.get(second)
+    assert (left["status"], left["attempts"], left["claimed_by"]) == ("processing", 0, "w"), left
