@@ -34,7 +34,8 @@ the record instead of being asked again:
   session was woken by a sub-agent's result, or reactivated by a follow-up)
   is replayed on too: when the replay is done where the recording has a next
   step, what that step consumed from outside is queued and the replay is
-  woken as its recording was (:meth:`Replayer.wake`).
+  woken as its recording was (:meth:`Replayer.wake`), before its end is
+  saved, so a crash cannot leave it ended where its recording went on.
 - **to_iteration**: the replay stops (reason ``replay_end``) once that step is done.
 
 The divergence is also kept on the snapshot (``replay.diverged_at`` and

@@ -450,6 +450,11 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
                 and not (observed or {}).get("flow"):
             self.note_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turn_tracker.py)
+        if self.finished and self.replay is not None:
+            # A replay whose recording ran on from here is woken instead of ending: saving
+            # its end first and waking it after lost the wake to a kill in between (a
+            # finished session is not adopted again).
+            await self.replay.wake(self)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)

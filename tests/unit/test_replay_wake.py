@@ -4,7 +4,8 @@ did (runtime/replay.py ``Replayer.wake``).
 Issue 37: the recording's parent finished ``done``, was woken by its child's
 result and consumed it in one more step; its replay stopped at the first
 ``done``, so the child's result, which the recording consumed later, never
-reached it."""
+reached it.  And the wake comes before the end is saved: saving ``done`` and
+waking after lost the wake to a kill in between (the kill loop)."""
 import pytest
 
 from monikers import default_registry
@@ -38,7 +39,15 @@ def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(sto
         "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
                                                               "frames": parent_frames()}})
 
+    saved = []  # (status, iteration) of every snapshot the replay saved
+
+    class Snapshots:
+        async def snapshot_saved(self, snapshot):
+            if snapshot["session_id"] == "rep":
+                saved.append((snapshot["status"], snapshot["iteration"]))
+
     async def scenario(service):
+        service.observers.add(Snapshots())
         await until(lambda: store.steps.count("rec") >= 3 and store.states.get("rec")["status"] == "done",
                     timeout=60, what="the recording: done, woken by its child, done again")
         made = store.actions.enqueue("create", agent_id="a", session_id="rep", payload={
@@ -58,3 +67,5 @@ def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(sto
     assert [s["text"] for s in replayed] == [s["text"] for s in recorded]
     assert child_results(replayed[2]) == child_results(recorded[2])
     assert not store.states.children("rep"), "the replay spawned a child"
+    # Woken before its end was saved: a crash between the two would leave it done for good.
+    assert ("done", 1) not in saved and saved[-1] == ("done", 2), saved
