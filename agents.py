@@ -90,7 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a step running longer than this is marked in flight and heartbeats at this "
                              "interval [AGENTSVC_SESSION_HEARTBEAT_S, 5]")
     parser.add_argument("--max-attempts", type=int, default=settings.env_int("AGENTSVC_MAX_ATTEMPTS", 5),
-                        help="park an action as failed after this many claims [AGENTSVC_MAX_ATTEMPTS, 5]")
+                        help="park an action as failed after this many attempts, none of which ended "
+                             "(its handler raised or its worker died) [AGENTSVC_MAX_ATTEMPTS, 5]")
     parser.add_argument("--log-prompts", action="store_true",
                         default=os.environ.get("AGENTSVC_LOG_PROMPTS") == "1",
                         help="log every LLM prompt and reply (BAML_LOG=info) [AGENTSVC_LOG_PROMPTS=1]")

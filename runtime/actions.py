@@ -9,7 +9,10 @@ the whole table, type by type, and says where each handler lives.
 A handler gets the action row and its payload.  It raises :class:`ActionError`
 for a request that cannot be applied (the action is marked failed with that
 message); returning normally marks it done.  Every handler is idempotent: an
-action being applied when its worker died is applied again after the restart.
+action being applied when its worker died is applied again after the restart,
+and one that took effect then ends done.  :meth:`ActionTable.took_effect`
+tells, per type, whether an action left its effect already; the dispatcher
+asks it before parking an action whose attempts never ended.
 """
 from __future__ import annotations
 
@@ -58,6 +61,15 @@ class ActionTable:
             # A human's answer to ask_user, or its timeout (runtime/questions.py).
             "answer": self.questions.answer,
         }
+        # What each type leaves behind once applied, so a redelivery can tell.
+        lifecycle, tools, children = self.lifecycle.took_effect, self.tools.took_effect, self.children.took_effect
+        self.effects: dict[str, Callable[[dict], Awaitable[bool]]] = {
+            "create": lifecycle, "pause": lifecycle, "resume": lifecycle, "interrupt": lifecycle,
+            "inbox_item": lifecycle, "destroy": lifecycle,  # the session, or its id in the snapshot
+            "tool_approve": tools, "tool_deny": tools, "tool_result": tools,
+            "answer": tools,  # the call's row names the deciding action in decided_by
+            "child_result": children, "child_message": children,  # the item's key in the session
+        }
 
     async def apply(self, action: dict) -> None:
         """Apply one action (the dispatcher's ``handle``)."""
@@ -70,6 +82,13 @@ class ActionTable:
         if not action.get("agent_id") or not action.get("session_id"):
             raise ActionError("action names no agent_id and session_id")
         await handler(action, payload)
+
+    async def took_effect(self, action: dict) -> bool:
+        """Whether the action was applied already, in an attempt that did not end."""
+        check = self.effects.get(action.get("type"))
+        if check is None or not isinstance(action.get("payload"), dict) or not action.get("session_id"):
+            return False
+        return await check(action)
 
     async def _create(self, action: dict, payload: dict) -> None:
         """A create is told which sessions of its poll batch the dispatcher

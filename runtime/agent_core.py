@@ -81,9 +81,14 @@ class InterruptMixin:
     Items stay queued until the step that used them is persisted, so a crash in
     between never loses guidance; each item carries the id of the action that
     brought it, which makes delivering the same action twice harmless.
+
+    ``used_guidance`` remembers the ids of the items steps have used, and of
+    the controls (pause, resume) that changed the session (:meth:`note_applied`,
+    saved with the change they made): an action applied again after a crash
+    finds its id here and knows it took effect (:func:`holds`).
     """
 
-    USED_KEPT = 500  # ids of used guidance remembered, to refuse a redelivery
+    USED_KEPT = 500  # ids of used guidance and applied controls remembered, to recognise a redelivery
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -100,7 +105,7 @@ class InterruptMixin:
         """Queue an inbox item of ``kind`` (runtime/inbox.py) for the next step.
         The same action delivered again (after a crash) is refused, whether its
         item is still queued or a step has already used it; False then."""
-        if action_id in self.used_guidance or any(g["action_id"] == action_id for g in self.pending_guidance):
+        if self.holds(action_id):
             return False
         item = {"action_id": action_id, "text": text}
         if kind != "guidance":
@@ -113,6 +118,15 @@ class InterruptMixin:
         self.wake()
         return True
 
+    def holds(self, action_id: str) -> bool:
+        """Whether the action's item is queued or used, or the control was applied."""
+        return action_id in self.used_guidance or any(g["action_id"] == action_id for g in self.pending_guidance)
+
+    def note_applied(self, action_id: str) -> None:
+        """Remember that a control action changed this session (saved with the change)."""
+        if action_id not in self.used_guidance:
+            self.used_guidance = (self.used_guidance + [action_id])[-self.USED_KEPT:]
+
     def peek_guidance(self) -> list[dict]:
         return list(self.pending_guidance)
 
@@ -120,3 +134,9 @@ class InterruptMixin:
         used_ids = {g["action_id"] for g in used}
         self.pending_guidance = [g for g in self.pending_guidance if g["action_id"] not in used_ids]
         self.used_guidance = (self.used_guidance + [g["action_id"] for g in used])[-self.USED_KEPT:]
+
+
+def holds(snapshot: dict, action_id: str) -> bool:
+    """:meth:`InterruptMixin.holds` for a session's snapshot (one not running here)."""
+    return action_id in (snapshot.get("used_guidance") or []) or any(
+        isinstance(g, dict) and g.get("action_id") == action_id for g in snapshot.get("pending_guidance") or [])

@@ -18,6 +18,7 @@ import logging
 from domain.errors import ActionError
 from domain.statuses import TOOL_CALL_ENDED
 from monikers.moniker_registry import MonikerRegistry
+from runtime.agent_core import holds
 from runtime.child_sessions import item_data, item_text, next_generation, wakeable
 from runtime.live_sessions import SessionRegistry
 from runtime.session import SessionAgent, SessionFactory
@@ -34,6 +35,21 @@ class ChildControls:
         self.monikers = monikers
         self.factory = factory
         self.persist = factory.persist
+
+    async def took_effect(self, action: dict) -> bool:
+        """Whether the action's item (its key) is in its session already, or its
+        outcome ended the waiting ``spawn_agent`` call."""
+        payload = action["payload"]
+        key = payload.get("key")
+        if not isinstance(key, str):
+            return False
+        if payload.get("wait_call"):
+            row = await self.persist.get_tool_call(payload["wait_call"])
+            if row is not None and row.get("decided_by") == key:
+                return True
+        agent = self.sessions.get(action["session_id"])
+        snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(action["session_id"])
+        return snapshot is not None and holds(snapshot, key)
 
     # ---- child_result -----------------------------------------------------
 

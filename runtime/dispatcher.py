@@ -18,9 +18,21 @@ after it found work, or every ``full_poll_s`` as a safety net.  A control
 action is picked up within tens of milliseconds, and an idle service sleeps.
 
 With several workers on one database, each applies only the actions of the
-sessions it owns (plus creates, and answers for finished or unknown sessions);
-an action claimed again and again (its worker keeps dying) is parked as failed
-after ``max_attempts``.  A worker whose write lease ran out (runtime/fence.py)
+sessions it owns (plus creates, and answers for finished or unknown sessions).
+
+Attempts.  Claiming is not trying (store/actions.py): an action's attempt is
+counted, durably, when its handler starts, before it can have any effect; the
+claim counts it for the first action of an idle lane, which starts at once,
+and the lane counts it for the others when it reaches them.  A handler that
+raises (anything but :class:`ActionError`, which is the action's own failure)
+is tried again in its lane, after a pause, so the actions behind it keep their
+order.  An action whose worker died during one of its attempts is tried again
+*alone* (:class:`SoloGate`: no other handler runs beside it), because a dying
+worker cuts every handler it runs and only a death during a lone attempt is
+that action's doing.  An action with ``max_attempts`` attempts that ran alone
+or raised, none of which ended, is *parked*: failed with the record of how each
+attempt ended, unless the action table sees that it took effect after all
+(``took_effect``), which ends it done.  A worker whose write lease ran out (runtime/fence.py)
 may have been taken for dead and its claims handed to another worker: before
 applying or finishing such an action it checks that the claim is still its own,
 and leaves the action alone otherwise.
@@ -34,8 +46,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from domain.errors import ActionError
@@ -43,6 +57,7 @@ from domain.statuses import SESSION_FINISHED
 from runtime.fanout import Observers
 from runtime.fence import Fence, SessionLost
 from runtime.persistence import Persistence
+from store.actions import attempt_record, counts, cut_short, describe_attempts, started_text
 
 if TYPE_CHECKING:
     from runtime.session import SessionAgent
@@ -61,7 +76,54 @@ class Claimed:
     action: dict
     generation: int  # the fence's revalidation count when claimed, or when last found still ours
     known_sessions: frozenset[str] | None  # BATCH_SESSIONS while it is applied
-    park: bool = False  # claimed too often: fail it without applying
+    counted: bool = False  # its claim counted the attempt it starts with (the first of an idle lane)
+
+
+class SoloGate:
+    """Handlers run side by side, but one that must run *alone* waits until the
+    others have ended, and none starts while it waits or runs.  Used for an
+    action whose worker died during an earlier attempt (see the module
+    docstring): whether it is what kills the worker is known only when it
+    runs with nothing beside it."""
+
+    def __init__(self):
+        self._beside = 0  # handlers running side by side
+        self._alone_wanted = 0  # handlers waiting to run alone
+        self._alone = False
+        self._changed = asyncio.Condition()
+
+    @property
+    def alone_running(self) -> bool:
+        """A handler runs alone now."""
+        return self._alone
+
+    @asynccontextmanager
+    async def beside(self):
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._alone and not self._alone_wanted)
+            self._beside += 1
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._beside -= 1
+                self._changed.notify_all()
+
+    @asynccontextmanager
+    async def alone(self):
+        async with self._changed:
+            self._alone_wanted += 1
+            try:
+                await self._changed.wait_for(lambda: not self._alone and not self._beside)
+            finally:
+                self._alone_wanted -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._alone = False
+                self._changed.notify_all()
 
 
 class Dispatcher:
@@ -70,12 +132,16 @@ class Dispatcher:
                  owns: Callable[[str], SessionAgent | None] = lambda session_id: None,
                  watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0,
                  batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5,
-                 fence: Fence | None = None):
+                 retry_after_s: float = 0.2, fence: Fence | None = None,
+                 took_effect: Callable[[dict], Awaitable[bool]] | None = None):
         self.persist = persist
         self.fence = fence  # None: unfenced (a single worker in tests)
         self.handle = handle
+        self.took_effect = took_effect  # whether an action about to be parked had taken effect (runtime/actions.py)
         self.owns = owns  # session_id -> the live session if this worker runs it
         self.max_attempts = max_attempts
+        self.retry_after_s = retry_after_s  # the pause before a raising handler's next attempt, doubled each time
+        self.gate = SoloGate()
         self.observers = observers or Observers()
         self.worker_id = worker_id
         self.watch_s = watch_s
@@ -145,14 +211,29 @@ class Dispatcher:
         if not fresh:
             return 0
         generation = self.fence.revalidations if self.fence else 0
-        held = set(await self.persist.claim_actions([a["id"] for a in fresh], self.worker_id, self.lease_s))
+        starting = self._lane_heads(fresh)
+        held = set(await self.persist.claim_actions([a["id"] for a in fresh], self.worker_id, self.lease_s,
+                                                    starting))
         for action in fresh:  # already in priority, then acceptance order
             if action["id"] not in held:
                 continue
             self.in_flight.add(action["id"])
-            self._route(Claimed(action, generation, known,
-                                park=action.get("attempts", 0) + 1 > self.max_attempts))
+            self._route(Claimed(action, generation, known, counted=action["id"] in starting))
         return len(held)
+
+    def _lane_heads(self, actions: list[dict]) -> set[str]:
+        """The actions whose handler starts as soon as they are claimed: the
+        first of each lane not running now, unless an earlier attempt of it was
+        cut short (it runs alone, and its start says so) or it is to be parked.
+        Their claim counts their attempt (store/actions.py)."""
+        busy, heads = set(self.lanes), set()
+        for action in actions:
+            key = _lane_key(action)
+            if key not in busy:
+                busy.add(key)
+                if not attempt_record(action.get("error")):
+                    heads.add(action["id"])
+        return heads
 
     async def _claimable(self, actions: list[dict]) -> tuple[list[dict], frozenset[str] | None]:
         """The actions this worker may apply: creates, those of its own sessions,
@@ -190,8 +271,7 @@ class Dispatcher:
         return sorted(mine, key=lambda a: order[a["id"]]), frozenset(known)
 
     def _route(self, claimed: Claimed) -> None:
-        action = claimed.action
-        key = action.get("session_id") or action.get("agent_id") or action["id"]
+        key = _lane_key(claimed.action)
         lane = self.lanes.get(key)
         if lane is None:
             lane = self.lanes[key] = asyncio.Queue()
@@ -216,24 +296,19 @@ class Dispatcher:
             if not await self._still_claimed(claimed):
                 self.in_flight.discard(action_id)
                 return
-            if claimed.park:  # claimed again and again: its handler or its worker keeps dying
-                raise ActionError(f"parked after {action.get('attempts', 0)} attempts")
-            await self._handle(claimed)
-            ok, error = True, None
+            ok, error = await self._attempts(claimed)
         except SessionLost:  # adopted by another worker meanwhile: its action now
             log.warning("action %s left to the new owner of session %s", action_id, action.get("session_id"))
             self.in_flight.discard(action_id)
             return
-        except ActionError as exc:
-            ok, error = False, str(exc)
-            log.warning("action %s (%s) failed agent=%s session=%s: %s", action_id, action.get("type"),
-                        action.get("agent_id"), action.get("session_id"), error)
         except asyncio.CancelledError:
             raise  # shutting down: the lease will hand the action back
-        except Exception as exc:
-            ok, error = False, f"internal error: {type(exc).__name__}: {exc}"
-            log.exception("action %s (%s) raised agent=%s session=%s", action_id, action.get("type"),
+        except Exception:  # the queue could not record an attempt: untried, it must not fail
+            log.exception("action %s (%s) could not be attempted (its attempt was not recorded); its lease "
+                          "will hand it back agent=%s session=%s", action_id, action.get("type"),
                           action.get("agent_id"), action.get("session_id"))
+            self.in_flight.discard(action_id)
+            return
         try:
             if not await self._still_claimed(claimed):
                 return
@@ -247,6 +322,59 @@ class Dispatcher:
             log.exception("action %s could not be marked finished; its lease will expire", action_id)
         finally:
             self.in_flight.discard(action_id)
+
+    async def _attempts(self, claimed: Claimed) -> tuple[bool, str | None]:
+        """Try the action's handler until it returns, fails for its own reason
+        (ActionError), or ``max_attempts`` of its attempts (those of its earlier
+        claims too: their record is on the row) ran alone or raised without
+        ending.  Each attempt is counted durably before its handler starts.
+        Returns (ok, error)."""
+        action = claimed.action
+        action_id = action["id"]
+        tried = attempt_record(action.get("error"))
+        while True:
+            if sum(map(counts, tried)) >= self.max_attempts:
+                return await self._park(action, tried)
+            alone = cut_short(tried)  # its worker died during an attempt: try it with nothing beside it
+            async with self.gate.alone() if alone else self.gate.beside():
+                if not claimed.counted:
+                    await self.persist.start_attempt(action_id, self.worker_id, alone)
+                claimed.counted = False
+                tried.append(f"{started_text(self.worker_id, alone)}{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%S.%f}")
+                try:
+                    await self._handle(claimed)
+                    return True, None
+                except ActionError as exc:
+                    log.warning("action %s (%s) failed agent=%s session=%s: %s", action_id, action.get("type"),
+                                action.get("agent_id"), action.get("session_id"), exc)
+                    return False, str(exc)
+                except (SessionLost, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    what = f"{type(exc).__name__}: {exc}"
+                    log.exception("action %s (%s) raised on attempt %d agent=%s session=%s", action_id,
+                                  action.get("type"), len(tried), action.get("agent_id"), action.get("session_id"))
+            await self.persist.attempt_failed(action_id, what)
+            tried[-1] += f", raised {what}"
+            if sum(map(counts, tried)) < self.max_attempts:
+                await asyncio.sleep(self.retry_after_s * 2 ** (len(tried) - 1))
+
+    async def _park(self, action: dict, tried: list[str]) -> tuple[bool, str | None]:
+        """An action tried ``max_attempts`` times, none of which ended: failed,
+        saying how each attempt went, unless it took effect after all."""
+        try:
+            applied = self.took_effect is not None and await self.took_effect(action)
+        except Exception:
+            log.exception("action %s: could not tell whether it took effect", action["id"])
+            applied = False
+        if applied:
+            log.warning("action %s (%s) took effect in an attempt that did not end; done session=%s",
+                        action["id"], action.get("type"), action.get("session_id"))
+            return True, None
+        error = describe_attempts(tried)
+        log.error("action %s (%s) %s agent=%s session=%s", action["id"], action.get("type"), error,
+                  action.get("agent_id"), action.get("session_id"))
+        return False, error
 
     async def _handle(self, claimed: Claimed) -> None:
         token = BATCH_SESSIONS.set(claimed.known_sessions)
@@ -279,3 +407,8 @@ class Dispatcher:
         tasks = list(self.lane_tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
+
+
+def _lane_key(action: dict) -> str:
+    """The lane an action waits in: its session's (else its agent's, else its own)."""
+    return action.get("session_id") or action.get("agent_id") or action["id"]

@@ -6,7 +6,11 @@ A handler raises :class:`ActionError` for a request that cannot be applied (it
 is then marked failed with that message); returning normally marks it done.
 Handlers are idempotent, because after a crash an action that was being applied
 may be applied again: creating an existing session, pausing a paused one or
-delivering the same guidance twice changes nothing.
+delivering the same guidance twice changes nothing.  And an action applied
+again after it took effect ends done, even when the session has finished
+since: a pause or resume notes its id in the snapshot it saves, guidance is
+found by its id (:meth:`SessionControls.took_effect` says which effect each
+leaves; the dispatcher asks it before it parks an action).
 """
 import asyncio
 import logging
@@ -16,8 +20,10 @@ from pydantic import ValidationError
 
 from domain.errors import ActionError
 from domain.session_config import CreatePayload
+from domain.statuses import SESSION_FINISHED
 from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
 from runtime import child_sessions, session_tree
+from runtime.agent_core import holds
 from runtime.fork import ForkError, fork_snapshot
 from runtime.replay import ReplayError, replay_snapshot
 from runtime.live_sessions import SessionRegistry
@@ -91,6 +97,34 @@ class SessionControls:
         log.info("session %s created agent=%s moniker=%s action=%s", session_id, agent.agent_id,
                  moniker.name, action["id"])
 
+    # ---- what an action left behind ---------------------------------------
+
+    async def took_effect(self, action: dict) -> bool:
+        """Whether this action was applied already (in an attempt that did not
+        end): its session exists (create), is over (destroy: nothing left to
+        do), or holds its id (a pause or resume noted, an inbox item queued or used)."""
+        snapshot = await self._snapshot(action)
+        if snapshot is None:
+            return False
+        if action["type"] == "create":
+            return True
+        if action["type"] == "destroy":
+            return snapshot["status"] in SESSION_FINISHED
+        return holds(snapshot, action["id"])
+
+    async def _snapshot(self, action: dict) -> dict | None:
+        agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        return agent.snapshot() if agent is not None else await self.persist.load_snapshot(action["session_id"])
+
+    async def _applied_before(self, action: dict) -> bool:
+        """The action's id is on its session already: applied in an attempt that
+        did not end (the session may have finished since, which must not fail it)."""
+        snapshot = await self._snapshot(action)
+        if snapshot is not None and holds(snapshot, action["id"]):
+            log.info("action %s (%s) was applied before its worker stopped; done", action["id"], action["type"])
+            return True
+        return False
+
     # ---- controls -------------------------------------------------------
 
     async def _live(self, action: dict, verb: str) -> SessionAgent:
@@ -105,6 +139,8 @@ class SessionControls:
     async def pause(self, action: dict, payload: dict) -> None:
         """Pause at the next step boundary; ``tree: true`` pauses its descendants too."""
         reason = "budget" if payload.get("reason") == "budget" else "user"
+        if await self._applied_before(action):
+            return
         if payload.get("tree"):
             agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
             if agent is None or agent.finished:  # a finished parent may still have children at work
@@ -113,6 +149,7 @@ class SessionControls:
         agent = await self._live(action, "pause")
         if agent.status != "paused":
             agent.request_pause()
+            agent.note_applied(action["id"])
             await agent.set_status("paused", reason)
         if payload.get("tree"):
             await session_tree.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
@@ -125,6 +162,8 @@ class SessionControls:
 
     async def resume(self, action: dict, payload: dict) -> None:
         """Resume a paused session (optionally raising its budget), or retry a failed one."""
+        if await self._applied_before(action):
+            return
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         failed = agent if agent is not None and agent.status == "error" else None
         if failed is None and agent is None:
@@ -132,7 +171,7 @@ class SessionControls:
             if snapshot and snapshot["status"] == "error":  # failed under another (or an earlier) worker
                 failed = snapshot
         if failed is not None:
-            await self._restart_after_error(failed, payload)
+            await self._restart_after_error(action, failed, payload)
             return
         if payload.get("tree") and (agent is None or agent.finished):
             await self._cascade_from_finished(action, "resume", {"tree": True})
@@ -144,6 +183,7 @@ class SessionControls:
         for_budget = (agent.status, agent.status_reason) == ("paused", "budget")
         if agent.status == "paused":
             agent.request_resume()
+            agent.note_applied(action["id"])
             await agent.set_status(*agent.status_after_resume())
         elif payload.get("budget_tokens") or payload.get("budget_cost"):
             await agent.save()  # a raised budget is read by the tree's other sessions
@@ -153,7 +193,7 @@ class SessionControls:
         elif for_budget:  # its budget paused its tree: resuming it resumes them
             await session_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
 
-    async def _restart_after_error(self, failed: SessionAgent | dict, payload: dict) -> None:
+    async def _restart_after_error(self, action: dict, failed: SessionAgent | dict, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
         old = failed.snapshot() if isinstance(failed, SessionAgent) else failed
         old = child_sessions.bump_snapshot_generation(old)  # its error was reported; its next outcome will be too
@@ -164,6 +204,7 @@ class SessionControls:
             raise ActionError(f"moniker {snapshot['moniker']!r} is not installed") from None
         agent = self.factory.make(snapshot, moniker)
         _raise_budget(agent, payload)
+        agent.note_applied(action["id"])
         await agent.save()
         self.sessions.add(agent)
         agent.start()
@@ -175,6 +216,8 @@ class SessionControls:
         if not isinstance(guidance, str) or not guidance.strip() or len(guidance) > MAX_GUIDANCE:
             raise ActionError(f"guidance must be a non-empty string of at most {MAX_GUIDANCE} characters")
         source = payload.get("source") if isinstance(payload.get("source"), dict) else None
+        if await self._applied_before(action):  # queued (or used) already: also when the session ended since
+            return
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         if agent is None or agent.status != "error":  # a failed session keeps guidance for its resume
             agent = await self._live(action, "interrupt")
@@ -194,6 +237,8 @@ class SessionControls:
         if text is not None and (not isinstance(text, str) or len(text) > MAX_GUIDANCE):
             raise ActionError(f"inbox_item text must be a string of at most {MAX_GUIDANCE} characters")
         source = payload.get("source") if isinstance(payload.get("source"), dict) else None
+        if await self._applied_before(action):
+            return
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         if agent is None or agent.status != "error":
             agent = await self._live(action, "deliver to")
@@ -225,6 +270,7 @@ class SessionControls:
                 agent.runner.cancel()
                 await asyncio.gather(agent.runner, return_exceptions=True)
         if agent.status == "stopping":  # not finished on its own meanwhile
+            await agent.end_open_calls()  # none of its last step's calls is left without an end
             await agent.set_status("stopped", "destroyed")
 
 

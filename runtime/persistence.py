@@ -124,8 +124,18 @@ class Persistence:
     async def pending_actions(self, limit: int) -> list[dict]:
         return await self._queue(self.store.actions.pending, limit)
 
-    async def claim_actions(self, ids: list[str], worker_id: str, lease_s: float) -> list[str]:
-        return await self._queue(self.store.actions.claim, ids, worker_id, lease_s)
+    async def claim_actions(self, ids: list[str], worker_id: str, lease_s: float, starting=()) -> list[str]:
+        """Claim ``ids``; those in ``starting`` start their handler at once, so
+        their claim counts their attempt (store/actions.py)."""
+        return await self._queue(self.store.actions.claim, ids, worker_id, lease_s, starting)
+
+    async def start_attempt(self, action_id: str, worker_id: str, alone: bool = False) -> None:
+        """Count an attempt of a claimed action, durably, before its handler starts."""
+        await asyncio.wrap_future(self.store.actions.submit_start_attempt(action_id, worker_id, alone))
+
+    async def attempt_failed(self, action_id: str, what: str) -> None:
+        """Note on the action's attempt record what its handler raised."""
+        await asyncio.wrap_future(self.store.actions.submit_attempt_failed(action_id, what))
 
     async def finish_action(self, action_id: str, ok: bool, error: str | None) -> None:
         await asyncio.wrap_future(self.store.actions.submit_finish(action_id, ok=ok, error=error))
@@ -193,6 +203,9 @@ class Persistence:
 
     async def unreported_outcomes(self) -> list[dict]:
         return await asyncio.to_thread(self.store.states.unreported_outcomes)
+
+    async def done_with_child_results(self) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.done_with_child_results)
 
     # retention
     async def finished_sessions_before(self, when) -> list[dict]:

@@ -18,8 +18,9 @@ the record instead of being asked again:
   ``seq``) gets the recorded outcome without running: its row ends
   ``replayed``, with ``replay_of`` (the recorded call's id) and
   ``replayed_status``.  Any other call is a *divergence*: its row ends
-  ``failed`` ("diverged from the recording: ...") and the replay stops there
-  (status ``stopped``, reason ``diverged``).  No tool ever runs in this mode.
+  ``failed`` ("diverged from the recording: ..."), so do the step's calls
+  after it (not served, not run), and the replay stops there (status
+  ``stopped``, reason ``diverged``).  No tool ever runs in this mode.
   With ``recorded_then_live`` a divergence runs the call live instead (if the
   session's config allows the tool) and every later call runs live too;
   ``live`` runs every call live.
@@ -29,6 +30,12 @@ the record instead of being asked again:
   redelivery after a crash is refused like any other.  A sub-agent spawned
   in the recording is not spawned again: its ``spawn_agent`` call is served
   from the record, and its result arrives when it arrived then.
+- **Woken after done.**  A recording that ran on after a ``done`` step (its
+  session was woken by a sub-agent's result, or reactivated by a follow-up)
+  is replayed on too: when the replay is done where the recording has a next
+  step, what that step consumed from outside is queued and the replay is
+  woken as its recording was (:meth:`Replayer.wake`), before its end is
+  saved, so a crash cannot leave it ended where its recording went on.
 - **to_iteration**: the replay stops (reason ``replay_end``) once that step is done.
 
 The divergence is also kept on the snapshot (``replay.diverged_at`` and
@@ -42,6 +49,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from domain.statuses import TOOL_CALL_ENDED
+from runtime.child_sessions import next_generation, wakeable
 from store.filters import InvalidId, check_id
 
 if TYPE_CHECKING:
@@ -152,6 +160,27 @@ class Replayer:
             await agent.save()  # queued durably, like any inbox item, before the step consumes it
         return False
 
+    async def wake(self, agent: SessionAgent) -> bool:
+        """The replay has finished ``done``: when its recording ran on (it was
+        woken by what its next step consumed: a child's result, a follow-up),
+        queue those items and run again, as the recording did.  True when woken."""
+        if agent.stop_requested or not wakeable(agent.status, agent.status_reason):
+            return False
+        iteration = agent.iteration + 1
+        if (self.to_iteration is not None and iteration > self.to_iteration) or (
+                self.diverged and self.tools == "recorded"):
+            return False
+        recorded = await self.persist.step_at(self.source, iteration)
+        if recorded is None:
+            return False
+        self._deliver(agent, recorded.get("guidance") or [])
+        if not any((g.get("kind") or "guidance") in OUTSIDE_KINDS for g in agent.pending_guidance):
+            return False  # the recording was not woken from outside there: nothing to run again for
+        next_generation(agent)
+        await agent.set_status("running", "woken")  # queued durably with the status, as the recording's wake
+        log.info("replay %s woken at step %d, as its recording %s was", agent.session_id, iteration, self.source)
+        return True
+
     @staticmethod
     def _deliver(agent: SessionAgent, items: list) -> bool:
         known = set(agent.used_guidance) | {g.get("action_id") for g in agent.pending_guidance}
@@ -167,18 +196,33 @@ class Replayer:
         """``rows`` (a step's, in call order) with the ``planned`` ones (not yet
         written) given their recorded outcome, or marked as diverging.  Rows read
         back after a crash are taken as they are, and a divergence among them is
-        noted again."""
+        noted again.  In ``recorded`` mode no planned row is left to run: once a
+        call has diverged, every later one of the step ends ``failed`` too."""
         fresh = {row["id"] for row in planned}
-        served = []
+        recorded = {}
         if self.tools != "live" and fresh:
             recorded = {r["seq"]: r for r in await self.persist.tool_calls_of_step(self.source, iteration)}
-        for row in rows:
-            if row["id"] in fresh and self.tools != "live" and not self.diverged:
-                row = self._serve(agent, row, recorded.get(row["seq"]))
-            elif (row.get("error") or "").startswith(DIVERGED) and not self.diverged:
+        for row in rows:  # a divergence read back is noted first: the calls after it are not served
+            if row["id"] not in fresh and (row.get("error") or "").startswith(DIVERGED) and not self.diverged:
                 self._note_divergence(agent, row["iteration"], row["error"][len(DIVERGED):])
+        served = []
+        for row in rows:
+            if row["id"] in fresh and self.tools != "live":
+                if not self.diverged:
+                    row = self._serve(agent, row, recorded.get(row["seq"]))
+                elif self.tools == "recorded":
+                    row = self._not_run(row)
             served.append(row)
         return served
+
+    def _not_run(self, row: dict) -> dict:
+        """A call after the divergence, in ``recorded`` mode: it never runs."""
+        log.info("tool call %s %s not run: the replay diverged earlier session=%s", row["id"], row["name"],
+                 row["session_id"])
+        return dict(row, status="failed", finished_at=row["created_at"],
+                    error=f"{DIVERGED}the replay stopped at an earlier divergence "
+                          f"(step {self.spec.get('diverged_at')}: {self.spec.get('divergence')}); "
+                          "this call was not run")
 
     def _serve(self, agent: SessionAgent, row: dict, recorded: dict | None) -> dict:
         mismatch = _mismatch(row, recorded)

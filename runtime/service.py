@@ -81,7 +81,7 @@ class AgentService:
         self.actions = ActionTable(self.sessions, monikers, self.factory, store, destroy_grace_s=destroy_grace_s)
         self.dispatcher = Dispatcher(self.persist, self.actions.apply, worker_id=self.worker_id,
                                      observers=self.observers, owns=self._runs, fence=self.fence,
-                                     **dispatcher_options)
+                                     took_effect=self.actions.took_effect, **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
@@ -97,14 +97,19 @@ class AgentService:
         # Beating before the first adoption: bringing back thousands of sessions
         # takes seconds, and this worker's lease must not run out meanwhile.
         chores = [asyncio.create_task(self._keep_alive(stopping), name="heartbeat")]
+        if self.maintainer:
+            # Upkeep from the start, beside the adoption (in a thread).  Started
+            # after it, a worker that crashed every few seconds never compacted:
+            # fragments piled up, the adoption's reads slowed, and each start
+            # took longer than the last (0.8 s to 46 s over ten restarts in the
+            # kill loop, tests/kill_loop.py), so upkeep was reached less and less.
+            chores.append(asyncio.create_task(self._maintain(stopping), name="maintenance"))
         try:
             await self.adopt()
             log.info("worker %s polling for actions", self.worker_id)
             self.ready = not stopping.is_set()
             chores += [asyncio.create_task(self._adopt_rounds(stopping), name="adoption"),
                        asyncio.create_task(self.monitor.run(stopping), name="monitor")]
-            if self.maintainer:
-                chores.append(asyncio.create_task(self._maintain(stopping), name="maintenance"))
             await self.dispatcher.run(stopping)
         finally:
             self.ready = False
@@ -153,12 +158,40 @@ class AgentService:
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
         if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
-            try:  # finished sub-agents whose outcome a crash left unreported
+            try:  # finished sub-agents whose outcome a crash left unreported, and parents left unwoken
                 await child_sessions.report_unreported(self.persist, self.sessions.get)
+                await child_sessions.wake_left_done(self.persist, self.sessions.get,
+                                                    lambda snapshot: self._wake(snapshot, alive))
                 self._scanned = True
             except Exception:
                 log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
         return adopted
+
+    async def _wake(self, snapshot: dict, alive: set[str]) -> bool:
+        """Run a finished session again, woken by the children's results it holds.
+
+        Only one no live worker owns: its owner, if alive, wakes it itself.  It
+        is taken as an orphan is (a conditional update on the owner and time
+        read), so of several workers starting at once one wakes it."""
+        owner = snapshot.get("owner")
+        if owner in alive and owner != self.worker_id:
+            return False
+        try:
+            moniker = self.monikers.get(snapshot["moniker"])
+        except UnknownMoniker:
+            return False
+        if owner != self.worker_id and not await self.persist.adopt_sessions([snapshot], self.worker_id):
+            return False
+        self.fence.regained(snapshot["session_id"])
+        snapshot = {**snapshot, "owner": self.worker_id}
+        agent = self.factory.make(dict(snapshot), moniker)
+        child_sessions.next_generation(agent)
+        agent.note_status("running", "woken")
+        await agent.save()
+        self.sessions.add(agent)
+        agent.start()
+        log.info("session %s woken at start by the children's results it held", agent.session_id)
+        return True
 
     async def _take_chunk(self, snapshots: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
         """Of a chunk of orphans, the ones this worker now holds, and their steps
@@ -200,10 +233,13 @@ class AgentService:
             await self.persist.append_step(interrupted)
             log.warning("session %s: step %d was interrupted by a dead worker; recorded", session_id,
                         interrupted["iteration"])
-        if snapshot["status"] == "stopping":  # died while being destroyed: finish the destroy
+        destroyed = snapshot["status"] == "stopping"  # died while being destroyed: finish the destroy
+        if destroyed:
             snapshot.update(status="stopped", status_reason="destroyed")
         agent = self.factory.make(snapshot, moniker)
         await self.factory.tools.settle_after_restart(agent, newer_steps)  # ended rows written behind a step
+        if destroyed:
+            await agent.end_open_calls()
         await agent.save()
         self.sessions.add(agent)
         if agent.finished:

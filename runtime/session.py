@@ -142,11 +142,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             "error": f"worker stopped during this step (in flight since {snapshot['step_started_at']}); "
                      "outcome unknown",
         }
-        note = {"action_id": f"interrupted-{snapshot['session_id']}-{iteration}", "kind": "interrupted_step",
-                "text": INTERRUPTED_NOTE.format(step=step), "source": {"kind": "interrupted_step"}}
-        snapshot.update(iteration=iteration, step_started_at=None, heartbeat_at=None,
-                        pending_guidance=[*(snapshot.get("pending_guidance") or []), note])
-        return snapshot, interrupted
+        snapshot.update(iteration=iteration, step_started_at=None, heartbeat_at=None)
+        return _with_interrupted_note(snapshot, iteration, step), interrupted
 
     # ---- snapshot -------------------------------------------------------
 
@@ -275,7 +272,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             if self.tool_step is not None and self.open_step is None and self.tool_results is None:
                 self.open_step = await self.persist.step_at(self.session_id, self.tool_step)
             await self._steps()
-            while await child_sessions.wake_for_children(self):  # results came in as it finished
+            while await self._woken():
                 await self._steps()
             await self.flush_saves()
         except asyncio.CancelledError:
@@ -293,6 +290,14 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                 await self.set_status("error", "runner")
             except Exception:
                 log.exception("session %s could not record its error", self.session_id)
+
+    async def _woken(self) -> bool:
+        """Whether to run again once the loop ended: a replay whose recording
+        was woken here (runtime/replay.py), or children's results that came in
+        as the session finished (runtime/child_sessions.py)."""
+        if self.replay is not None and await self.replay.wake(self):
+            return True
+        return await child_sessions.wake_for_children(self)
 
     async def _steps(self) -> None:
         while not self.finished:
@@ -337,10 +342,31 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         other write that says the tool step is over (a snapshot, an error step)
         waits for them, and so does the step after, so after a crash at most the
         newest step's results can be missing from their rows, and
-        :meth:`ToolRunner.settle_after_restart` writes them from it."""
-        phase, self._landing = self._landing, None
-        if phase is not None:
+        :meth:`ToolRunner.settle_after_restart` writes them from it.
+
+        The phase is let go only once its rows have landed: a snapshot save
+        that comes while the step waits here waits too (it once went ahead
+        and saved the step after the tool step before the rows landed, and a
+        crash then left a row ``running`` that nothing would repair)."""
+        phase = self._landing
+        if phase is None:
+            return
+        try:
             await phase.landed()
+        finally:
+            if self._landing is phase and phase.has_landed:
+                self._landing = None
+
+    async def end_open_calls(self) -> None:
+        """Destroy: the calls of the step no later step consumed end now (see
+        ToolRunner.end_unended); the runner may have stopped before its phase
+        even wrote their rows (a destroy that came while that step ran)."""
+        await self.tool_rows_landed()  # an ended row still landing must not be taken for unended
+        if self.tool_step is None:
+            return
+        step = self.open_step or await self.persist.step_at(self.session_id, self.tool_step)
+        if step is not None:
+            await self.tools.end_unended(self, step)
 
     async def reflect_waiting(self, reason: str | None) -> None:
         """Status ``waiting`` (reason approval | tool_result) while calls wait on
@@ -424,6 +450,11 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
                 and not (observed or {}).get("flow"):
             self.note_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turn_tracker.py)
+        if self.finished and self.replay is not None:
+            # A replay whose recording ran on from here is woken instead of ending: saving
+            # its end first and waking it after lost the wake to a kill in between (a
+            # finished session is not adopted again).
+            await self.replay.wake(self)
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
@@ -485,6 +516,8 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
         if latest_step["status"] == "error":
             fixed.update(status="error", last_error=latest_step.get("error"), status_reason="step_failed")
         fixed.update(step_started_at=None)
+        if latest_step["status"] == "interrupted":  # recorded, but a crash may have kept its note from the snapshot
+            fixed = _with_interrupted_note(fixed, latest_step["iteration"], latest_step.get("step_token"))
         return fixed
     used = {g.get("action_id") for g in (latest_step.get("guidance") or []) if isinstance(g, dict)}
     fixed["used_guidance"] = [*(snapshot.get("used_guidance") or []), *sorted(used)][-SessionAgent.USED_KEPT:]
@@ -502,6 +535,20 @@ def _caught_up(snapshot: dict, latest_step: dict) -> dict:
           and not latest_step.get("tool_calls") and not (latest_step.get("observers") or {}).get("flow")):
         fixed.update(status="waiting", status_reason="idle")  # died before saving that it waits
     return profile_hooks.caught_up(fixed, latest_step)
+
+
+def _with_interrupted_note(snapshot: dict, iteration: int, step: str | None) -> dict:
+    """The snapshot with the note that step ``iteration`` was interrupted queued
+    for the next step, unless it is queued or used already.  Added both when
+    the interrupted step is recorded and when that record is folded in on a
+    later restart: a kill between the two must not lose the note."""
+    note_id = f"interrupted-{snapshot['session_id']}-{iteration}"
+    pending = snapshot.get("pending_guidance") or []
+    if note_id in (snapshot.get("used_guidance") or []) or any(g.get("action_id") == note_id for g in pending):
+        return snapshot
+    note = {"action_id": note_id, "kind": "interrupted_step", "text": INTERRUPTED_NOTE.format(step=step),
+            "source": {"kind": "interrupted_step"}}
+    return dict(snapshot, pending_guidance=[*pending, note])
 
 
 def _frame_in(token, state, guidance: list, inbox: list, tool_results) -> FrameIn:

@@ -30,7 +30,9 @@ a call with no row is planned again, as it was the first time.  A row found
 ``running`` was interrupted by a dying worker: an ``idempotent`` tool runs
 again; any other ends ``unknown`` and the model is told to check before
 repeating it.  Destroy stops waiting at once and cancels running tools after
-its grace period (rows end ``failed``, ``cancelled``); a shutdown cancels them
+its grace period (rows end ``failed``, ``cancelled``), and ends the calls of a
+step that came in as it stopped, which have no row yet
+(:meth:`ToolRunner.end_unended`); a shutdown cancels them
 too but leaves their rows ``running``, so a restart treats them as interrupted.
 
 Why a step with a quick tool call costs about what a plain step does, not
@@ -223,6 +225,34 @@ class ToolRunner:
                         agent.session_id, len(rows), step["iteration"], next_step["iteration"])
         return rows
 
+    async def end_unended(self, agent: SessionAgent, step: dict) -> list[dict]:
+        """Destroy: every call of ``step`` that has not ended, ends now, and one
+        that never got a row gets one, so no row is left waiting, running or
+        missing.  A non-idempotent call a dead worker left ``running`` may have
+        taken effect: ``unknown``; any other ``failed`` (cancelled).  Returns the
+        rows written."""
+        calls = step.get("tool_calls") or []
+        if not calls:
+            return []
+        stored = {r["id"]: r for r in await self.persist.tool_calls_of_step(agent.session_id, step["iteration"])}
+        rows = []
+        for seq, call in enumerate(calls):
+            row = stored.get(call["id"]) or _blank_row(agent, step["iteration"], seq, call, step.get("created_at"))
+            if row["status"] in TOOL_CALL_ENDED:
+                continue
+            tool = self.registry.get(row["name"]) if row["name"] in self.registry else None
+            if row["status"] == "running" and not (tool is not None and tool.idempotent):
+                rows.append(dict(row, status="unknown", error=UNKNOWN_OUTCOME, finished_at=now()))
+            else:
+                rows.append(dict(row, status="failed", error=CANCELLED.format(
+                    status=row["status"] if row["id"] in stored else "not started"), finished_at=now()))
+        await self.write([r for r in rows if r["id"] in stored])
+        await self.write([r for r in rows if r["id"] not in stored], new=True)
+        if rows:
+            log.info("session %s destroyed: %d calls of step %d ended", agent.session_id, len(rows),
+                     step["iteration"])
+        return rows
+
     def initial_status(self, config, name: str, args) -> tuple[str, str | None]:
         allowed = list(config.tools or [])
         if name not in allowed:
@@ -396,6 +426,7 @@ class ToolPhase:
         self.runner = runner
         self.behind = behind
         self.landing: list[asyncio.Future] = []  # ended rows' writes not waited for (behind)
+        self._landed: asyncio.Future | None = None  # landed()'s one wait, shared by all who ask
         self.agent = agent
         self.iteration = step["iteration"]
         self.created_at = step.get("created_at")
@@ -478,8 +509,11 @@ class ToolPhase:
         return rows, [r for r in rows if r["id"] in changed_ids]
 
     def recover(self, stored: dict[str, dict]) -> tuple[list[dict], list[dict]]:
-        missing = [c for c in self.calls if c["id"] not in stored]
-        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, missing, self.created_at)}
+        """The step's rows after a restart: the stored ones, and the calls with no
+        row planned again, as the first time (the whole step is planned, so each
+        keeps its place, ``seq``, in the step)."""
+        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, self.calls, self.created_at)
+                   if r["id"] not in stored}
         rows, changed = [], list(planned.values())
         for call in self.calls:
             row = stored.get(call["id"]) or planned[call["id"]]
@@ -521,7 +555,20 @@ class ToolPhase:
         """Wait until the ended rows written behind are durable.  A write that
         failed is tried once more, awaited, as an upsert of every ended row (an
         append that failed after its commit must not add a second row); a lost
-        session (runtime/fence.py) is not: its new owner writes from now on."""
+        session (runtime/fence.py) is not: its new owner writes from now on.
+        Several may wait at once (the next step's row and a handler's snapshot
+        save): each returns only once the rows have landed, and all see the
+        same outcome.  A waiter that is cancelled does not stop the landing."""
+        if self._landed is None:
+            self._landed = asyncio.ensure_future(self._land())
+        await asyncio.shield(self._landed)
+
+    @property
+    def has_landed(self) -> bool:
+        """Whether :meth:`landed` has finished (its rows landed, or it failed)."""
+        return self._landed is not None and self._landed.done()
+
+    async def _land(self) -> None:
         landing, self.landing = self.landing, []
         outcomes = await asyncio.gather(*landing, return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
@@ -623,6 +670,14 @@ class ToolControls:
         if row is None or row["session_id"] != action["session_id"]:
             raise ActionError(f"unknown tool call {tool_call_id} in session {action['session_id']}")
         return agent, row
+
+    async def took_effect(self, action: dict) -> bool:
+        """Whether the action decided its call already: the row names it in ``decided_by``."""
+        try:
+            _, row = await self.row_of(action)
+        except ActionError:
+            return False
+        return row.get("decided_by") == action["id"]
 
     async def decide(self, action: dict, expected: str, verb: str, change: Callable[[dict], dict]) -> None:
         """Write ``change(row)`` to a call in status ``expected``, marked as decided

@@ -3,6 +3,31 @@
 Life of an action: ``pending`` when appended, ``processing`` once a worker
 claims it (with a lease), then ``done`` or ``failed``.  Rows are only ever
 updated, never deleted, so the queue doubles as an audit log.
+
+Claiming an action is not trying it.  A worker claims a batch, but a session's
+lane applies its actions one at a time, and a worker that dies takes the
+untried rest of its batch down with it.  So ``attempts`` counts the times the
+action's *handler started* (:meth:`ActionQueue.start_attempt`, or the claim
+itself for an action whose handler starts the moment it is claimed), and each
+start is durable before the handler can have any effect: a handler that kills
+its process is counted, and parked after a few tries instead of killing every
+worker that picks it up (runtime/dispatcher.py).
+
+While an action is unfinished, ``error`` holds the record of its attempts,
+one line each: ``started by <worker> at <time>`` (``started alone by ...`` for
+an attempt that ran with no other handler beside it), followed by a line
+``raised <what>`` when that attempt's handler raised.  On a pending action an
+attempt with no ``raised`` line is one whose worker died before it ended.
+When the action ends, ``error`` becomes its failure's reason (or null when it
+is done).  :func:`attempt_record` reads the record, :func:`counts` says which
+attempts count towards parking, and :func:`describe_attempts` words the record
+for a parked action's error.
+
+Why "alone": a worker that dies takes every handler it was running with it,
+so a death during an attempt says nothing about that action when others ran
+beside it (a handler that kills the process, or an operator's kill, cuts them
+all).  So an action whose worker died during one of its attempts is tried
+next time alone, and only attempts that ran alone, or that raised, count.
 """
 from domain.statuses import ACTION_STATUSES
 import os
@@ -20,6 +45,60 @@ STATUSES = ACTION_STATUSES
 MAX_REQUEST_ROWS = 1000  # one request queues at most this many actions (a bulk control's cap)
 PENDING = filters.eq_word("status", "pending", STATUSES)
 PROCESSING = filters.eq_word("status", "processing", STATUSES)
+STARTED = "started "  # how a line of the attempt record begins (see the module docstring)
+ALONE = "started alone "
+
+
+def started_text(worker_id: str, alone: bool = False) -> str:
+    """The start of an attempt's line, up to its time."""
+    return f"{ALONE if alone else STARTED}by {filters.check_id(worker_id, 'worker_id')} at "
+
+
+def _started_line(worker_id: str, alone: bool = False) -> str:
+    """SQL appending one ``started ...`` line to the attempt record: the same
+    expression for every action of a worker, so starts share a commit."""
+    return f"concat(coalesce(error, ''), {filters.quote(started_text(worker_id, alone))}, CAST(now() AS VARCHAR), '\n')"
+
+
+def counts(attempt: str) -> bool:
+    """Whether an attempt counts towards parking: it ran alone, or it raised."""
+    return attempt.startswith(ALONE) or ", raised " in attempt
+
+
+def cut_short(attempts: list[str]) -> bool:
+    """Whether a worker died during one of these attempts (the action is then tried alone)."""
+    return any(", raised " not in a for a in attempts)
+
+
+def attempt_record(error: str | None) -> list[str]:
+    """The attempts recorded on an unfinished action (module docstring), oldest
+    first: each ``started ...`` line with what it raised, if anything."""
+    attempts: list[str] = []
+    for line in (error or "").splitlines():
+        if line.startswith(STARTED):
+            attempts.append(line)
+        elif attempts and line:
+            attempts[-1] += f", {line}"
+    return attempts
+
+
+def describe_attempts(attempts: list[str]) -> str:
+    """A parked action's error: how many attempts counted, and how each attempt ended."""
+    def ended(a: str) -> str:
+        if ", raised " in a:
+            return a
+        return f"{a}, its worker stopped before it ended" + ("" if counts(a) else " (beside others: not counted)")
+    return f"parked after {sum(map(counts, attempts))} attempts: " + "; ".join(
+        f"#{n} {_short_time(ended(a))}" for n, a in enumerate(attempts, 1))
+
+
+def _short_time(line: str) -> str:
+    """now()'s nanoseconds cut to milliseconds: ``...T15:08:06.978712266`` -> ``...T15:08:06.978``."""
+    head, sep, rest = line.partition(" at ")
+    stamp, comma, tail = rest.partition(",")
+    if "." in stamp:
+        stamp = stamp[:stamp.index(".") + 4]
+    return head + sep + stamp + comma + tail
 
 
 class ActionQueue:
@@ -129,34 +208,60 @@ class ActionQueue:
         where = filters.all_of(filters.eq_word("type", "create", TYPES), filters.eq_id("agent_id", agent_id))
         return query.first(self.table, self.name, where, order=[("created_at", False)])
 
-    def claim(self, action_ids: list[str], worker_id: str, lease_s: float) -> list[str]:
+    def claim(self, action_ids: list[str], worker_id: str, lease_s: float, starting=()) -> list[str]:
         """Claim pending actions for ``worker_id``; returns the ids this worker now holds.
 
-        The claim is one conditional update (``status = 'pending'`` in the
-        filter), which Lance commits atomically, retrying on a conflict with
-        the filter evaluated again: of several racing workers exactly one
-        updates each row. Only a partial claim needs a read-back to learn
-        which rows it got.
+        Claiming does not count an attempt, except for the ids in ``starting``:
+        actions whose handlers start the moment they are claimed (the first of
+        an idle lane), whose claim records their attempt in the same commit
+        (see the module docstring), so a lone control costs no extra commit.
+
+        A claim is a conditional update (``status = 'pending'`` in the filter)
+        that Lance commits atomically, retrying on a conflict with the filter
+        evaluated again: of several racing workers exactly one updates each
+        row.  Only a partial claim needs a read-back to learn which rows it got.
         """
         action_ids = list(dict.fromkeys(action_ids))
-        if not action_ids:
-            return []
+        starting = set(starting)
+        held: set[str] = set()
+        for ids, attempt in (([i for i in action_ids if i in starting], True),
+                             ([i for i in action_ids if i not in starting], False)):
+            if ids:
+                held |= self._claim(ids, worker_id, lease_s, attempt)
+        return [i for i in action_ids if i in held]
+
+    def _claim(self, action_ids: list[str], worker_id: str, lease_s: float, attempt: bool) -> set[str]:
         lease_until = codec.utcnow() + timedelta(seconds=lease_s)
         where = filters.all_of(filters.in_ids("id", action_ids), PENDING)
-        updated = self.writer.update_sql(self.name, where, {
+        values = {
             "status": "'processing'",
             "claimed_by": filters.quote(filters.check_id(worker_id, "worker_id")),
             "lease_until": f"CAST({filters.quote(lease_until.strftime('%Y-%m-%dT%H:%M:%S.%f'))} AS TIMESTAMP)",
-            "attempts": "attempts + 1",
-        })
+        }
+        if attempt:
+            values.update(attempts="attempts + 1", error=_started_line(worker_id))
+        updated = self.writer.update_sql(self.name, where, values)
         if updated == len(action_ids):
-            return action_ids  # the commit changed every row: all are ours, no read-back
+            return set(action_ids)  # the commit changed every row: all are ours, no read-back
         if updated == 0:
-            return []
+            return set()
         held = query.rows(self.table, self.name, filters.all_of(
             filters.in_ids("id", action_ids), PROCESSING, filters.eq_id("claimed_by", worker_id)),
             columns=["id"], limit=len(action_ids))
-        return [r["id"] for r in held]
+        return {r["id"] for r in held}
+
+    def submit_start_attempt(self, action_id: str, worker_id: str, alone: bool = False):
+        """Queue counting an attempt of a claimed action whose handler is about
+        to start (see the module docstring); the future resolves once durable.
+        Starts by one worker share one commit."""
+        return self.writer.submit_update_ids(self.name, "id", [filters.check_id(action_id, "action_id")], {
+            "attempts": "attempts + 1", "error": _started_line(worker_id, alone)})
+
+    def submit_attempt_failed(self, action_id: str, what: str):
+        """Queue noting on the attempt record what the current attempt raised."""
+        line = "raised " + " ".join(str(what).split())[:1000]
+        return self.writer.submit_update_ids(self.name, "id", [filters.check_id(action_id, "action_id")], {
+            "error": f"concat(coalesce(error, ''), {filters.quote(line)}, '\n')"})
 
     def finish(self, action_id: str, *, ok: bool, error: str | None = None) -> None:
         self.submit_finish(action_id, ok=ok, error=error).result()

@@ -26,6 +26,7 @@ a finished one (``done``) is reactivated.  Its item id comes from the call
 id, so a call run again after a crash delivers nothing twice.
 """
 import asyncio
+import weakref
 from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -137,7 +138,11 @@ def build(store, monikers, profiles: Callable[[str, dict], dict] | None = None) 
     wires the profile library's); KeyError for an unknown or broken profile,
     ValueError for an override it refuses.  Without one, ``profile`` is refused."""
     spawned: dict[str, set[str]] = {}  # parent -> children queued by this process, not yet in agent_state
-    lock = asyncio.Lock()
+    # One lock per parent: the calls of one step count each other's children.  One
+    # lock for every session made a restart's backlog of parents spawn one at a time,
+    # and the later calls ran out of their 60 s waiting (the kill loop, tests/kill_loop.py).
+    # Weak: a parent's lock lives while a call of it holds or waits for it.
+    locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def resolve(args: SpawnArgs) -> tuple[str, dict]:
         if args.profile is None:
@@ -200,6 +205,9 @@ def build(store, monikers, profiles: Callable[[str, dict], dict] | None = None) 
         return {"agent_id": agent_id, "session_id": session_id, "name": args.name, "queued": True}
 
     async def spawn(args: SpawnArgs, ctx: ToolContext):
+        lock = locks.get(ctx.session_id)
+        if lock is None:
+            lock = locks[ctx.session_id] = asyncio.Lock()
         async with lock:  # concurrent calls of one step count each other's children
             child = await asyncio.to_thread(prepare, args, ctx)
         ids = {"agent_id": child["agent_id"], "session_id": child["session_id"], "name": child["name"]}

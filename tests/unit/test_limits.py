@@ -178,10 +178,11 @@ def test_monitor_stops_long_pauses_and_removes_old_finished_sessions(store):
     assert store.states.get("p") is not None  # stopped just now: kept until its retention passes
 
 
-def test_an_action_claimed_too_often_is_parked_as_failed(store):
+def test_an_action_tried_too_often_is_parked_as_failed(store):
+    tried = "".join(f"started alone by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
     poison = {"id": "poison1", "created_at": datetime.now(timezone.utc), "type": "pause", "agent_id": "a",
               "session_id": "nowhere", "priority": 0, "payload": "{}", "status": "pending", "processed": False,
-              "attempts": 5}
+              "attempts": 5, "error": tried}
     store.writer.append("actions", [poison])
     run(store, lambda service: until(lambda: finished(store, "poison1"), what="parked"), max_attempts=5)
     action = store.actions.get("poison1")

@@ -203,7 +203,11 @@ def test_expired_leases_return_actions_to_pending(store):
     assert store.actions.release_expired(now=codec.utcnow()) == 0
     assert store.actions.release_expired(now=codec.utcnow() + timedelta(seconds=61)) == 1
     got = store.actions.get(action["id"])
-    assert got["status"] == "pending" and got["claimed_by"] is None and got["attempts"] == 1
+    # Claimed but never started: not an attempt (store/actions.py); a claim that starts it counts one.
+    assert got["status"] == "pending" and got["claimed_by"] is None and got["attempts"] == 0
+    assert store.actions.claim([action["id"]], "w2", lease_s=60, starting=[action["id"]]) == [action["id"]]
+    got = store.actions.get(action["id"])
+    assert got["attempts"] == 1 and got["error"].startswith("started by w2 at ")
 
 
 def test_group_commit_coalesces_concurrent_writes_and_survives_cancelled_callers(store):

@@ -324,3 +324,23 @@ def test_ended_rows_that_failed_to_land_behind_are_written_again(store):
     assert [r["status"] for r in asyncio.run(scenario())] == ["success"]
     assert failed and [r["status"] for r in rows_of(store, agent)] == ["success"]
     assert tools.runs == {"quick": 1}
+
+
+# ---- recovery keeps each call's place -------------------------------------------
+
+def test_calls_planned_again_after_a_crash_keep_their_seq(store):
+    """Issue 37: recovery numbered the calls it planned again from 0, so a
+    step's rows read seq 0, 0, 2 (and a replay of it diverged where nothing
+    changed).  Calls 0 and 2 have rows (non-idempotent, running when the
+    worker died); call 1 never got one."""
+    tools = Tools(store)
+    runner = ToolRunner(tools.registry, Persistence(store))
+    agent = Agent(["slow_once", "quick"])
+    step = step_with(store, agent, ["slow_once", "quick", "slow_once"])
+    planned = runner.plan(agent, step["iteration"], step["tool_calls"], step["created_at"])
+    asyncio.run(runner.write([dict(planned[i], status="running") for i in (0, 2)], new=True))
+
+    results = asyncio.run(run_phase(runner, agent, step, fresh=False))
+    assert [r["status"] for r in results] == ["unknown", "success", "unknown"]
+    rows = sorted(rows_of(store, agent), key=lambda r: r["seq"])
+    assert [(r["seq"], r["call_id"]) for r in rows] == [(0, "c0"), (1, "c1"), (2, "c2")]

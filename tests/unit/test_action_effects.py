@@ -1,0 +1,100 @@
+"""An action applied again after it took effect ends done (runtime/handlers.py,
+runtime/actions.py ``took_effect``), also when its session has finished since,
+and also when its attempts ran out: parking asks first.
+
+Issue 37 saw answers, approvals, destroys, resumes and guidance reported
+``failed`` although their effect was recorded.  A crash between an action's
+effect and its finish is made here by setting the finished action back to
+pending with its attempt recorded, as ``release_claims_of`` leaves it once its
+worker died."""
+import pytest
+from ulid import ULID
+
+from store import Store, codec, filters
+from tests.harness import finished, run_in_process, until
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(str(tmp_path / "db"))
+    yield s
+    s.close()
+
+
+
+def run(store, scenario):
+    return run_in_process(store, scenario, watch_s=0.01)
+
+
+def again(store: Store, action_id: str, record: str = "", attempts: int = 1) -> None:
+    """The action as a crash between its effect and its finish leaves it, once
+    its claim is handed back: pending, never finished, its attempts recorded."""
+    store.writer.update("actions", filters.eq_id("id", action_id), {
+        "status": "pending", "processed": False, "processed_at": None, "claimed_by": None, "lease_until": None,
+        "attempts": attempts, "error": record or "started by w-dead at 2026-11-27T10:00:00.000000000\n"})
+
+
+def test_controls_applied_again_after_their_session_finished_end_done(store):
+    """A resume and an interrupt took effect (the session used the guidance and
+    ran to its end); their worker died before finishing them.  Applied again,
+    they recognise their own effect: done, not "cannot resume: session is done"."""
+    store.actions.enqueue("create", agent_id="a", session_id="s",
+                          payload={"moniker": "countdown", "config": {"interval_s": 0.05, "n": 10}})
+    ids = {}
+
+    async def scenario(service):
+        await until(lambda: store.steps.count("s") >= 1, what="a first step")
+        ids["pause"] = store.actions.enqueue("pause", agent_id="a", session_id="s")["id"]
+        await until(lambda: finished(store, ids["pause"]), what="paused")
+        ids["interrupt"] = store.actions.enqueue("interrupt", agent_id="a", session_id="s",
+                                                 payload={"guidance": "count faster"})["id"]
+        ids["inbox"] = store.actions.enqueue("inbox_item", agent_id="a", session_id="s",
+                                             payload={"kind": "system", "text": "a note"})["id"]
+        ids["resume"] = store.actions.enqueue("resume", agent_id="a", session_id="s")["id"]
+        await until(lambda: (s := store.states.get("s")) and s["status"] == "done", what="the session to finish")
+        for verb in ("interrupt", "inbox", "resume"):
+            assert store.actions.get(ids[verb])["status"] == "done"
+            again(store, ids[verb])
+        await until(lambda: all(finished(store, ids[v]) for v in ("interrupt", "inbox", "resume")),
+                    what="the actions applied again")
+
+    run(store, scenario)
+    for verb in ("interrupt", "inbox", "resume"):
+        action = store.actions.get(ids[verb])
+        assert (action["status"], action["error"]) == ("done", None), (verb, action)
+    used = [g["action_id"] for s in store.steps.search(session_id="s") for g in s.get("guidance") or []]
+    assert used.count(ids["interrupt"]) == 1 and used.count(ids["inbox"]) == 1
+
+
+def test_a_parked_control_that_took_effect_is_done(store):
+    """Five attempts that never ended, the last of which had applied the
+    guidance: parking asks the table, which finds the guidance's id in the
+    session, so the action is done; one whose id is nowhere is parked."""
+    store.actions.enqueue("create", agent_id="a", session_id="s",
+                          payload={"moniker": "echo", "config": {"interval_s": 0.05}})
+    record = "".join(f"started alone by w{n} at 2026-11-27T10:00:0{n}.000000000\n" for n in range(5))
+
+    def tried_before(type_: str, payload: dict, record: str) -> dict:
+        """An action appended as five attempts that never ended left it (in one
+        commit: the dispatcher must not see it before its record)."""
+        row = dict(id=str(ULID()), type=type_, created_at=codec.utcnow(), agent_id="a", session_id="s",
+                   conversation_id=None, priority=0, payload=payload, status="pending", processed=False, processed_at=None, claimed_by=None,
+                   lease_until=None, attempts=5, error=record)
+        store.writer.append("actions", [row])
+        return row
+
+    async def scenario(service):
+        await until(lambda: store.steps.count("s") >= 1, what="a first step")
+        used = store.actions.enqueue("interrupt", agent_id="a", session_id="s", payload={"guidance": "hello"})
+        await until(lambda: finished(store, used["id"]), what="guidance")
+        await until(lambda: any(g["action_id"] == used["id"] for s in store.steps.search(session_id="s")
+                                for g in s.get("guidance") or []), what="the guidance used")
+        never = tried_before("interrupt", {"guidance": "never"}, record)
+        again(store, used["id"], record, attempts=5)
+        await until(lambda: finished(store, used["id"]) and finished(store, never["id"]), what="parking")
+        return used["id"], never["id"]
+
+    used, never = run(store, scenario)
+    assert store.actions.get(used)["status"] == "done"
+    assert store.actions.get(never)["status"] == "failed"
+    assert store.actions.get(never)["error"].startswith("parked after 5 attempts")

@@ -1,0 +1,71 @@
+"""A replay of a parent that was woken after ``done`` runs on as its recording
+did (runtime/replay.py ``Replayer.wake``).
+
+Issue 37: the recording's parent finished ``done``, was woken by its child's
+result and consumed it in one more step; its replay stopped at the first
+``done``, so the child's result, which the recording consumed later, never
+reached it.  And the wake comes before the end is saved: saving ``done`` and
+waking after lost the wake to a kill in between (the kill loop)."""
+import pytest
+
+from monikers import default_registry
+from store import Store
+from tests.harness import finished, run_in_process, until
+from tools.catalog import service_registry
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(str(tmp_path / "db"))
+    yield s
+    s.close()
+
+
+def parent_frames() -> list[dict]:
+    child = {"name": "spawn_agent", "args": {
+        "task": "take your time", "moniker": "scripted", "name": "slow-child",
+        "config": {"interval_s": 0.3, "frames": [{"text": "working"}, {"text": "the child's answer", "done": True}]}}}
+    return [{"text": "asking a child", "tool_calls": [child]},
+            {"text": "nothing left to do", "done": True},
+            {"text": "read the child's answer", "done": True}]
+
+
+def child_results(step: dict) -> list[str]:
+    return [g["action_id"] for g in step.get("guidance") or [] if g.get("kind") == "child_result"]
+
+
+def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(store):
+    store.actions.enqueue("create", agent_id="a", session_id="rec", payload={
+        "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
+                                                              "frames": parent_frames()}})
+
+    saved = []  # (status, iteration) of every snapshot the replay saved
+
+    class Snapshots:
+        async def snapshot_saved(self, snapshot):
+            if snapshot["session_id"] == "rep":
+                saved.append((snapshot["status"], snapshot["iteration"]))
+
+    async def scenario(service):
+        service.observers.add(Snapshots())
+        await until(lambda: store.steps.count("rec") >= 3 and store.states.get("rec")["status"] == "done",
+                    timeout=60, what="the recording: done, woken by its child, done again")
+        made = store.actions.enqueue("create", agent_id="a", session_id="rep", payload={
+            "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
+                                                                  "frames": parent_frames()},
+            "replay": {"session_id": "rec", "from_iteration": 0, "tools": "recorded", "children": "served"}})
+        await until(lambda: finished(store, made["id"]), what="the replay's create")
+        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
+                    timeout=60, what="the replay to run as far as its recording")
+
+    monikers = default_registry()
+    run_in_process(store, scenario, monikers=monikers, tools=service_registry(store, monikers), watch_s=0.01)
+    recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
+    assert [s["status"] for s in recorded] == ["ok", "done", "done"]
+    assert child_results(recorded[2]), "the recording's parent was not woken by its child"
+    assert [s["iteration"] for s in replayed] == [0, 1, 2]
+    assert [s["text"] for s in replayed] == [s["text"] for s in recorded]
+    assert child_results(replayed[2]) == child_results(recorded[2])
+    assert not store.states.children("rep"), "the replay spawned a child"
+    # Woken before its end was saved: a crash between the two would leave it done for good.
+    assert ("done", 1) not in saved and saved[-1] == ("done", 2), saved
