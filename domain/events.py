@@ -121,26 +121,39 @@ def bounded(data: dict, max_bytes: int = EVENT_MAX_BYTES) -> dict:
     """``data`` as plain JSON values, at most ``max_bytes`` as JSON: the largest
     fields (never :data:`ROUTING_KEYS`) are left out until it fits, each named
     in ``omitted`` with its size.  One encoding when it fits already."""
+    return bounded_sized(data, max_bytes)[0]
+
+
+def bounded_sized(data: dict, max_bytes: int = EVENT_MAX_BYTES) -> tuple[dict, int]:
+    """:func:`bounded`, and the size of what it returns (the relay counts its buffer in bytes)."""
     text = _json(data)
     plain = orjson.loads(text)
     if len(text) <= max_bytes:
-        return plain
+        return plain, len(text)
     sizes = {key: json_size(value) for key, value in plain.items() if key not in ROUTING_KEYS and key != "omitted"}
     omitted = plain.setdefault("omitted", {})
+    size = len(text)
     for key in sorted(sizes, key=sizes.__getitem__, reverse=True):
         del plain[key]
         omitted[key] = sizes[key]
-        if json_size(plain) <= max_bytes:
+        size = json_size(plain)
+        if size <= max_bytes:
             break
-    return plain
+    return plain, size
 
 
 def session_summary(snapshot: dict, *, config: bool = False, state: bool = True,
                     max_bytes: int = STATE_MAX_BYTES) -> dict:
+    """:func:`session_summary_sized` without the size."""
+    return session_summary_sized(snapshot, config=config, state=state, max_bytes=max_bytes)[0]
+
+
+def session_summary_sized(snapshot: dict, *, config: bool = False, state: bool = True,
+                          max_bytes: int = STATE_MAX_BYTES) -> tuple[dict, int]:
     """A session's snapshot as an ``agent_state`` event (or a list row) carries
     it: without ``pending_guidance``/``used_guidance``, with ``config`` only when
     asked (it changed), with ``state`` unless ``state=False``, a big result
-    summarised, bounded."""
+    summarised, bounded; and its size as JSON."""
     row = {key: value for key, value in snapshot.items()
            if key not in NOT_SUMMARISED and (state or key != "state")}
     if config and "config" in snapshot:
@@ -153,7 +166,7 @@ def session_summary(snapshot: dict, *, config: bool = False, state: bool = True,
             text = text[:RESULT_TEXT_CHARS] + "…"
         row["result"] = {"text": text if isinstance(text, str) else None}
         row["summarised"] = {"result": size}
-    return bounded(row, max_bytes)
+    return bounded_sized(row, max_bytes)
 
 
 class ConfigChanges:

@@ -1,9 +1,11 @@
 """Relaying runtime events from agents.py to app.py, which fans them out to browsers.
 
 A runtime observer turns each durable change into an event (see
-domain/events.py) and puts it in a bounded buffer; one task sends the buffer
-in batches over a python-socketio ``AsyncClient`` to app.py's token-protected
-ingest namespace, waiting for each batch's acknowledgement so order is kept.
+domain/events.py) and puts it in a bounded buffer; a thread of its own (with
+its own event loop, so a thousand busy agents do not slow its round trips)
+sends the buffer in batches over a python-socketio ``AsyncClient`` to app.py's
+token-protected ingest namespace, waiting for each batch's acknowledgement so
+order is kept.
 
 The relay never slows an agent down and never blocks on app.py, and when it
 falls behind it sheds load by *coalescing*, not by dropping (issue 37: with
@@ -22,7 +24,8 @@ dropped every 5 s while every page kept saying "live"):
   replaced meanwhile costs nothing; it carries the config only when that
   changed (:class:`domain.events.ConfigChanges`).
 - Every event is bounded in size (domain/events.py), and a batch holds at most
-  ``BATCH`` events and about ``BATCH_BYTES``.
+  ``BATCH`` events and ``BATCH_BYTES`` (well under the 1 MB message that app.py's
+  Socket.IO server accepts: a bigger one closes the connection).
 - Only when the buffer is full (``max_events`` or ``max_bytes``: app.py is
   down or far slower than the agents) is the oldest event dropped; a batch
   whose acknowledgement does not come is not sent again (app.py may have
@@ -38,6 +41,7 @@ client connects with retry and reconnects by itself.
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from collections import OrderedDict
 from datetime import datetime, timezone
@@ -45,12 +49,16 @@ from datetime import datetime, timezone
 import socketio
 from ulid import ULID
 
-from domain.events import GAP, INGEST_NAMESPACE, ConfigChanges, bounded, json_size, make_event, session_summary
+from domain.events import GAP, INGEST_NAMESPACE, ConfigChanges, bounded_sized, make_event, session_summary_sized
 
 log = logging.getLogger("runtime.relay")
 
-BATCH = 200  # events in one batch at most
-BATCH_BYTES = 1 << 20  # a batch is closed once it holds this much
+BATCH = 1000  # events in one batch at most (api/live.py MAX_BATCH)
+# A batch's events' bytes at most.  app.py's Socket.IO server closes the
+# connection on a message over 1,000,000 bytes (engine.io's max_http_buffer_size),
+# so a bigger batch never gets its ack: the old relay's batches of 200 states
+# with ~190 KB configs each were cut like that, every time.
+BATCH_BYTES = 512 * 1024  # (a batch may pass it by one event: 64 KiB at most)
 GAP_SESSIONS = 100  # sessions a gap event names at most (beyond: all of them, "sessions": null)
 LOG_EVERY_S = 5.0
 FAILED_PAUSE_S = 0.5  # after a batch that was not acknowledged
@@ -63,16 +71,17 @@ class _Pending:
 
     __slots__ = ("event", "snapshot", "config", "size", "session_id")
 
-    def __init__(self, event=None, snapshot=None, config=False, session_id=None):
+    def __init__(self, event=None, snapshot=None, config=False, session_id=None, size=STATE_COST):
         self.event, self.snapshot, self.config, self.session_id = event, snapshot, config, session_id
         # A state waiting is a shallow copy (its values are the session's own): it
-        # counts as a small event until built, when it is at most STATE_MAX_BYTES.
-        self.size = STATE_COST if event is None else json_size(event["data"])
+        # counts as a small event (STATE_COST) until built, when it is at most STATE_MAX_BYTES.
+        self.size = size
 
     def built(self) -> dict:
         if self.event is None:
-            data = session_summary(self.snapshot, config=self.config)
+            data, self.size = session_summary_sized(self.snapshot, config=self.config)
             self.event = make_event("agent_state", data["session_id"], data)
+            self.snapshot = None
         return self.event
 
 
@@ -91,12 +100,16 @@ class EventRelay:
         self._gap: dict | None = None  # {"reason", "dropped", "sessions": set | None}: to tell app.py next
         self._unlogged: dict[str, int] = {}  # reason -> events dropped since the last log line
         self._logged_at = float("-inf")
-        self._configs = ConfigChanges()
+        self._configs = ConfigChanges()  # used on the agents' loop only
         self._order = itertools.count()
-        self._wake = asyncio.Event()
-        self._client = socketio.AsyncClient(reconnection=True, reconnection_delay=0.5, reconnection_delay_max=5)
-        self._client.on("connect", self._connected, namespace=INGEST_NAMESPACE)
-        self._task: asyncio.Task | None = None
+        self._lock = threading.Lock()  # the buffer, the gap and the counts of what was lost
+        self._idle = True  # the sender waits for a wake-up (a publisher gives it one)
+        self._thread: threading.Thread | None = None
+        # The relay's thread and its loop make these (start): its client, wake-up and stop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._client = None
 
     # ---- observer hooks -------------------------------------------------
 
@@ -148,29 +161,35 @@ class EventRelay:
     def publish(self, event: str, row_id: str, data: dict, *, key: tuple | None = None) -> None:
         """Queue an event (built and bounded now); ``key``: it replaces an unsent
         event of the same key (without one it replaces nothing)."""
-        pending = _Pending(event=make_event(event, row_id, bounded(data)), session_id=data.get("session_id"))
+        plain, size = bounded_sized(data)
+        pending = _Pending(event=make_event(event, row_id, plain), session_id=data.get("session_id"), size=size)
         self._queue(key or ("once", next(self._order)), pending)
 
-    # ---- the buffer -----------------------------------------------------
+    # ---- the buffer (shared by the agents' event loop and the relay's thread) -----
 
     def _queue(self, key: tuple, pending: _Pending) -> None:
         """Replace the unsent event of ``key`` in its place, or append.  When the
         buffer is full the oldest go, and the next batch starts with a gap
         event naming their sessions."""
-        older = self.buffer.get(key)
-        if older is not None:
-            self.buffered_bytes -= older.size
-            self.coalesced += 1
-        self.buffer[key] = pending  # an existing key keeps its place
-        self.buffered_bytes += pending.size
-        while len(self.buffer) > self.max_events or (self.buffered_bytes > self.max_bytes and len(self.buffer) > 1):
-            _, oldest = self.buffer.popitem(last=False)
-            self.buffered_bytes -= oldest.size
-            self._lost("buffer_full", [oldest.session_id])
-        self._wake.set()
+        with self._lock:
+            older = self.buffer.get(key)
+            if older is not None:
+                self.buffered_bytes -= older.size
+                self.coalesced += 1
+            self.buffer[key] = pending  # an existing key keeps its place
+            self.buffered_bytes += pending.size
+            while len(self.buffer) > self.max_events or (self.buffered_bytes > self.max_bytes
+                                                         and len(self.buffer) > 1):
+                _, oldest = self.buffer.popitem(last=False)
+                self.buffered_bytes -= oldest.size
+                self._lost("buffer_full", [oldest.session_id])
+            wake, self._idle = self._idle, False
+        if wake and self._loop is not None:  # one wake-up while the sender waits, not one per event
+            self._loop.call_soon_threadsafe(self._wake.set)
 
     def _lost(self, reason: str, session_ids) -> None:
-        """Remember events that will never reach app.py, for the next gap event and the log."""
+        """Remember events that will never reach app.py, for the next gap event
+        and the log (the caller holds the lock)."""
         count = len(session_ids)
         self.dropped += count
         self._unlogged[reason] = self._unlogged.get(reason, 0) + count
@@ -188,22 +207,53 @@ class EventRelay:
             self._gap["reason"] += "," + reason
         return self._gap
 
+    def _has_work(self) -> bool:
+        """Whether there is something to send; if not, the sender waits and a
+        publisher will wake it."""
+        with self._lock:
+            if self.buffer or self._gap is not None:
+                return True
+            self._idle = True
+            return False
+
     async def _connected(self) -> None:
         """(Re)connected: what happened while away was not relayed, so the first
         batch tells the browsers to catch up."""
-        self._gap_for("connected")["sessions"] = None
-        self._wake.set()
+        with self._lock:
+            self._gap_for("connected")["sessions"] = None
+        if self._wake is not None:
+            self._wake.set()
 
-    # ---- delivery -------------------------------------------------------
+    # ---- delivery, on a thread of its own ------------------------------------
+    #
+    # The sender has its own thread and event loop: on the agents' loop, with a
+    # thousand agents stepping, every await of a batch's round trip waited for a
+    # turn among them, and the relay sent a few hundred events a second while
+    # the agents made thousands.  Publishing stays on the agents' loop (a lock,
+    # a dict insert, one wake-up of an idle sender).
 
-    def start(self) -> asyncio.Task:
-        self._task = asyncio.create_task(self._run(), name="event-relay")
-        return self._task
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="event-relay", daemon=True)
+        self._thread.start()
+        return self._thread
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop the relay's thread (what it still holds is not sent)."""
+        if self._thread is None:
+            return
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        await asyncio.to_thread(self._thread.join, 10)
+
+    async def _main(self) -> None:
+        self._wake, self._stop = asyncio.Event(), asyncio.Event()
+        self._client = socketio.AsyncClient(reconnection=True, reconnection_delay=0.5, reconnection_delay_max=5)
+        self._client.on("connect", self._connected, namespace=INGEST_NAMESPACE)
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.create_task(self._run(), name="event-relay")
+        await self._stop.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         try:
             await self._client.disconnect()
         except Exception as exc:  # already gone
@@ -213,64 +263,76 @@ class EventRelay:
         await self._client.connect(self.url, namespaces=[INGEST_NAMESPACE], auth={"token": self.token},
                                    transports=["websocket"], retry=True, wait_timeout=5)
         log.info("relaying events to %s%s", self.url, INGEST_NAMESPACE)
+        log_timer = None
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self.buffer or self._gap is not None:
-                if not self._client.namespaces.get(INGEST_NAMESPACE):
-                    await asyncio.sleep(0.2)  # reconnecting by itself; keep the newest events meanwhile
-                    continue
-                if not await self._send(self._next_batch()):
-                    await asyncio.sleep(FAILED_PAUSE_S)  # app.py is not answering: no tight loop of failures
-                self._log_drops()
             self._log_drops()
-            if self._unlogged:  # say it once the quiet time is over, even if nothing else happens
-                asyncio.get_running_loop().call_later(LOG_EVERY_S, self._wake.set)
+            if not self._has_work():
+                if self._unlogged and (log_timer is None or log_timer.when() <= self._loop.time()):
+                    log_timer = self._loop.call_later(LOG_EVERY_S, self._wake.set)  # say it when the quiet ends
+                await self._wake.wait()
+                self._wake.clear()
+                continue
+            if not self._client.namespaces.get(INGEST_NAMESPACE):
+                await asyncio.sleep(0.2)  # reconnecting by itself; keep the newest events meanwhile
+                continue
+            if not await self._send(self._next_batch()):
+                await asyncio.sleep(FAILED_PAUSE_S)  # app.py is not answering: no tight loop of failures
 
     def _next_batch(self) -> list[tuple[_Pending | None, dict]]:
         """The gap event (if any) first, then the oldest events, up to BATCH
-        events or about BATCH_BYTES."""
+        events or BATCH_BYTES (and at most one event more: each is small).  A
+        state is built here, off the agents' loop and outside the lock."""
         batch, size = [], 0
-        if self._gap is not None:
+        with self._lock:
             gap, self._gap = self._gap, None
+        if gap is not None:
             sessions = sorted(gap["sessions"]) if gap["sessions"] is not None else None
             batch.append((None, {"event": GAP, "id": str(ULID()), "stream": GAP,
                                  "data": {"reason": gap["reason"], "dropped": gap["dropped"], "sessions": sessions}}))
-        while self.buffer and len(batch) < BATCH and size < BATCH_BYTES:
-            _, pending = self.buffer.popitem(last=False)
-            self.buffered_bytes -= pending.size
-            size += pending.size
+        while len(batch) < BATCH and size < BATCH_BYTES:
+            with self._lock:
+                if not self.buffer:
+                    break
+                _, pending = self.buffer.popitem(last=False)
+                self.buffered_bytes -= pending.size
             try:
-                batch.append((pending, pending.built()))
+                event = pending.built()  # a state is built now, and then knows its size
             except Exception:  # a snapshot that cannot be encoded must not stop the relay
                 log.exception("relay could not build the state of session %s", pending.session_id)
-                self._lost("unencodable", [pending.session_id])
+                with self._lock:
+                    self._lost("unencodable", [pending.session_id])
+                continue
+            size += pending.size
+            batch.append((pending, event))
         return batch
 
     async def _send(self, batch: list[tuple[_Pending | None, dict]]) -> bool:
         """Send one batch and wait for its acknowledgement; False when none came."""
         try:
-            await self._client.call("events", [event for _, event in batch], namespace=INGEST_NAMESPACE,
-                                    timeout=self.ack_timeout_s)
+            ack = await self._client.call("events", [event for _, event in batch], namespace=INGEST_NAMESPACE,
+                                          timeout=self.ack_timeout_s)
+            if not (isinstance(ack, dict) and ack.get("ok")):  # refused whole (a bug on one side or the other)
+                raise RuntimeError(f"app.py refused the batch: {ack!r:.200}")
             self.sent += len(batch)
             return True
         except Exception as exc:  # disconnected or no ack in time: app.py may or may not have emitted them
-            lost = [pending.session_id for pending, _ in batch if pending is not None]
-            self._lost("not_acknowledged", lost)
-            gap = next((event for pending, event in batch if pending is None), None)
-            if gap is not None:  # the gap it was to tell: tell it with the next batch
-                again = self._gap_for(gap["data"]["reason"])
-                again["sessions"], again["dropped"] = None, again["dropped"] + gap["data"]["dropped"]
+            with self._lock:
+                self._lost("not_acknowledged", [pending.session_id for pending, _ in batch if pending is not None])
+                gap = next((event for pending, event in batch if pending is None), None)
+                if gap is not None:  # the gap it was to tell: tell it with the next batch
+                    again = self._gap_for(gap["data"]["reason"])
+                    again["sessions"], again["dropped"] = None, again["dropped"] + gap["data"]["dropped"]
             log.debug("relay batch of %d events not acknowledged: %s", len(batch), exc or type(exc).__name__)
             return False
 
     def _log_drops(self, now: float | None = None) -> None:
         """One line per LOG_EVERY_S at most, when events were dropped."""
         now = time.monotonic() if now is None else now
-        if not self._unlogged or now - self._logged_at < LOG_EVERY_S:
-            return
-        what = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in self._unlogged.items())
+        with self._lock:
+            if not self._unlogged or now - self._logged_at < LOG_EVERY_S:
+                return
+            unlogged, self._unlogged = self._unlogged, {}
+            self._logged_at = now
+        what = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in unlogged.items())
         log.warning("relay lost %d events (%s); browsers were told to catch up from the record",
-                    sum(self._unlogged.values()), what)
-        self._unlogged.clear()
-        self._logged_at = now
+                    sum(unlogged.values()), what)

@@ -7,12 +7,13 @@ its unsent older one in place, steps are never replaced, and what it must drop
 (a full buffer, a batch not acknowledged) it tells app.py in a ``gap`` event.
 And app.py's side (api/live.py): a ``gap`` reaches every browser, whatever its rooms."""
 import asyncio
+import json
 from datetime import datetime, timezone
 
 from app import create_app
 from domain.events import (EVENT_MAX_BYTES, GAP, INGEST_NAMESPACE, ROUTING_KEYS, STATE_MAX_BYTES, ConfigChanges,
                            bounded, json_size, make_event, session_summary)
-from runtime.relay import EventRelay
+from runtime.relay import BATCH_BYTES, EventRelay
 from store import Store
 
 BIG = "x" * 200_000
@@ -93,6 +94,8 @@ class FakeClient:
     async def call(self, name, batch, namespace, timeout):
         if not self.ack:
             raise TimeoutError()
+        if self.ack == "refuse":
+            return {"ok": False, "error": "a batch is a list of at most 1000 events"}
         self.batches.append(batch)
         return {"ok": True, "accepted": len(batch)}
 
@@ -188,6 +191,29 @@ def test_a_batch_not_acknowledged_is_told_with_the_next_one_not_sent_again():
     assert sent[0]["event"] == GAP and sent[0]["data"] == {"reason": "not_acknowledged", "dropped": 2,
                                                             "sessions": ["S1"]}
     assert [e["event"] for e in sent[1:]] == ["agent_step", "agent_state"]
+
+
+def test_a_refused_batch_counts_as_lost():
+    r = relay()
+    asyncio.run(r.step_persisted(snapshot(), step(1)))
+    assert drain(r, FakeClient(ack="refuse")) == [] and r.dropped == 2 and r.sent == 0
+
+
+def test_a_batch_stays_under_the_size_app_py_accepts():
+    """app.py's Socket.IO server closes the connection on a message over
+    1,000,000 bytes: the relay's batches stay under BATCH_BYTES, states counted
+    at their built size."""
+    r = relay()
+    for i in range(40):  # steps of ~50 KB and states of ~8 KB
+        asyncio.run(r.step_persisted(snapshot(session_id=f"S{i}", state={"blob": "s" * 7_000}),
+                                     dict(step(i, f"S{i}"), text="t" * 50_000)))
+    client = FakeClient()
+    sent = drain(r, client)
+    assert len(sent) == 80 and len(client.batches) > 1
+    for batch in client.batches:
+        assert sum(json_size(e["data"]) for e in batch) <= BATCH_BYTES + EVENT_MAX_BYTES
+        assert len(json.dumps(batch)) < 1_000_000
+    assert r.buffered_bytes == 0
 
 
 def test_a_reconnected_relay_tells_every_browser_to_catch_up_first():
