@@ -11,10 +11,15 @@ Two namespaces:
   or a new epoch catches up over HTTP and de-duplicates by ``id``.  It also
   receives ``step_delta`` (domain/events.py ``EPHEMERAL``): a step's model
   output while it is generated, live only, never stored, so there is nothing to
-  catch up on and a gap in its ``seq`` means nothing.
+  catch up on and a gap in its ``seq`` means nothing.  Every client, whatever
+  its rooms, receives ``gap`` (``{id, epoch, data: {reason, dropped,
+  sessions}}``, no ``seq``) when events were lost before reaching this process
+  (agents.py's relay dropped some, or has just (re)connected): it catches up
+  over HTTP.  Events are small (domain/events.py): a field left out for its
+  size is named in ``data.omitted`` and read over HTTP.
 - ``/ingest`` for agents.py, accepting only a client whose ``auth.token`` is the
-  shared events token (domain/events.py); it takes batches of events and
-  acknowledges each batch after emitting it.
+  shared events token (domain/events.py); it takes batches of events (a
+  ``gap`` among them) and acknowledges each batch after emitting it.
 
 Events app.py produces itself (user messages) go through the same
 :meth:`LiveHub.publish`.
@@ -30,7 +35,7 @@ from ulid import ULID
 from api import auth
 from api.guard import SitePolicy
 from domain.tokens import TokenRing
-from domain.events import EVENTS, INGEST_NAMESPACE, make_event, rooms_for
+from domain.events import EVENTS, GAP, INGEST_NAMESPACE, make_event, rooms_for
 from store.filters import InvalidId, check_id
 
 log = logging.getLogger("api.live")
@@ -57,11 +62,14 @@ class LiveHub:
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
         self.published = 0
+        self.gaps = 0
         # Called with (event name, rooms, payload) after each emit: api/stream.py
         # wakes its streams on recorded events and hands them the live-only ones.
         self.listeners = []
 
     def publish(self, event: dict) -> dict:
+        if event["event"] == GAP:
+            return self.publish_gap(event)
         data = event["data"]
         # Numbering and emitting under one lock keeps each stream's seq in emit order.
         with self._lock:
@@ -74,13 +82,24 @@ class LiveHub:
             listener(event["event"], rooms, payload)
         return payload
 
+    def publish_gap(self, event: dict) -> dict:
+        """Events were lost on their way here: every client (any room) catches up."""
+        payload = {"id": event["id"], "epoch": self.epoch, "data": event["data"]}
+        self.socketio.emit(GAP, payload, namespace="/")
+        self.gaps += 1
+        log.debug("told clients to catch up: %s", {k: v for k, v in event["data"].items() if k != "sessions"})
+        for listener in self.listeners:
+            listener(GAP, None, payload)
+        return payload
+
     def publish_row(self, name: str, row_id: str, data: dict) -> dict:
         return self.publish(make_event(name, row_id, data))
 
 
 def valid_event(event: object) -> bool:
-    return (isinstance(event, dict) and event.get("event") in EVENTS and isinstance(event.get("id"), str)
-            and isinstance(event.get("stream"), str) and isinstance(event.get("data"), dict))
+    return (isinstance(event, dict) and (event.get("event") in EVENTS or event.get("event") == GAP)
+            and isinstance(event.get("id"), str) and isinstance(event.get("stream"), str)
+            and isinstance(event.get("data"), dict))
 
 
 def install(app, token: str | None, message_queue: str | None = None,

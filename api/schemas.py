@@ -377,6 +377,15 @@ class WhoAmI(Open):
     role: Literal["viewer", "operator", "admin"]
 
 
+class Readiness(Open):
+    status: Literal["ready", "not_ready"]
+    reason: str | None = Field(None, description="why it is not ready")
+    workers_polling: int = Field(description="agents.py workers whose fresh heartbeat says they poll the queue")
+    workers_alive: int = Field(description="workers with a fresh heartbeat: polling, or adopting sessions after "
+                                           "a start")
+    heartbeat_age_s: float | None = Field(None, description="the freshest heartbeat's age, in seconds")
+
+
 class Conversation(Open):
     conversation_id: str
     title: str | None = None

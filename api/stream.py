@@ -3,8 +3,10 @@
     curl -N 'localhost:8765/api/stream?rooms=session:01J…,conversation:01J…'
 
 The events are Socket.IO's (``agent_step``, ``agent_state``, ``action``,
-``conversation_message``, shaped ``{id, stream, data}``), but every one is read
-from LanceDB, not from the live relay.  That is what makes the stream
+``conversation_message``, shaped ``{id, stream, data}``, bounded in size as
+domain/events.py says: an ``agent_state`` carries the config only when it
+changed since the stream's last one, a field too big is named in
+``data.omitted``), but every one is read from LanceDB, not from the live relay.  That is what makes the stream
 resumable: each event's SSE ``id`` is a *cursor*, the position of the client
 in every series it follows, and a client that reconnects with
 ``Last-Event-ID: <cursor>`` (or ``?after=<cursor>``) is served everything after
@@ -58,7 +60,7 @@ import threading
 import time
 from datetime import datetime
 
-from domain.events import EPHEMERAL
+from domain.events import EPHEMERAL, GAP, ConfigChanges, bounded, session_summary
 from domain.statuses import ACTION_FINISHED
 from store.filters import check_id
 
@@ -223,10 +225,11 @@ class StreamHub:
 
     def published(self, name: str, rooms, payload: dict) -> None:
         """The LiveHub emitted an event to ``rooms``: the streams following one
-        of them read the record, or get it handed over if it is live-only."""
-        rooms = set(rooms)
+        of them read the record, or get it handed over if it is live-only.  A
+        ``gap`` (events lost before this process) has every stream read."""
+        rooms = set(rooms or ())
         with self._lock:
-            following = [stream for stream in self._open.values() if stream.rooms & rooms]
+            following = [stream for stream in self._open.values() if name == GAP or stream.rooms & rooms]
         for stream in following:
             if name in EPHEMERAL:
                 stream.live(name, payload)
@@ -245,6 +248,7 @@ class Follower:
         self.cursor = cursor
         self.tail = tail
         self._last_message: dict[str, dict] = {}  # conversation -> the cursor's message row
+        self._configs = ConfigChanges()  # an agent_state carries the config when it changed
 
     def sessions(self) -> list[dict]:
         """The snapshots of the sessions the rooms cover (an agent's, newest last)."""
@@ -294,7 +298,7 @@ class Follower:
                 if step["iteration"] <= self.cursor[key]:
                     continue  # never send one twice, whatever the table holds
                 self.cursor[key] = step["iteration"]
-                data = dict(step, conversation_id=snapshot.get("conversation_id"))
+                data = bounded(dict(step, conversation_id=snapshot.get("conversation_id")))
                 yield "agent_step", step["id"], f"agent_step:{session_id}", data
             if len(rows) < PAGE:
                 return
@@ -309,7 +313,7 @@ class Follower:
                 self.cursor[key] = action["id"]
                 row = {k: action.get(k) for k in ("id", "type", "agent_id", "session_id", "conversation_id",
                                                   "created_at", "status", "error", "processed_at")}
-                yield "action", action["id"], f"action:{session_id}", row
+                yield "action", action["id"], f"action:{session_id}", bounded(row)
             if len(rows) < PAGE:
                 return
 
@@ -318,7 +322,7 @@ class Follower:
         stamp = micros(snapshot.get("updated_at"))
         if stamp > self.cursor.get(key, -1):
             self.cursor[key] = stamp
-            row = {k: v for k, v in snapshot.items() if k != "pending_guidance"}
+            row = session_summary(snapshot, config=self._configs.changed(snapshot))
             yield "agent_state", snapshot["session_id"], f"agent_state:{snapshot['session_id']}", row
 
     def _messages(self, conversation_id: str):
@@ -336,7 +340,8 @@ class Follower:
             for message in rows:
                 self.cursor[key] = message["message_id"]
                 self._last_message[conversation_id] = message
-                yield "conversation_message", message["message_id"], f"conversation_message:{conversation_id}", message
+                yield ("conversation_message", message["message_id"], f"conversation_message:{conversation_id}",
+                       bounded(message))
             if len(rows) < PAGE:
                 return
 

@@ -1,7 +1,7 @@
 """Step throughput: persisted steps per second with 10, 100 and 1,000 concurrent
 agents on a no-op moniker, and how long each step waits for its commit.
 
-    python -m bench.bench_step_throughput [--quick] [--agents 10,100,1000] [--seconds 15]
+    python -m bench.bench_step_throughput [--quick] [--agents 10,100,1000] [--seconds 15] [--relay]
 
 Runs AgentService in this process on a Store in a temporary directory (no HTTP:
 this measures the runtime and the store, not Flask).  Sessions are created
@@ -15,9 +15,15 @@ step waits in ``Persistence.append_step`` and a snapshot in ``save_snapshot``
 commit from the writer's own counters; the process's CPU time per step (all
 threads, Python and LanceDB's native code), which says whether the machine's
 two cores, rather than waiting, are the limit.
+
+``--relay`` also relays every step's live events (runtime/relay.py, on the
+step's path through the observers) to a real app.py started for the run, as
+agents.py does, and reports what the relay sent, coalesced and dropped.
 """
 import argparse
 import asyncio
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,15 +35,51 @@ from store import Store
 TARGET_STEPS_PER_S = 5000  # with 1,000 agents
 
 
-def measure(n: int, seconds: float, warmup_s: float) -> dict:
-    """Steps/s and commit waits for n no-op agents, on a fresh store."""
+def start_app(root: str) -> tuple[subprocess.Popen, str, str]:
+    """app.py on a data directory of its own, taking live events: (process, url, token)."""
+    from tests.harness import ROOT, free_port, wait_for
+    import requests
+
+    port, token = free_port(), "bench-token"
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--data-dir", f"{root}/app",
+                             "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "AGENTSVC_EVENTS_TOKEN": token})
+    url = f"http://127.0.0.1:{port}"
+
+    def answers():
+        try:
+            return requests.get(url + "/api/health", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+    wait_for(answers, timeout=120, what="app.py to answer")
+    return proc, url, token
+
+
+def measure(n: int, seconds: float, warmup_s: float, relay: bool = False) -> dict:
+    """Steps/s and commit waits for n no-op agents, on a fresh store (``relay``:
+    their live events relayed to a real app.py)."""
+    from runtime.relay import EventRelay
+
     with tempfile.TemporaryDirectory() as root:
         store = Store(f"{root}/db")
+        app = start_app(root) if relay else None
         started = time.perf_counter()
         enqueue_creates(store, n, "noop", {"interval_s": 0})
         enqueue_s = time.perf_counter() - started
 
         async def scenario(service):
+            relayed = None
+            if app is not None:
+                relayed = EventRelay(app[1], app[2])
+                service.observers.add(relayed)
+                relayed.start()
+            try:
+                return await measured(service, relayed)
+            finally:
+                if relayed is not None:
+                    await relayed.close()
+
+        async def measured(service, relayed):
             timer = CommitTimer(service.persist)
             t0 = time.perf_counter()
             await wait_until(lambda: len(service.sessions.running()) >= n, timeout=600, what=f"{n} sessions")
@@ -46,9 +88,12 @@ def measure(n: int, seconds: float, warmup_s: float) -> dict:
             timer.reset()
             stats = store.writer.stats
             c0, r0, s0 = stats.commits, stats.rows, stats.commit_seconds
+            counted = lambda: {k: getattr(relayed, k, None) for k in ("sent", "coalesced", "dropped")}  # noqa: E731
+            r1 = counted() if relayed is not None else None
             t1, cpu1 = time.perf_counter(), time.process_time()
             await asyncio.sleep(seconds)
             elapsed, cpu_s = time.perf_counter() - t1, time.process_time() - cpu1
+            r2 = counted() if relayed is not None else None
             steps, commits = timer.steps_done, stats.commits - c0
             return {"agents": n, "steps_per_s": round(steps / elapsed, 1), "steps": steps,
                     "seconds": round(elapsed, 2), "enqueue_creates_s": round(enqueue_s, 2),
@@ -58,18 +103,24 @@ def measure(n: int, seconds: float, warmup_s: float) -> dict:
                     "rows_per_commit": round((stats.rows - r0) / max(commits, 1), 1),
                     "commit_busy_fraction": round((stats.commit_seconds - s0) / elapsed, 2),
                     "process_cpu_cores": round(cpu_s / elapsed, 2),
-                    "cpu_ms_per_step": round(cpu_s * 1000 / max(steps, 1), 3)}
+                    "cpu_ms_per_step": round(cpu_s * 1000 / max(steps, 1), 3),
+                    **({"relay_events_in_window": {k: None if r2[k] is None else r2[k] - r1[k] for k in r2},
+                        "relay_buffered_at_end": len(relayed.buffer)} if relayed is not None else {})}
         try:
             return run_in_process(store, scenario)
         finally:
             store.close()
+            if app is not None:
+                app[0].terminate()
+                app[0].wait(timeout=30)
 
 
-def run(counts: list[int], seconds: float, warmup_s: float) -> dict:
-    result = {"benchmark": "step_throughput", "machine": machine(), "moniker": "noop (bench-local)", "runs": []}
+def run(counts: list[int], seconds: float, warmup_s: float, relay: bool = False) -> dict:
+    result = {"benchmark": "step_throughput", "machine": machine(), "moniker": "noop (bench-local)",
+              "relay": relay, "runs": []}
     for n in counts:
         progress(f"{n} agents")
-        result["runs"].append(measure(n, seconds, warmup_s))
+        result["runs"].append(measure(n, seconds, warmup_s, relay))
     biggest = result["runs"][-1]
     result["target"] = {"steps_per_s": TARGET_STEPS_PER_S, "agents": biggest["agents"],
                         "met": biggest["steps_per_s"] >= TARGET_STEPS_PER_S}
@@ -82,10 +133,11 @@ def main(argv=None) -> int:
     parser.add_argument("--agents", default="10,100,1000", help="comma-separated agent counts")
     parser.add_argument("--seconds", type=float, default=15.0, help="measuring window per count")
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--relay", action="store_true", help="relay the live events to a real app.py")
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.seconds, args.warmup = "5", 1.0, 0.5
-    emit(run([int(x) for x in args.agents.split(",")], args.seconds, args.warmup))
+    emit(run([int(x) for x in args.agents.split(",")], args.seconds, args.warmup, args.relay))
     return 0
 
 

@@ -165,8 +165,9 @@ class Persistence:
         return await self._queue(self.store.actions.find_create, session_id=session_id)
 
     # workers and ownership
-    async def heartbeat(self, worker_id: str, status: str = "running", maintenance: dict | None = None) -> None:
-        await asyncio.wrap_future(self.store.workers.submit_beat(worker_id, status, maintenance))
+    async def heartbeat(self, worker_id: str, status: str = "running", maintenance: dict | None = None,
+                        polling: bool = False) -> None:
+        await asyncio.wrap_future(self.store.workers.submit_beat(worker_id, status, maintenance, polling))
 
     async def alive_workers(self, dead_after_s: float) -> set[str]:
         return await self._queue(self.store.workers.alive, dead_after_s)

@@ -108,6 +108,10 @@ class AgentService:
             await self.adopt()
             log.info("worker %s polling for actions", self.worker_id)
             self.ready = not stopping.is_set()
+            try:  # say at once that it polls (app.py's GET /readyz), not at the next beat
+                await self._beat()
+            except Exception:  # the heartbeat chore beats again; polling need not wait for the store
+                log.exception("heartbeat after adoption failed")
             chores += [asyncio.create_task(self._adopt_rounds(stopping), name="adoption"),
                        asyncio.create_task(self.monitor.run(stopping), name="monitor")]
             await self.dispatcher.run(stopping)
@@ -253,8 +257,12 @@ class AgentService:
 
     async def _keep_alive(self, stopping: asyncio.Event) -> None:
         """Heartbeat every ``heartbeat_s``, whatever else is under way (runtime/fence.py)."""
-        await every(stopping, self.heartbeat_s, lambda: self.fence.beat(lambda: self.persist.heartbeat(
-            self.worker_id, maintenance=self.maintainer and self.maintainer.health())), "heartbeat")
+        await every(stopping, self.heartbeat_s, self._beat, "heartbeat")
+
+    async def _beat(self) -> None:
+        """One heartbeat: this worker is alive, and whether it polls the queue (``ready``)."""
+        await self.fence.beat(lambda: self.persist.heartbeat(
+            self.worker_id, maintenance=self.maintainer and self.maintainer.health(), polling=self.ready))
 
     async def _adopt_rounds(self, stopping: asyncio.Event) -> None:
         """Look for orphaned sessions every ``adopt_every_s`` (the first round ran at start).

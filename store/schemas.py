@@ -138,6 +138,7 @@ WORKERS = _schema(
     ("started_at", TS, False),
     ("heartbeat_at", TS, False),
     ("maintenance", pa.string(), True),  # per table: shape after the last run, runs, failures (JSON)
+    ("polling", pa.bool_(), True),  # polling the queue (its sessions adopted, not stopping): GET /readyz
 )
 
 CONVERSATIONS = _schema(

@@ -1,13 +1,19 @@
 """agent_state: the latest snapshot of each agent session, one row per session_id."""
+from domain.events import NOT_SUMMARISED
 from domain.statuses import SESSION_FINISHED, SESSION_STATUSES
 from concurrent.futures import Future
 from datetime import datetime, timezone
 
 from store import codec, filters, query
+from store.schemas import AGENT_STATE
 
 STATUSES = SESSION_STATUSES
 FINISHED = tuple(sorted(SESSION_FINISHED))
 LIST_COLUMNS = ["session_id", "agent_id", "created_at", "updated_at", "status", "moniker", "name", "task"]
+# A session list's rows (GET /api/agents, …/sessions): every column but the config, the
+# state and the guidance lists, which can be large and which only one session's GET carries
+# (issue 37: ~190 KB configs made a page of agents 2-5 MB).
+SUMMARY_COLUMNS = [name for name in AGENT_STATE.names if name not in (*NOT_SUMMARISED, "state")]
 # sort name -> (key, descending); every key ends in agent_id so equal values keep one order
 AGENT_SORTS = {
     "newest": (lambda r: (r["created_at"] or "", r["agent_id"]), True),
@@ -109,9 +115,11 @@ class StateTable:
         return query.first(self.table, self.name, filters.eq_id("agent_id", agent_id),
                            order=[("created_at", False), ("session_id", False)])
 
-    def sessions_for_agent(self, agent_id: str, limit: int = 100, offset: int = 0) -> list[dict]:
+    def sessions_for_agent(self, agent_id: str, limit: int = 100, offset: int = 0, columns=None) -> list[dict]:
+        """The agent's sessions, newest first (``columns``: only those, e.g. SUMMARY_COLUMNS)."""
         return query.rows(self.table, self.name, filters.eq_id("agent_id", agent_id),
-                          order=[("created_at", False), ("session_id", False)], limit=limit, offset=offset)
+                          order=[("created_at", False), ("session_id", False)], limit=limit, offset=offset,
+                          columns=columns)
 
     def session_ids_of_moniker(self, moniker: str, limit: int = 5000) -> list[str]:
         """The newest ``limit`` sessions running ``moniker`` (a search filter)."""
@@ -120,13 +128,14 @@ class StateTable:
         return [r["session_id"] for r in found]
 
     def agents(self, *, status: str | None = None, moniker: str | None = None, text: str | None = None,
-               sort: str = "newest", limit: int = 100, offset: int = 0) -> dict:
+               sort: str = "newest", limit: int = 100, offset: int = 0, columns=SUMMARY_COLUMNS) -> dict:
         """One page of agents, each with its latest session's snapshot.
 
         Filters apply to the latest session (an agent whose old session failed
         but whose new one runs is running), so they are applied after picking
         each agent's latest session, on a narrow read of a few columns; only
-        the page's rows are then read whole.  Every order ends in agent_id, so
+        the page's rows are then read (``columns`` of them: all but the big
+        ones, unless asked; None: whole).  Every order ends in agent_id, so
         the order is the same on every read.  Returns ``{agents, total,
         counts}``: ``counts`` per status over the moniker and text filters.
         """
@@ -145,7 +154,7 @@ class StateTable:
         rows.sort(key=AGENT_SORTS[sort][0], reverse=AGENT_SORTS[sort][1])
         page = [r["session_id"] for r in rows[offset:offset + limit]]
         full = {r["session_id"]: r for r in query.rows(self.table, self.name, filters.in_ids("session_id", page),
-                                                       limit=len(page))} if page else {}
+                                                       limit=len(page), columns=columns)} if page else {}
         return {"agents": [full[s] for s in page if s in full], "total": len(rows), "counts": counts}
 
     def latest_matching(self, *, status: str | None = None, moniker: str | None = None, text: str | None = None,

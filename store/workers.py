@@ -2,7 +2,9 @@
 
 A worker whose heartbeat is older than ``dead_after_s`` is taken for dead: its
 claimed actions go back to the queue and its sessions are adopted by a live
-worker.
+worker.  A live worker is not yet serving while it adopts sessions after a
+start: each beat says whether it polls the queue (``polling``), which app.py's
+``GET /readyz`` reads.
 """
 import os
 import socket
@@ -20,14 +22,16 @@ class WorkerTable:
         self.writer = writer
         self._started = codec.utcnow()
 
-    def submit_beat(self, worker_id: str, status: str = "running", maintenance: dict | None = None):
+    def submit_beat(self, worker_id: str, status: str = "running", maintenance: dict | None = None,
+                    polling: bool = False):
         """Queue this worker's heartbeat (group-committed); returns the commit's future.
-        ``maintenance`` is how this worker's table upkeep is going, for ``GET /api/health``."""
+        ``maintenance`` is how this worker's table upkeep is going, for ``GET /api/health``;
+        ``polling``: whether it polls the queue now, for ``GET /readyz``."""
         now = codec.utcnow()
         return self.writer.submit_upsert(self.name, self.key, [{
             "worker_id": filters.check_id(worker_id, "worker_id"), "host": socket.gethostname(),
             "pid": os.getpid(), "status": status, "started_at": self._started, "heartbeat_at": now,
-            "maintenance": maintenance}])
+            "maintenance": maintenance, "polling": polling and status == "running"}])
 
     def alive(self, dead_after_s: float) -> set[str]:
         since = codec.utcnow() - timedelta(seconds=dead_after_s)

@@ -14,7 +14,7 @@ from api.routes import (actions, agents, bulk, conversations, dashboard, diff, d
 
 BLUEPRINTS = [agents.bp, sessions.bp, steps.bp, actions.bp, monikers.bp, health.bp, conversations.bp, tools.bp,
               search.bp, fork.bp, questions.bp, profiles.bp, turns.bp, subagents.bp, stream.bp, document.bp,
-              dashboard.bp, diff.bp, bulk.bp, evals.bp, replay.bp, endpoints.bp, login.bp]
+              dashboard.bp, diff.bp, bulk.bp, evals.bp, replay.bp, endpoints.bp, login.bp, health.ready_bp]
 
 
 def register(app: Flask) -> None:

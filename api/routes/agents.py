@@ -8,6 +8,7 @@ from flask import Blueprint, jsonify
 from ulid import ULID
 
 from api import schemas, session_config
+from domain.events import session_summary
 from api.context import ctx
 from api.errors import ApiError
 from api.openapi import operation
@@ -15,6 +16,7 @@ from api.profile_library import create_payload
 from api.requests import IdConverter, body, not_found, path_id, query
 from api.sessions import enqueue, latest_session_id, session_view
 from domain.session_config import ExceedsParent, within_parent
+from store.state import SUMMARY_COLUMNS
 
 bp = Blueprint("agents", __name__, url_prefix="/api")
 
@@ -97,10 +99,12 @@ def repeated_create(req: schemas.CreateAgentRequest, existing: dict):
 @bp.get("/agents")
 @operation(200, schemas.AgentList, query=schemas.AgentQuery)
 def list_agents():
-    """agents with their latest session: filtered, sorted, one page, and the total"""
+    """agents with their latest session, summarised (no config, state or guidance; a field too big named in
+    ``omitted``: GET /api/sessions/{session_id} has it all): filtered, sorted, one page, and the total"""
     q: schemas.AgentQuery = query()
     found = ctx().store.states.agents(status=q.status, moniker=q.moniker, text=q.q, sort=q.sort,
                                       limit=q.limit, offset=q.offset)
+    found["agents"] = [session_summary(row) for row in found["agents"]]
     return jsonify({**found, "limit": q.limit, "offset": q.offset})
 
 
@@ -118,13 +122,15 @@ def get_agent(agent_id):
 @bp.get("/agents/<id:agent_id>/sessions")
 @operation(200, schemas.SessionList, query=schemas.Page, errors=(400, 404), operation_id="listSessions")
 def list_sessions(agent_id):
-    """the agent's sessions"""
+    """the agent's sessions, summarised as GET /api/agents summarises them"""
     agent_id = path_id(agent_id, "agent_id")
     page: schemas.Page = query()
     if latest_session_id(agent_id) is None:
         raise not_found("agent", agent_id)
-    sessions = ctx().store.states.sessions_for_agent(agent_id, limit=page.limit, offset=page.offset)
-    return jsonify({"sessions": sessions, "limit": page.limit, "offset": page.offset})
+    sessions = ctx().store.states.sessions_for_agent(agent_id, limit=page.limit, offset=page.offset,
+                                                     columns=SUMMARY_COLUMNS)
+    return jsonify({"sessions": [session_summary(row) for row in sessions], "limit": page.limit,
+                    "offset": page.offset})
 
 
 def control(agent_id: str, type_: str, payload_of=lambda req: {}):

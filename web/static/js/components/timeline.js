@@ -326,10 +326,35 @@ export function timeline() {
     return true;
   }
 
+  // A live step that left fields out for their size (domain/events.py: a big
+  // state, data or text) is not drawn from the event: the steps past the
+  // window's newest are read over HTTP instead, one read at a time (a step
+  // coming meanwhile asks for one more read after it).
+  function readLeftOut() {
+    if (!model.started || !model.following) return;  // counted (note) until the window follows again
+    const mineBusy = busy;
+    if (mineBusy.leftOut) {
+      mineBusy.leftOutAgain = true;
+      return;
+    }
+    mineBusy.leftOut = quietly(readNewest()).finally(() => {
+      mineBusy.leftOut = null;
+      if (mineBusy.leftOutAgain) {
+        mineBusy.leftOutAgain = false;
+        readLeftOut();
+      }
+    });
+  }
+
   // A live step: taken into the window at once, drawn with the others of the
   // next FLUSH_MS (a step every few ms must not cost a layout each).
   function onStep(step) {
     if (step.session_id !== sessionId) return;
+    if (step.omitted) {
+      model.note(step.iteration);
+      readLeftOut();
+      return;
+    }
     model.offer([step]);
     if (flushTimer === null) {
       flushTimer = setTimeout(() => {

@@ -143,5 +143,10 @@ registerStepPart((step) => {
   const known = [...rows.values()].filter((r) => r.iteration === step.iteration).sort((a, b) => a.seq - b.seq);
   return h("div.tool-calls", known.map((row) => callNode(row, false)));
 });
-registerLiveEvent("tool_call", (row) => merge(row));
+// A row whose args or result were too big for the event (domain/events.py) is read over HTTP.
+registerLiveEvent("tool_call", (row) => {
+  if (row.session_id !== sessionId) return;
+  if (!row.omitted) return merge(row);
+  get(`/api/tool-calls/${encodeURIComponent(row.id)}`).then(merge, () => {});  // the next catch-up reads it
+});
 registerSessionHook(catchUp);

@@ -4,8 +4,18 @@
 // then (once the server acknowledged) reads from its cursors over HTTP and
 // merges live events by row id, so nothing is shown twice or missed.  Events
 // carry {stream, seq, epoch}: a gap in seq or a new epoch (app.py restarted)
-// triggers another catch-up.  "step_delta" (a step's model output while it is
-// generated) is live only: nothing to catch up on, so its seq is not watched.
+// triggers another catch-up, and so does a "gap" event (app.py says events were
+// lost before reaching it: agents.py's relay dropped some, or reconnected).
+// "step_delta" (a step's model output while it is generated) is live only:
+// nothing to catch up on, so its seq is not watched.
+//
+// The badge says which: "live" once the page has caught up, "catching up…"
+// from the moment it learns it fell behind until the catch-up that follows
+// has read the record, "reconnecting…" while the socket is away.
+//
+// Events are small (domain/events.py): a field too big for one is left out and
+// named in `omitted`, and an agent_state carries the config only when it
+// changed.  merged() applies an event to what the page knows.
 import { debouncer } from "./debounce.js";
 import { $ } from "./dom.js";
 import { liveHandlers } from "./registry.js";
@@ -16,6 +26,9 @@ let rooms = [];
 let current = null;  // {rooms(), catchUp(), on, also?: Map(owner -> [room])}
 let socket = null;
 let unconnected = null;  // timer: the HTTP read of a page shown before the socket connects
+let connected = false;
+let behind = 0;    // counts the times the page learnt it missed events
+let caughtUp = 0;  // the highest of those counts a finished catch-up started after
 const CONNECT_WAIT_MS = 2000;
 const MAX_ROOMS = 100;  // what one subscribe may name (api/live.py)
 
@@ -23,12 +36,16 @@ export function connect() {
   socket = io({ transports: ["websocket", "polling"] });
   socket.on("connect", () => {
     clearTimeout(unconnected);
-    setLive(true);
+    connected = true;
+    behind += 1;  // whatever happened while away: the catch-up below reads it
+    showBadge();
     rooms = [];
     subscribe().then(catchUp);
   });
-  socket.on("disconnect", () => setLive(false));
-  socket.on("connect_error", () => setLive(false));
+  const away = () => { connected = false; showBadge(); };
+  socket.on("disconnect", away);
+  socket.on("connect_error", away);
+  socket.on("gap", () => fellBehind());
   const names = new Set(["agent_state", "agent_step", "action", "conversation_message", ...EPHEMERAL,
     ...liveHandlers.keys()]);
   for (const name of names) {
@@ -41,10 +58,38 @@ export function connect() {
   }
 }
 
-function setLive(on) {
+function showBadge() {
   const badge = $("#live");
-  badge.className = "live " + (on ? "on" : "off");
-  badge.textContent = on ? "live" : "reconnecting…";
+  const state = !connected ? "off" : caughtUp < behind ? "behind" : "on";
+  badge.className = "live " + state;
+  badge.textContent = { off: "reconnecting…", behind: "catching up…", on: "live" }[state];
+}
+
+// The page missed events: say so, and catch up soon.
+function fellBehind() {
+  behind += 1;
+  showBadge();
+  scheduleCatchUp();
+}
+
+// What the page knows of a row (`known`, possibly null), updated by a live
+// event's `data`: its fields replace the known ones, except those it left out
+// for their size (`omitted`), which keep their known value.  Whether any was
+// left out is the caller's to act on (read the row over HTTP).
+export function merged(known, data) {
+  const { omitted, ...fields } = data;
+  const out = { ...(known || {}), ...fields };
+  delete out.omitted;
+  for (const key of Object.keys(omitted || {})) {
+    if (known && key in known) out[key] = known[key];
+    else delete out[key];
+  }
+  return out;
+}
+
+// The fields of `data` left out for their size, as an array (empty when none).
+export function omittedOf(data) {
+  return Object.keys((data && data.omitted) || {});
 }
 
 // The view changed: follow its rooms, then catch it up.  While the socket is
@@ -98,7 +143,7 @@ export async function followAlso(owner, more) {
 function sequenced(event) {
   const last = streams.get(event.stream);
   streams.set(event.stream, { epoch: event.epoch, seq: event.seq });
-  if (last && (last.epoch !== event.epoch || event.seq !== last.seq + 1)) scheduleCatchUp();
+  if (last && (last.epoch !== event.epoch || event.seq !== last.seq + 1)) fellBehind();
 }
 
 // Catch up soon: a burst of gaps makes one catch-up, at most a second after
@@ -106,5 +151,8 @@ function sequenced(event) {
 export const scheduleCatchUp = debouncer(() => catchUp());
 
 async function catchUp() {
+  const upTo = behind;  // what this read covers: it starts after the page learnt of those misses
   if (current && current.catchUp) await current.catchUp();
+  caughtUp = Math.max(caughtUp, upTo);
+  showBadge();
 }

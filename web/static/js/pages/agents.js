@@ -17,6 +17,7 @@
 import { get } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { agentLabel, badge, reasonWords, short, splitError, statusWord, stepNumber, when } from "../core/format.js";
+import { merged, omittedOf } from "../core/live.js";
 import { registerPage } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 import { bulkBar } from "../components/bulk_bar.js";
@@ -468,6 +469,9 @@ registerPage({
   on: {
     // A row on this page is updated in place; a change that may move rows is
     // applied when nobody is working in the list, or counted on the "new activity" button.
+    // An event carries what changed (domain/events.py); a field it left out for
+    // its size keeps the row's value, and a shown one that can change (the last
+    // output or error) is read with the list again.
     agent_state(snapshot) {
       const known = rows.get(snapshot.agent_id);
       if (!known || known.agent.session_id !== snapshot.session_id) {
@@ -476,7 +480,8 @@ registerPage({
       }
       if ((snapshot.updated_at || "") < (known.agent.updated_at || "")) return;
       const before = known.agent;
-      fillRow(known, snapshot);
+      fillRow(known, merged(before, snapshot));
+      if (omittedOf(snapshot).some((key) => ["result", "last_error"].includes(key))) scheduleReload();
       if (filters.sort === "updated" ? (snapshot.updated_at || "") > (before.updated_at || "")
         : before.status !== snapshot.status) moved(snapshot.agent_id);
     },

@@ -12,6 +12,7 @@
 // Agents show by their session's name (the API adds it), else by their tag.
 import { get, post } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
+import { scheduleCatchUp } from "../core/live.js";
 import { short, stepNumber, tag, when } from "../core/format.js";
 import { registerPage } from "../core/registry.js";
 import { toast } from "../core/toast.js";
@@ -261,5 +262,6 @@ registerPage({
   },
   rooms: (params) => ["conversation:" + params.id],
   catchUp: () => load().catch((err) => toast("Could not load: " + err.message, true)),
-  on: { conversation_message: (m) => addMessage(m) },
+  // A message too big for an event (domain/events.py) is read with the catch-up.
+  on: { conversation_message: (m) => (m.omitted ? scheduleCatchUp() : addMessage(m)) },
 });

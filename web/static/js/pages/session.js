@@ -9,7 +9,7 @@ import { get, post } from "../core/api.js";
 import { $, h, replace } from "../core/dom.js";
 import { agentLabel, attemptCounts, badge, errorBlock, money, reasonWords, short, stepNumber, tokens, when }
   from "../core/format.js";
-import { scheduleCatchUp } from "../core/live.js";
+import { merged, omittedOf, scheduleCatchUp } from "../core/live.js";
 import { registerPage, sessionHooks } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 import { generating } from "../components/generating.js";
@@ -19,8 +19,13 @@ import { agentSessions } from "../components/agent_sessions.js";
 import { timeline } from "../components/timeline.js";
 
 const FINISHED = ["stopped", "done", "error"];
+const RECORD_GAP_MS = 1000;  // the session is read again for what events left out at most this often
 let ui = null;
-let current = { id: null, snapshot: null, linked: null };
+// record: the session as last read over HTTP; live: what agent_state events newer
+// than that read said (null when none); snapshot: what is shown, the two merged.
+let current = { id: null, record: null, live: null, snapshot: null, linked: null };
+let recordRead = null;  // the session whose record refreshRecord is reading
+let readAgain = false;
 
 // What a link asks to be shown: {iteration, callId} or {summary: true}, or null.
 function linkedOf(query) {
@@ -264,7 +269,7 @@ async function load(params) {
     if (id !== current.id) return;
     ui.missing.hidden = true;
     ui.body.hidden = false;
-    if (!current.snapshot || (s.updated_at || "") >= (current.snapshot.updated_at || "")) render(s);
+    fromRecord(s);
     await ui.steps.catchUp();
     await Promise.all(sessionHooks.map((hook) => hook(id, s)));
     await showLinked(id);
@@ -278,6 +283,52 @@ async function load(params) {
       toast("Could not load the session: " + err.message, true);
     }
   }
+}
+
+// What the page shows of the session: its record as last read over HTTP, with
+// the fields of the live agent_state events newer than that read laid over it.
+// Events are small (domain/events.py): no guidance lists, the config only when
+// it changed, and a field too big left out (`omitted`), so those come from the
+// record, which is read again (at most every RECORD_GAP_MS) when an event left
+// a field out or came before the first read.
+function fromRecord(s) {
+  current.record = s;
+  if (current.live && (s.updated_at || "") >= (current.live.updated_at || "")) current.live = null;
+  show();
+}
+
+function fromEvent(s) {
+  const newest = current.live || current.record;
+  if (newest && (s.updated_at || "") < (newest.updated_at || "")) return;
+  current.live = merged(current.live, s);
+  show();
+  if (omittedOf(s).length || !current.record) refreshRecord();
+}
+
+function show() {
+  const s = current.live ? { ...(current.record || {}), ...current.live } : current.record;
+  if (s) render(s);
+}
+
+function refreshRecord() {
+  const id = current.id;
+  if (recordRead === id) {
+    readAgain = true;
+    return;
+  }
+  recordRead = id;
+  (async () => {
+    do {
+      readAgain = false;
+      try {
+        const s = await get("/api/sessions/" + encodeURIComponent(id));
+        if (id === current.id) fromRecord(s);
+      } catch (err) {
+        return;  // the next catch-up reads it
+      }
+      await new Promise((done) => setTimeout(done, RECORD_GAP_MS));
+    } while (readAgain && id === current.id);
+  })().finally(() => { if (recordRead === id) recordRead = null; });
 }
 
 // Once per link followed (not on every catch-up): scroll to what it points at.
@@ -302,7 +353,8 @@ registerPage({
       if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);  // reading its page directly
       return;
     }
-    current = { id: params.id, snapshot: null, linked };
+    current = { id: params.id, record: null, live: null, snapshot: null, linked };
+    readAgain = false;
     ui.steps.reset(params.id);
     if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);
     ui.generating.reset(params.id);
@@ -317,7 +369,7 @@ registerPage({
   on: {
     agent_state(s) {
       if (s.session_id !== current.id) return;
-      if (!current.snapshot || (s.updated_at || "") >= (current.snapshot.updated_at || "")) render(s);
+      fromEvent(s);
       ui.body.hidden = false;
     },
     agent_step(step) {
