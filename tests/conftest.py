@@ -108,6 +108,8 @@ def selected_modules(config) -> int:
     count = 0
     for arg in config.args:
         path = Path(config.invocation_params.dir, arg.split("::")[0])
+        if not path.exists():  # testpaths are relative to the root
+            path = Path(config.rootpath, arg.split("::")[0])
         count += len(list(path.rglob("test_*.py"))) if path.is_dir() else 1
     return count
 
