@@ -14,7 +14,7 @@ from prometheus_client import start_http_server
 
 import settings
 from domain.plugin_registry import plugin_modules
-from monikers import default_registry, llm_gate
+from monikers import default_registry, endpoints, llm_gate
 from runtime.aio import run_bounded
 from runtime.identity import WorkerIdentity
 from runtime.memory import MemoryTrimmer, tune_allocator
@@ -103,6 +103,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "[AGENTSVC_RATE_LIMITS]")
     parser.add_argument("--rate-limit", action="append", default=[], metavar="MODEL=RPM[:TPM]",
                         help="one model's requests (and tokens) per minute, over the file; repeatable")
+    settings.add_llm_args(parser)
     settings.add_tool_args(parser)
     settings.add_profile_args(parser)
     settings.add_logging_args(parser)
@@ -143,7 +144,7 @@ def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> Rate
     """The shared per-model rate limits (runtime/rate_limits.py), installed as the
     gate of every model call; None (no limits) when none are configured.  A bad
     file or flag stops the start, saying why."""
-    config = load_rate_limits(args.rate_limits, args.rate_limit)
+    config = load_rate_limits(args.rate_limits, args.rate_limit, endpoint_limits=endpoints.catalog().rate_limits())
     if not config.models:
         return None
     limiter = RateLimiter(config, store.rate_ledger, worker_id)
@@ -157,6 +158,8 @@ def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> Rate
 async def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
         os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
+    catalog = settings.llm_endpoints(args)  # before any config is checked (profiles, resumed sessions)
+    log.info("model endpoints: %s", ", ".join(f"{name} ({e.base_url})" for name, e in catalog.endpoints().items()))
     uri = settings.db_uri(args)
     embedding = EmbeddingSettings.from_env()
     store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)
@@ -242,6 +245,7 @@ def main(argv=None) -> None:
     malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
+    settings.private_files(args.data_dir)
     if malloc_tuned:
         log.info("glibc malloc: %s", ", ".join(malloc_tuned))
     run_bounded(serve(args))

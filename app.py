@@ -20,6 +20,9 @@ from flask import Flask
 
 import settings
 from api import auth, errors, live, routes, stream
+from api.guard import SiteGuard, SitePolicy
+from api.json_provider import RedactingJSONProvider
+from domain.tokens import TokenRing
 from api.context import KEY, ApiContext
 from api.metrics import Metrics
 from api.profile_library import EXTENSION as PROFILES, make_library
@@ -41,14 +44,18 @@ MAX_BODY_BYTES = 1 << 20
 
 def create_app(store: Store, monikers=None, events_token: str | None = None,
                api_token: str | None = None, message_queue: str | None = None, tools=None,
-               profiles_dir: str = settings.DEFAULT_PROFILES_DIR) -> Flask:
+               profiles_dir: str = settings.DEFAULT_PROFILES_DIR, tokens_file: str | None = None,
+               site: SitePolicy | None = None, data_dir: str | None = None) -> Flask:
     """The Flask app; its Flask-SocketIO server is ``app.extensions["socketio"]``.
     Without ``events_token`` the ingest namespace accepts no one; with
-    ``api_token`` every POST under /api needs it as a bearer token; with
-    ``message_queue`` (a redis:// URL) several instances share their live events."""
+    ``api_token`` or ``tokens_file`` every route but a few open ones needs a
+    token (api/auth.py); ``site`` says which hosts and origins it answers to
+    (api/guard.py; default: loopback); ``data_dir`` keeps the login cookies' key
+    (default: a new key each start); with ``message_queue`` (a redis:// URL)
+    several instances share their live events."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.json.sort_keys = False
+    app.json = RedactingJSONProvider(app)
     metrics = Metrics(store)
     storage_health = StorageHealth(store)
     metrics.registry.register(StorageCollector(storage_health))
@@ -57,12 +64,14 @@ def create_app(store: Store, monikers=None, events_token: str | None = None,
     app.extensions[KEY] = ApiContext(store, monikers, metrics, storage_health)
     app.extensions[TOOLS] = tools if tools is not None else service_registry(store, monikers)
     app.extensions[PROFILES] = make_library(profiles_dir, monikers, store, app.extensions[TOOLS])
-    auth.install(app, api_token)
+    site = site or SitePolicy(settings.DEFAULT_HOST)
+    auth.install(app, TokenRing(tokens_file, api_token), data_dir)
     routes.register(app)
-    _, hub = live.install(app, events_token, message_queue=message_queue)
+    _, hub = live.install(app, events_token, message_queue=message_queue, site=site)
     stream.install(app, hub)
     errors.install(app)
     metrics.install(app)
+    app.wsgi_app = SiteGuard(app.wsgi_app, site)  # outermost: before Flask and Socket.IO alike
     return app
 
 
@@ -73,30 +82,34 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"address to bind [AGENTSVC_HOST, {settings.DEFAULT_HOST}]")
     parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT),
                         help=f"port to bind, 0 for any free one [AGENTSVC_PORT, {settings.DEFAULT_PORT}]")
-    parser.add_argument("--api-token", default=settings.os.environ.get("AGENTSVC_API_TOKEN") or None,
-                        help="require 'Authorization: Bearer TOKEN' on every POST under /api "
-                             "[AGENTSVC_API_TOKEN, none]")
+    settings.add_auth_args(parser)
     parser.add_argument("--message-queue", default=settings.os.environ.get("AGENTSVC_MESSAGE_QUEUE") or None,
                         metavar="URL", help="Flask-SocketIO message queue shared by several app.py instances, "
                                             "e.g. redis://127.0.0.1:6379/0 [AGENTSVC_MESSAGE_QUEUE, none]")
+    settings.add_llm_args(parser)
     settings.add_profile_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
 
 
 def build(args: argparse.Namespace) -> Flask:
+    settings.check_exposure(args)  # first: never serve an open API off loopback
     malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
+    settings.private_files(args.data_dir)
     if malloc_tuned:
         log.info("glibc malloc: %s", ", ".join(malloc_tuned))
+    settings.llm_endpoints(args)  # the endpoints configs may name: before the profiles are read
     embedding = EmbeddingSettings.from_env()
     store = Store(settings.db_uri(args), **settings.store_kwargs(args),
                   embedding=embedding.store_option() if embedding else None)
     semantic_search(store, embedding)
     MemoryTrimmer(args.trim_memory_every).start()  # a daemon thread, for the life of the process
     return create_app(store, events_token=events_token(args.data_dir), api_token=args.api_token,
-                      message_queue=args.message_queue, profiles_dir=args.profiles_dir)
+                      message_queue=args.message_queue, profiles_dir=args.profiles_dir,
+                      tokens_file=args.tokens_file, data_dir=args.data_dir,
+                      site=SitePolicy(args.host, args.allowed_hosts, args.allowed_origins))
 
 
 def wsgi() -> Flask:

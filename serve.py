@@ -26,10 +26,22 @@ def parse_args(argv=None):
     settings.add_storage_args(parser)
     parser.add_argument("--host", default=os.environ.get("AGENTSVC_HOST", settings.DEFAULT_HOST))
     parser.add_argument("--port", type=int, default=settings.env_int("AGENTSVC_PORT", settings.DEFAULT_PORT))
+    settings.add_llm_args(parser)
     settings.add_tool_args(parser)
     settings.add_profile_args(parser)
+    settings.add_auth_args(parser)
     settings.add_logging_args(parser)
     return parser.parse_args(argv)
+
+
+def auth_args(args) -> list[str]:
+    """app.py's options of who may reach it (the token itself goes by environment, not argv: see child_env)."""
+    out = ["--tokens-file", os.path.abspath(args.tokens_file)] if args.tokens_file else []
+    if args.allowed_hosts:
+        out += ["--allowed-hosts", ",".join(args.allowed_hosts)]
+    if args.allowed_origins:
+        out += ["--allowed-origins", ",".join(args.allowed_origins)]
+    return out
 
 
 def tool_args(args) -> list[str]:
@@ -50,15 +62,22 @@ def child_args(args) -> list[str]:
         common += ["--index-cache-mb", str(args.index_cache_mb)]
     if args.db_uri:
         common += ["--db-uri", args.db_uri]
+    if args.llm_endpoints:  # both: agents.py calls the endpoints, app.py checks configs against them
+        common += ["--llm-endpoints", os.path.abspath(args.llm_endpoints)]
     for option in args.storage_option:
         common += ["--storage-option", option]
     return common
 
 
-def child_env() -> dict:
+def child_env(api_token: str | None = None) -> dict:
     """Both children share a fresh random events token (agents.py presents it to
-    app.py's ingest namespace), unless the environment already names one."""
-    return {**os.environ, TOKEN_ENV: os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)}
+    app.py's ingest namespace), unless the environment already names one; the
+    API token, if any, goes to app.py this way too (argv is visible to every
+    user of the machine)."""
+    env = {**os.environ, TOKEN_ENV: os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)}
+    if api_token:
+        env["AGENTSVC_API_TOKEN"] = api_token
+    return env
 
 
 def local_address(host: str) -> str:
@@ -68,17 +87,20 @@ def local_address(host: str) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    settings.check_exposure(args)
     common = child_args(args)
-    env = child_env()
+    env = child_env(args.api_token)
     events_url = f"http://{local_address(args.host)}:{args.port}"
     children = {
         "agents.py": subprocess.Popen([sys.executable, os.path.join(HERE, "agents.py"), *common, *tool_args(args),
                                        "--events-url", events_url], env=env),
         "app.py": subprocess.Popen([sys.executable, os.path.join(HERE, "app.py"), *common,
-                                    "--host", args.host, "--port", str(args.port)], env=env),
+                                    "--host", args.host, "--port", str(args.port), *auth_args(args)], env=env),
     }
     print(f"agentsvc: dashboard at http://{args.host}:{args.port}/  (API under /api, OpenAPI at "
           f"/api/openapi.json; data: {args.db_uri or args.data_dir}; Ctrl-C stops)", flush=True)
+    if args.api_token or args.tokens_file:
+        print(f"agentsvc: this service needs a token: log in at http://{args.host}:{args.port}/login", flush=True)
     stopping = False
 
     def stop(*_):

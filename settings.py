@@ -87,8 +87,11 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
                              "(README: MCP servers) [AGENTSVC_MCP_CONFIG, none]")
     parser.add_argument("--http-fetch-allow", default=os.environ.get("AGENTSVC_HTTP_FETCH_ALLOW", ""),
                         metavar="HOSTS",
-                        help="comma-separated hosts the http_fetch tool may GET: example.com, *.example.com, "
-                             "127.0.0.1:8080 [AGENTSVC_HTTP_FETCH_ALLOW, none: every URL is refused]")
+                        help="comma-separated hosts the http_fetch tool may GET: names (example.com, "
+                             "*.example.com) and addresses or ranges (127.0.0.1:8080, 10.0.0.0/8, [::1]:8080), "
+                             "with a port: only that port. A name that resolves to a loopback, private, link-local "
+                             "or metadata address also needs that address listed (tools/http_fetch.py) "
+                             "[AGENTSVC_HTTP_FETCH_ALLOW, none: every URL is refused]")
     parser.add_argument("--http-fetch-max-bytes", type=int,
                         default=env_int("AGENTSVC_HTTP_FETCH_MAX_BYTES", 1 << 20),
                         help="http_fetch refuses bodies larger than this [AGENTSVC_HTTP_FETCH_MAX_BYTES, 1048576]")
@@ -101,6 +104,27 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds for a whole http_fetch, redirects included [AGENTSVC_HTTP_FETCH_TIMEOUT_S, 20]")
 
 
+def add_llm_args(parser: argparse.ArgumentParser) -> None:
+    """Where model calls may go: set by the operator only, never by a session's config.
+    agents.py and app.py take the same file (app.py checks configs against it)."""
+    parser.add_argument("--llm-endpoints", default=os.environ.get("AGENTSVC_LLM_ENDPOINTS") or None, metavar="FILE",
+                        help="JSON or TOML file naming the model endpoints sessions may use: name -> base_url, "
+                             "api_key_env, models, default_model, structured, rate_limits (docs/llm.md); read again "
+                             "when it changes. Without it (or when it names no 'default') the default endpoint "
+                             "is AGENTSVC_LLM_BASE_URL / _API_KEY / _MODEL [AGENTSVC_LLM_ENDPOINTS, none]")
+
+
+def llm_endpoints(args: argparse.Namespace):
+    """This process's model endpoints (monikers/endpoints.py), installed before
+    anything checks a config; a bad file stops the start, saying why."""
+    from monikers import endpoints
+
+    try:
+        return endpoints.install(endpoints.EndpointCatalog(args.llm_endpoints))
+    except endpoints.EndpointError as exc:
+        raise SystemExit(f"--llm-endpoints: {exc}") from None
+
+
 DEFAULT_PROFILES_DIR = "./profiles"
 
 
@@ -109,6 +133,46 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
                         help="directory of agent profiles (*.yaml), read at start and on SIGHUP (app.py also "
                              "on POST /api/profiles/reload) [AGENTSVC_PROFILES_DIR, "
                              f"{DEFAULT_PROFILES_DIR}]")
+
+
+def add_auth_args(parser: argparse.ArgumentParser) -> None:
+    """Who may use the API and from where (app.py; docs/security.md)."""
+    parser.add_argument("--api-token", default=os.environ.get("AGENTSVC_API_TOKEN") or None,
+                        help="one token, named admin, with the admin role: every route but /api/health needs "
+                             "'Authorization: Bearer TOKEN' (or a login) [AGENTSVC_API_TOKEN, none]")
+    parser.add_argument("--tokens-file", default=os.environ.get("AGENTSVC_TOKENS_FILE") or None, metavar="FILE",
+                        help="named tokens with roles, hashed (domain/tokens.py; `agentsvc token new`), re-read when "
+                             "it changes [AGENTSVC_TOKENS_FILE, none]")
+    parser.add_argument("--allowed-hosts", type=_names, default=_names(os.environ.get("AGENTSVC_ALLOWED_HOSTS", "")),
+                        metavar="NAMES", help="Host names the service answers to besides the bind address, "
+                                              "localhost, 127.0.0.1 and ::1; comma-separated, '*' for any "
+                                              "[AGENTSVC_ALLOWED_HOSTS, none]")
+    parser.add_argument("--allowed-origins", type=_names,
+                        default=_names(os.environ.get("AGENTSVC_ALLOWED_ORIGINS", "")), metavar="ORIGINS",
+                        help="origins (scheme://host[:port]) whose pages may POST and open live events besides "
+                             "the service's own, e.g. behind a reverse proxy [AGENTSVC_ALLOWED_ORIGINS, none]")
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def check_exposure(args: argparse.Namespace) -> None:
+    """Refuse to serve an API without any token on an address other machines
+    can reach.  (Refuse rather than make a token and print it, as Jupyter does:
+    an operator binding to a network means to be reached by other programs,
+    which need a token they were given, not one from a log.)"""
+    if not is_loopback(args.host) and not args.api_token and not args.tokens_file:
+        raise SystemExit(f"refusing to serve on {args.host} without a token: anyone who can reach it could run "
+                         "agents and read everything. Give --api-token or --tokens-file (docs/security.md), or "
+                         "bind to 127.0.0.1.")
 
 
 def fetch_policy(args: argparse.Namespace):
@@ -145,8 +209,37 @@ def storage_options(args: argparse.Namespace) -> dict | None:
     return options or None
 
 
+class RedactingFilter(logging.Filter):
+    """Replaces credentials in a log line (a bearer token, ``api_key=…``,
+    ``"password": "…"``: domain/redact.py) before any handler writes it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from domain.redact import redact_text
+        message = record.getMessage()
+        cleaned = redact_text(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+def private_files(data_dir: str) -> None:
+    """Files this process makes are its user's alone (0600, folders 0700), and so
+    is the data directory: the record holds every agent's task, state and
+    messages, and the directory the events token and the login key."""
+    os.umask(0o077)
+    os.makedirs(data_dir, exist_ok=True)
+    try:
+        os.chmod(data_dir, 0o700)
+    except OSError:  # not ours to change (a directory the operator made and owns)
+        pass
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # credentials in a message or a traceback are replaced
+        handler.addFilter(RedactingFilter())
     # LanceDB and werkzeug are chatty at INFO; operators want our events.
     for noisy in ("lancedb", "werkzeug", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

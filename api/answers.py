@@ -12,7 +12,7 @@ exactly one applies and the other's action ends ``failed`` with
 from api.context import ctx
 from api.errors import ApiError
 from api.requests import not_found
-from api.sessions import enqueue
+from api.sessions import queue
 from tools import ask_user
 
 
@@ -45,15 +45,23 @@ def question_of(session_id: str, tool_call_id: str | None) -> dict:
     return row
 
 
-def submit_answer(question: dict, text: str, user_id: str | None, via: str, source: dict | None = None):
-    """Queue the answer action (refusing a second answer while one is queued)."""
+def submit_answer(question: dict, text: str, user_id: str | None, via: str, source: dict | None = None,
+                  answer=None) -> tuple[dict, int]:
+    """Queue the answer action (refusing a second answer while one is queued);
+    returns the request's answer: ``answer(accepted)`` of the action's ids, or
+    those ids with the question's (its default)."""
+    def answered(rows):
+        accepted = {"agent_id": question["agent_id"], "session_id": question["session_id"],
+                    "action_id": rows[0]["id"], "status": rows[0]["status"], "tool_call_id": question["id"]}
+        return answer(accepted) if answer else (accepted, 202)
     with ctx().create_lock:  # two answers racing inside this process: the second sees the first queued
         if answer_queued(question["session_id"], question["id"]):
             raise ApiError(409, "conflict", f"question {question['id']} has an answer queued already")
         payload = {"tool_call_id": question["id"], "text": text, "user_id": user_id or "user", "via": via}
         if source:
             payload["source"] = source
-        return enqueue("answer", question["agent_id"], question["session_id"], payload)
+        body, status, _ = queue("answer", [(question["agent_id"], question["session_id"])], payload, answered)
+        return body, status
 
 
 def route_reply(conversation_id: str, data: dict | None) -> dict | None:

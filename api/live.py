@@ -27,6 +27,9 @@ from flask import request
 from flask_socketio import SocketIO, join_room, leave_room
 from ulid import ULID
 
+from api import auth
+from api.guard import SitePolicy
+from domain.tokens import TokenRing
 from domain.events import EVENTS, INGEST_NAMESPACE, make_event, rooms_for
 from store.filters import InvalidId, check_id
 
@@ -80,21 +83,29 @@ def valid_event(event: object) -> bool:
             and isinstance(event.get("stream"), str) and isinstance(event.get("data"), dict))
 
 
-def install(app, token: str | None, message_queue: str | None = None) -> tuple[SocketIO, LiveHub]:
+def install(app, token: str | None, message_queue: str | None = None,
+            site: SitePolicy | None = None) -> tuple[SocketIO, LiveHub]:
     """Attach Flask-SocketIO (threading mode: real WebSockets via simple-websocket).
     With ``message_queue`` (redis://…) every instance's emits reach the clients
-    of all instances sharing the queue."""
-    socketio = SocketIO(app, async_mode="threading", message_queue=message_queue)
+    of all instances sharing the queue.  ``site`` decides which pages' origins
+    may connect (api/guard.py; default: the service's own only)."""
+    socketio = SocketIO(app, async_mode="threading", message_queue=message_queue,
+                        cors_allowed_origins=site.socketio_origin if site else None)
     hub = LiveHub(socketio)
     app.extensions["agentsvc_live"] = hub
-    _browser_handlers(socketio, hub)
+    _browser_handlers(socketio, hub, app.extensions[auth.EXTENSION])
     _ingest_handlers(socketio, hub, token)
     return socketio, hub
 
 
-def _browser_handlers(socketio: SocketIO, hub: LiveHub) -> None:
+def _browser_handlers(socketio: SocketIO, hub: LiveHub, ring: TokenRing) -> None:
     @socketio.on("connect")
-    def connect(auth=None):
+    def connect(offered=None):
+        # With tokens, a browser connects with its login cookie, a client with
+        # auth.token or a bearer header (api/auth.py); anyone else is refused.
+        if ring.enabled and auth.principal_of_socket(ring, offered) is None:
+            log.warning("live connection refused from %s: no valid token", request.remote_addr)
+            raise ConnectionRefusedError("unauthorized")
         socketio.emit("hello", {"epoch": hub.epoch}, to=request.sid)
 
     @socketio.on("subscribe")

@@ -36,7 +36,16 @@ from profiles.model import OVERRIDABLE_KEYS
 REF = "#/components/schemas/{model}"
 INFO = {"title": "agentsvc", "version": "0.1.0",
         "description": "Long-lived, steerable agents driven by a LanceDB action queue."}
-WRITE_ERRORS = (401, 413)  # any POST: the API token when one is set (api/auth.py), the body size cap (app.py)
+# Any route: a token when the service has tokens (401), a role or a site it refuses (403; api/auth.py,
+# api/guard.py).  Any POST also: the body size cap (413, app.py) and JSON only (415, api/guard.py).
+OPEN_ROUTES = ("/api/health",)
+READ_ERRORS = (401, 403)
+IDEMPOTENCY_PARAMETER = {
+    "name": "Idempotency-Key", "in": "header", "required": False,
+    "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
+    "description": "retrying with the same key within a day answers as the first time and queues nothing new "
+                   "(422 if the key was used with another request)"}
+WRITE_ERRORS = (401, 403, 413, 415)
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Declaration:
     body: type[BaseModel] | None = None
     body_required: bool = False
     links: dict = field(default_factory=dict)
+    role: str | None = None  # the role it needs (api/auth.py); None: viewer to read, operator to write
+    idempotent: bool = False  # takes an Idempotency-Key (api/idempotency.py)
 
 
 class _FlaskRoutes(FlaskPlugin):
@@ -77,11 +88,16 @@ _BUILD_LOCK = threading.Lock()
 
 def operation(ok_status: int, ok_model: type[BaseModel], *, query: type[BaseModel] | None = None,
               body: type[BaseModel] | None = None, errors=(400,), also: dict | None = None,
-              body_required: bool | None = None, operation_id: str | None = None, links: dict | None = None):
+              body_required: bool | None = None, operation_id: str | None = None, links: dict | None = None,
+              role: str | None = None, idempotent: bool = False):
     """Declare the route under it.  ``also``: further answers, ``{status: (model,
     description)}`` (a repeated create's 200, say); ``errors``: the statuses it
     answers with the error body; ``links``: ``{name: (operationId, {parameter:
-    expression})}`` on its success answer."""
+    expression})}`` on its success answer; ``role``: the role a token needs
+    when it is more than the method's default (api/auth.py); ``idempotent``:
+    it queues actions and takes an ``Idempotency-Key`` (api/idempotency.py)."""
+    if idempotent:
+        errors = (*errors, 422)
     responses = {f"HTTP_{ok_status}": (ok_model, "ok"),
                  **{f"HTTP_{status}": answer for status, answer in (also or {}).items()},
                  **{f"HTTP_{status}": (schemas.Error, "error") for status in errors}}
@@ -90,9 +106,12 @@ def operation(ok_status: int, ok_model: type[BaseModel], *, query: type[BaseMode
                            validation_error_status=ok_status, operation_id=operation_id)
     if body_required is None:
         body_required = body is not None and any(f.is_required() for f in body.model_fields.values())
-    declaration = Declaration(query, body, body_required, links or {})
+    declaration = Declaration(query, body, body_required, links or {}, role, idempotent)
 
     def decorate(func):
+        if idempotent:
+            from api.idempotency import idempotent as honour_key  # it reads requests; the document does not
+            func = honour_key(func)
         view = record(func)
         view.declaration = declaration
         return view
@@ -124,12 +143,22 @@ def _build(app: Flask, monikers) -> dict:
                 ok = next(code for code in op["responses"] if code.startswith("2"))
                 op["responses"][ok]["links"] = {name: {"operationId": target, "parameters": parameters}
                                                 for name, (target, parameters) in declaration.links.items()}
-            if method == "post":
-                op["responses"].update({str(code): {"description": "error", "content": {
-                    "application/json": {"schema": {"$ref": REF.format(model="Error")}}}} for code in WRITE_ERRORS})
-                op["security"] = [{}, {"bearer": []}]
-    doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer",
-                                                       "description": "only when started with --api-token"}}
+            if path in OPEN_ROUTES:
+                continue
+            codes = WRITE_ERRORS if method == "post" else READ_ERRORS
+            op["responses"].update({str(code): {"description": "error", "content": {
+                "application/json": {"schema": {"$ref": REF.format(model="Error")}}}}
+                for code in codes if str(code) not in op["responses"]})
+            op["security"] = [{}, {"bearer": []}]
+            if declaration.role:
+                op["x-role"] = declaration.role
+            if declaration.idempotent:
+                op.setdefault("parameters", []).append(IDEMPOTENCY_PARAMETER)
+    doc["components"]["securitySchemes"] = {"bearer": {
+        "type": "http", "scheme": "bearer",
+        "description": "when the service has tokens (--api-token, --tokens-file): every route but /api/health; "
+                       "a viewer token reads, an operator's also writes, an admin's also does what x-role "
+                       "says needs admin"}}
     if monikers is not None and monikers.names():
         moniker_variants(doc["components"]["schemas"], monikers)
     return doc

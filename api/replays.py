@@ -12,7 +12,6 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from api import session_config
 from api.context import ctx
 from api.errors import ApiError
 from api.profile_library import create_payload
@@ -94,5 +93,4 @@ def _moniker_and_config(source: dict, req: ReplayRequest) -> tuple[str, dict]:
     original = dict(source.get("config") or {})
     if name != source["moniker"]:  # the old moniker's own keys mean nothing to another
         original = {k: v for k, v in original.items() if k in RUNNER_KEYS}
-    changed = changed_config(original, changes_of(req.config))
-    return name, session_config.check(SessionConfig.model_validate(changed), ctx().monikers.get(name))
+    return name, changed_config(original, changes_of(req.config), ctx().monikers.get(name))

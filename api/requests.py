@@ -8,6 +8,8 @@ a request are the ones the OpenAPI document shows, by construction.  A route
 reads them when it is ready to, so a path it cannot find still answers 404
 before its body is looked at.
 """
+import json
+
 from flask import current_app, request
 from pydantic import BaseModel
 from werkzeug.routing import BaseConverter
@@ -35,19 +37,45 @@ def declared(part: str) -> type[BaseModel]:
     return model
 
 
+MAX_DEPTH = 32  # nesting of a body's arrays and objects; configs and states are a few levels deep
+
+
 def body() -> BaseModel:
     """The JSON body as the route's body model.  No body at all is ``{}``, so a
-    model whose fields are all optional takes an empty POST."""
+    model whose fields are all optional takes an empty POST.  (A body that is
+    not ``application/json`` never gets here: api/guard.py answers 415.)"""
     model = declared("body")
-    if not request.get_data():
-        data = {}
-    else:
-        data = request.get_json(force=True, silent=True)
-        if data is None:
-            raise ApiError(400, "invalid_json", "request body is not valid JSON")
+    raw = request.get_data()
+    data = parse_json(raw) if raw else {}
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_request", "request body must be a JSON object")
     return model.model_validate(data)
+
+
+def parse_json(raw: bytes):
+    """The body's JSON, or a 400: not JSON, or nested deeper than ``MAX_DEPTH``
+    (which would otherwise exhaust the interpreter's recursion in the parser,
+    the validation or the store's encoder: a 500)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_json", f"request body is not valid JSON (or nests deeper than {MAX_DEPTH})") \
+            from None
+    if depth_exceeds(data, MAX_DEPTH):
+        raise ApiError(400, "too_deep", f"request body nests arrays and objects deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def depth_exceeds(value, limit: int) -> bool:
+    """Whether ``value`` nests containers more than ``limit`` deep (iterative: no recursion to exhaust)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def query() -> BaseModel:

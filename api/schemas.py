@@ -258,6 +258,8 @@ class Action(Open):
     processed_at: str | None = None
     error: str | None = None
     attempts: int
+    actor: str | None = Field(None, description="the name of the token whose request queued it (null: the "
+                                                "service itself, or a service without tokens)")
 
 
 class Snapshot(Open):
@@ -335,6 +337,17 @@ class MonikerList(Open):
     session_config_schema: dict = Field(description="JSON Schema of the keys every session accepts")
 
 
+class EndpointInfo(Open):
+    name: str = Field(description="what config.llm.endpoint names")
+    models: list[str] | Literal["*"] = Field(description="the models config.llm.model may name; \"*\": any")
+    default_model: str = Field(description="the model of a config that names none")
+    structured: str = Field(description="its sessions' default llm.structured")
+
+
+class EndpointList(Open):
+    endpoints: list[EndpointInfo]
+
+
 class TableShape(Open):
     fragments: int
     versions: int
@@ -356,6 +369,12 @@ class Health(Open):
     pending_actions: int | None = None
     oldest_pending_age_s: float | None = None
     storage: StorageReport | None = Field(None, description="null until app.py's first report is built")
+
+
+class WhoAmI(Open):
+    auth: bool = Field(description="false when the service has no tokens (everyone may do everything)")
+    name: str | None = Field(description="the token's name: recorded as the actor of the actions it queues")
+    role: Literal["viewer", "operator", "admin"]
 
 
 class Conversation(Open):

@@ -8,6 +8,7 @@ queued action.
 """
 from flask import jsonify
 
+from api import auth, idempotency
 from api.context import ctx
 from api.errors import ApiError
 
@@ -48,10 +49,27 @@ def latest_session_id(agent_id: str) -> str | None:
 
 def enqueue(type_: str, agent_id: str, session_id: str, payload: dict, status: int = 202, **extra):
     """Append an action for the session and answer with its ids (202: accepted, not yet applied)."""
-    action = ctx().store.actions.enqueue(type_, agent_id=agent_id, session_id=session_id, payload=payload, **extra)
-    ctx().metrics.actions_enqueued.labels(type_).inc()
-    return jsonify({"agent_id": agent_id, "session_id": session_id, "action_id": action["id"],
-                    "status": action["status"]}), status
+    def answer(rows):
+        return {"agent_id": agent_id, "session_id": session_id, "action_id": rows[0]["id"],
+                "status": rows[0]["status"]}, status
+    body, status, _ = queue(type_, [(agent_id, session_id)], payload, answer, **extra)
+    return jsonify(body), status
+
+
+def queue(type_: str, targets, payload: dict, answer, **extra) -> tuple[dict, int, list[dict]]:
+    """Append one action per ``(agent_id, session_id)`` of ``targets`` in one
+    commit, recorded as asked by this request's token (api/auth.py); returns
+    ``answer(rows)`` (a body and a status) and the rows.  Under an
+    Idempotency-Key the key and that answer commit with the rows
+    (api/idempotency.py)."""
+    actions = ctx().store.actions
+    rows = actions.new_rows(type_, targets, payload, actor=auth.actor(), **extra)
+    body, status = answer(rows)
+    idempotency.stamp(rows, body, status)
+    if rows:
+        actions.append(rows)
+        ctx().metrics.actions_enqueued.labels(type_).inc(len(rows))
+    return body, status, rows
 
 
 def started_session(session_id: str, verb: str) -> dict:

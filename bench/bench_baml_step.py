@@ -60,7 +60,8 @@ def summary(seconds: list[float]) -> dict:
 
 async def run(steps: int, warmup: int) -> dict:
     with FakeOpenAI(scripted(then=Reply(REPLY, prompt_tokens=50, completion_tokens=20))) as server:
-        config = {"llm": {"base_url": server.base_url, "model": "bench-model"}}
+        os.environ["AGENTSVC_LLM_BASE_URL"] = server.base_url  # the default endpoint of this process's steps
+        config = {"llm": {"model": "bench-model"}}
         for _ in range(warmup):
             await one_step(config)
         body = json.dumps(server.requests[-1].body).encode()

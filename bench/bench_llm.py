@@ -319,7 +319,7 @@ class ModeStats:
         }
 
 
-async def run(args, base_url: str, own_pid: int | None, others: list[int]) -> dict:
+async def run(args, own_pid: int | None, others: list[int]) -> dict:
     """The steps; ``others`` gets the number of other llama-servers seen before each step."""
     from tests import llm_server
 
@@ -332,7 +332,7 @@ async def run(args, base_url: str, own_pid: int | None, others: list[int]) -> di
             task, tools, asked = task_for(kind, i)
             for mode in MODES:
                 others.append(other_llama_servers(own_pid))
-                config = {"llm": llm_server.llm_config(base_url, model=args.model, structured=mode,
+                config = {"llm": llm_server.llm_config(model=args.model, structured=mode,
                                                        max_tokens=args.max_tokens, timeout_s=args.timeout_s,
                                                        max_reasks=0)}
                 frame = counters[mode].frame() if kind == "count" else FrameIn(step="0", state={})
@@ -415,7 +415,7 @@ def main() -> None:
     from tests import llm_server
 
     args.model = args.model or llm_server.MODEL_NAME
-    effective = resolve_settings({"llm": llm_server.llm_config("http://x/v1", model=args.model)})
+    effective = resolve_settings({"llm": llm_server.llm_config(model=args.model)})
     info = machine()
     load_start = load()
     proc, server_flags, log_dir, interrupted, others = None, None, None, False, []
@@ -437,7 +437,8 @@ def main() -> None:
             progress(f"{others_start - bool(args.base_url)} other llama-server process(es) running: "
                      "if they generate, both slow down a lot")
         started = time.monotonic()
-        modes = asyncio.run(run(args, base_url, own_pid, others))
+        os.environ["AGENTSVC_LLM_BASE_URL"] = base_url  # the default endpoint of the steps run in this process
+        modes = asyncio.run(run(args, own_pid, others))
         wall_s = round(time.monotonic() - started, 1)
     except KeyboardInterrupt:
         progress("interrupted")

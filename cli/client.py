@@ -6,6 +6,7 @@ Errors come back as :class:`ApiFailure` carrying the service's
 from domain.statuses import ACTION_FINISHED
 import os
 import time
+import uuid
 from urllib.parse import quote
 
 import requests
@@ -14,6 +15,7 @@ DEFAULT_URL = "http://127.0.0.1:8765"
 
 # Exit codes (README, "The command line").
 OK, FAILED, USAGE, NOT_FOUND, REJECTED, UNREACHABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
+RETRIES = 3  # a POST whose answer was lost (unreachable, 5xx) is sent again this many times, with its key
 
 
 class ApiFailure(Exception):
@@ -42,9 +44,11 @@ class Client:
 
     # ---- plumbing -------------------------------------------------------
 
-    def request(self, method: str, path: str, *, json=None, params=None, ok=(200, 201, 202)) -> dict:
+    def request(self, method: str, path: str, *, json=None, params=None, ok=(200, 201, 202),
+                headers=None) -> dict:
         try:
-            r = self.http.request(method, self.url + path, json=json, params=params, timeout=self.timeout_s)
+            r = self.http.request(method, self.url + path, json=json, params=params, timeout=self.timeout_s,
+                                  headers=headers)
         except requests.ConnectionError as exc:
             raise ApiFailure(UNREACHABLE, "unreachable", f"cannot reach {self.url}: {exc.__class__.__name__}") from None
         except requests.Timeout:
@@ -62,8 +66,17 @@ class Client:
     def get(self, path: str, **params) -> dict:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
 
-    def post(self, path: str, body: dict | None = None) -> dict:
-        return self.request("POST", path, json=body or {})
+    def post(self, path: str, body: dict | None = None, *, retries: int = RETRIES) -> dict:
+        """A POST; one that queues actions carries an Idempotency-Key (api/idempotency.py), so
+        when the service is unreachable or errs it is sent again with the same key: never twice in effect."""
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        for attempt in range(retries + 1):
+            try:
+                return self.request("POST", path, json=body or {}, headers=key)
+            except ApiFailure as exc:
+                if exc.exit_code != UNREACHABLE or attempt == retries:
+                    raise
+                time.sleep(min(4.0, 0.5 * 2 ** attempt))
 
     # ---- agents and sessions ---------------------------------------------
 
@@ -155,7 +168,7 @@ class Client:
         return self.get(f"/api/sessions/{_seg(session_id)}/diff", against=against, **params)
 
     def create_evalset(self, body: dict) -> dict:
-        return self.post("/api/evalsets", body)
+        return self.post("/api/evalsets", body, retries=0)  # no Idempotency-Key there: never sent twice
 
     def evalsets(self, limit: int = 100) -> dict:
         return self.get("/api/evalsets", limit=limit)
@@ -164,7 +177,7 @@ class Client:
         return self.get(f"/api/evalsets/{_seg(evalset_id)}")
 
     def start_eval_run(self, evalset_id: str, body: dict) -> dict:
-        return self.post(f"/api/evalsets/{_seg(evalset_id)}/runs", body)
+        return self.post(f"/api/evalsets/{_seg(evalset_id)}/runs", body, retries=0)
 
     def eval_runs(self, evalset_id: str) -> dict:
         """The set's runs side by side: ``{runs, sessions, ...}``."""

@@ -5,6 +5,7 @@
     agentsvc create joke "cats" --interval 2
     agentsvc create --profile planner "move the wiki"
     agentsvc profiles
+    agentsvc endpoints                # the model endpoints a config's llm.endpoint may name
     agentsvc list --status running
     agentsvc tail -f <session or agent id>
     agentsvc pause <session or agent id>
@@ -27,7 +28,7 @@ import sys
 
 import click
 
-from cli import evals, render
+from cli import evals, render, tokens
 from cli.client import FAILED, NOT_FOUND, UNREACHABLE, ApiFailure, Client
 from cli.options import parse_config, remote
 from cli.sse import follow as follow_stream
@@ -115,6 +116,19 @@ def profiles(api, as_json, action):
                    "; ".join(f"{e['file']}:{e['line'] or '?'} {e['field'] or ''} {e['message']}".replace("  ", " ")
                              for e in p["errors"]) or p.get("description") or ""]
                   for p in listed["profiles"]])
+
+
+@cli.command("endpoints")
+@remote
+def endpoints(api, as_json):
+    """The operator's model endpoints: what a config's llm.endpoint may name, and the models each serves."""
+    listed = api.get("/api/endpoints")
+    if as_json:
+        render.as_json(listed)
+        return
+    render.table(None, ["endpoint", "models", "default model", "structured"],
+                 [[e["name"], "any" if e["models"] == "*" else ", ".join(e["models"]), e["default_model"],
+                   e["structured"]] for e in listed["endpoints"]])
 
 
 @cli.command("list")
@@ -402,7 +416,7 @@ def waiting(api, as_json, kind, agent_id, session_id, limit, offset):
     render.table(f"{found['total']} waiting", ["kind", "tool call", "session", "name", "since", "what"], rows)
 
 
-for _command in evals.COMMANDS:  # replay, diff, eval (cli/evals.py)
+for _command in [*evals.COMMANDS, *tokens.COMMANDS]:  # replay, diff, eval (cli/evals.py); token, whoami
     cli.add_command(_command)
 
 

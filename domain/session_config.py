@@ -91,3 +91,42 @@ class CreatePayload(BaseModel):
     parent_session_id: str | None = Field(None, max_length=128)
     subagent: dict | None = None  # {depth, max_depth, wait_call, on_parent_destroy}
     inbox: list[dict] | None = Field(None, max_length=8)  # items for its first step (parent_context)
+
+
+# ---- a sub-agent never has more than its parent ------------------------------------
+
+# What picks where a session's model calls go and what they may cost: a child
+# keeps its parent's (monikers/llm_settings.py reads them).
+LLM_BOUND_KEYS = ("endpoint", "model", "base_url", "api_key_env")
+
+
+class ExceedsParent(ValueError):
+    """A sub-agent's config asks for more than its parent has; the message says what."""
+
+
+def within_parent(parent: dict, child: dict) -> dict:
+    """``child`` (a sub-agent's config) held inside ``parent`` (its parent
+    session's config): its tools a subset of the parent's (else
+    :class:`ExceedsParent`); every tool the parent must have approved is
+    approved in the child too (added, not refused); and an ``llm.endpoint`` or
+    ``llm.model`` it names must be the parent's (a child that names none gets the
+    service's default, as any session does).  Depth, children and the tree's
+    budget are bounded elsewhere (tools/spawn_agent.py, runtime/session_tree.py)."""
+    child = dict(child)
+    allowed = list(parent.get("tools") or [])
+    extra = [t for t in child.get("tools") or [] if t not in allowed]
+    if extra:
+        raise ExceedsParent(f"tools {extra} are not among the parent's ({allowed or 'none'}): a sub-agent may "
+                            "only use tools its parent may")
+    tools = child.get("tools") or []
+    approve = list(child.get("approve") or [])
+    approve += [t for t in parent.get("approve") or [] if t in tools and t not in approve]
+    child["approve"] = approve
+    parent_llm = parent.get("llm") if isinstance(parent.get("llm"), dict) else {}
+    child_llm = child.get("llm") if isinstance(child.get("llm"), dict) else {}
+    for key in LLM_BOUND_KEYS:
+        if child_llm.get(key) is not None and child_llm[key] != parent_llm.get(key):
+            raise ExceedsParent(f"llm.{key} {child_llm[key]!r} is not the parent's "
+                                f"({parent_llm.get(key) or 'the service default'}): a sub-agent's model calls "
+                                "go where its parent's go")
+    return child

@@ -13,6 +13,9 @@ source session's final answer) and the candidate (the replay's) and returns
 Its settings are the run's ``judge`` object: ``{llm?: {...the session config's
 llm keys}, criteria?: str, pass_threshold?: float}``; missing ``llm`` keys come
 from the environment and the defaults, as for a session (monikers/llm_settings.py).
+Like a session, a judge names one of the operator's endpoints
+(``llm.endpoint``) and never a URL or a key: ``JudgeSpec`` refuses them when
+the run is created, and :func:`judge` again before a call.
 
 A judge never crashes a run: a model that cannot be reached, a reply that does
 not parse after ``max_reasks`` re-asks, a score outside 0..1, all end as a
@@ -55,8 +58,8 @@ class JudgeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    llm: LLMConfig | None = Field(None, description="the judge's model (session config llm keys); "
-                                                     "default: the service's LLM settings")
+    llm: LLMConfig | None = Field(None, description="the judge's endpoint and model (session config llm keys); "
+                                                     "default: the default endpoint")
     criteria: str | None = Field(None, max_length=2000, description="what to grade on, shown to the judge")
     pass_threshold: float = Field(0.5, ge=0, le=1, description="a score at or above it passes")
 

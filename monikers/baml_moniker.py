@@ -60,7 +60,8 @@ class BamlConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    llm: LLMConfig | None = Field(None, description="the LLM endpoint and model; unset keys come from "
+    llm: LLMConfig | None = Field(None, description="the LLM: one of the operator's endpoints by name (GET "
+                                                    "/api/endpoints) and a model it serves; unset keys come from "
                                                     "AGENTSVC_LLM_* and the defaults")
 
 
@@ -207,7 +208,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
 
 BAML = Moniker("baml", baml_step,
                "Thinks with an LLM via BAML RunMonikerStep on any OpenAI-compatible endpoint "
-               "(env AGENTSVC_LLM_*, or config.llm per session).", config_model=BamlConfig)
+               "(config.llm.endpoint names one of the operator's).", config_model=BamlConfig)
 
 
 def register(registry) -> bool:

@@ -76,7 +76,8 @@ MIN_ATTEMPT_S = 1.0  # an attempt with less time than this left before the deadl
 DEADLINE_MARGIN_S = 0.5  # ends our attempts this long before the step is cancelled from outside
 LIVE_INTERVAL_S = 0.1  # at most ten live deltas a second
 LIVE_CHARS = 4000  # the newest characters of the reply a delta carries
-ERROR_BODY_CHARS = 2000  # of an error reply, kept for the message
+ERROR_BODY_CHARS = 65_536  # of an error reply, read to find its message (a JSON body must be whole to parse)
+ERROR_EXCERPT_CHARS = 200  # of that message, kept (in last_error, the attempts): the body is the server's, not ours
 MODES = ("json_schema", "json_object", "off")
 FIELD_REFUSED = re.compile(r"response_format|json_schema|json_object|structured", re.IGNORECASE)
 
@@ -125,7 +126,8 @@ class Unreachable(CallFailed):
 
 
 class HttpStatus(CallFailed):
-    """The server answered with an error status; ``message`` is what it said."""
+    """The server answered with an error status; ``message`` is a short excerpt
+    of what it said (its headers are kept apart, for ``Retry-After``)."""
 
     def __init__(self, status: int, message: str, headers: dict):
         super().__init__(f"HTTP {status}: {message}")
@@ -296,8 +298,8 @@ async def _send(url: str, headers: dict, body: dict, timeout_s: float,
         async with aiohttp.ClientSession(timeout=timeout) as http:
             async with http.post(url, headers=headers, data=json.dumps(body)) as response:
                 if response.status != 200:
-                    text = (await response.text())[:ERROR_BODY_CHARS]
-                    raise HttpStatus(response.status, _error_message(text), dict(response.headers))
+                    text = await _read_at_most(response, ERROR_BODY_CHARS)
+                    raise HttpStatus(response.status, excerpt(_error_message(text)), dict(response.headers))
                 if tap is None:
                     reply = await response.json(content_type=None)
                     choice = (reply.get("choices") or [{}])[0]
@@ -311,9 +313,24 @@ async def _send(url: str, headers: dict, body: dict, timeout_s: float,
     except asyncio.TimeoutError:
         raise TimedOut(f"no complete reply within {timeout_s:.1f}s") from None
     except aiohttp.ClientConnectorError as exc:
-        raise Unreachable(f"connection refused or failed: {exc}") from None
+        raise Unreachable(excerpt(f"connection refused or failed: {exc}")) from None
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        raise Unreachable(f"the connection broke: {type(exc).__name__}: {exc}") from None
+        raise Unreachable(excerpt(f"the connection broke: {type(exc).__name__}: {exc}")) from None
+
+
+async def _read_at_most(response, limit: int) -> str:
+    """The body's first ``limit`` bytes as text (a server's error page can be any size)."""
+    data = bytearray()
+    while len(data) < limit and (chunk := await response.content.read(limit - len(data))):
+        data += chunk
+    return data.decode(response.charset or "utf-8", "replace")
+
+
+def excerpt(text: str, limit: int = ERROR_EXCERPT_CHARS) -> str:
+    """``text`` on one line, cut to ``limit`` characters: what a server said
+    reaches the record (last_error, summaries) only as a short excerpt."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _error_message(text: str) -> str:
@@ -468,22 +485,19 @@ def _tokens_that_fit(attempt: Attempt, settings: LLMSettings, deadline: float | 
 def endpoint_error(api, exc: Exception, settings: LLMSettings, info: CallInfo | None = None) -> StepError:
     """One plain sentence first (what failed, where, what to do), then the details
     on the next lines (the dashboard shows the first line and folds the rest):
-    which attempt failed how."""
-    where = f"{settings.model} at {settings.base_url}"
+    which attempt failed how.  The endpoint is named, not its URL (the
+    operator's), and what the server said is only an excerpt."""
+    where = f"{settings.model} at endpoint {settings.endpoint!r}"
     tried = f"\n{info.summary()}" if info is not None and info.attempts else ""
     if isinstance(exc, Unreachable):
-        return StepError(f"cannot reach the LLM at {settings.base_url} — start Ollama, or set "
-                         f"AGENTSVC_LLM_BASE_URL (or config.llm.base_url) to a running OpenAI-compatible server\n"
-                         f"{_short(str(exc))}{tried}")
+        fix = ("start Ollama, or have the operator set AGENTSVC_LLM_BASE_URL to a running OpenAI-compatible server"
+               if settings.endpoint == "default" else "the operator's endpoints file says where it is")
+        log.warning("cannot reach LLM endpoint %s at %s: %s", settings.endpoint, settings.base_url, exc)
+        return StepError(f"cannot reach the LLM endpoint {settings.endpoint!r} — {fix}\n{excerpt(str(exc))}{tried}")
     if isinstance(exc, TimedOut) or getattr(exc, "outcome", None) == "timeout":
         count = len(info.attempts) if info is not None else 1
         return StepError(f"LLM call timed out after {settings.timeout_s:g}s ({where}), {count} attempt(s); "
                          f"raise llm.timeout_s or lower llm.max_tokens ({settings.max_tokens}){tried}")
     if isinstance(exc, HttpStatus):
-        return StepError(f"LLM endpoint answered HTTP {exc.status} ({where})\n{_short(exc.message)}{tried}")
-    return StepError(f"LLM call failed ({where})\n{type(exc).__name__}: {_short(str(exc))}{tried}")
-
-
-def _short(text: str, limit: int = 600) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + "..."
+        return StepError(f"LLM endpoint answered HTTP {exc.status} ({where})\n{excerpt(exc.message)}{tried}")
+    return StepError(f"LLM call failed ({where})\n{type(exc).__name__}: {excerpt(str(exc))}{tried}")

@@ -19,6 +19,18 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelLimit(BaseModel):
+    """One model's shared rate limit (the rate limits file, or an endpoint's
+    ``rate_limits`` in the endpoints file: monikers/endpoints.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    requests_per_minute: int | None = Field(None, ge=1, le=10_000_000)
+    tokens_per_minute: int | None = Field(None, ge=1, le=10_000_000_000)
+
 
 @dataclass
 class Permit:

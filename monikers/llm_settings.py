@@ -1,26 +1,33 @@
 """Where a model call's settings come from: a session's ``config.llm`` wins over
-the environment, which wins over the default.
+the environment, which wins over the default; the endpoint, and so the URL and
+the key, is always the operator's (monikers/endpoints.py), picked by name.
 
 =========================  ==========================  =============================
 config ``llm.*``           environment variable        default
 =========================  ==========================  =============================
-``base_url``               AGENTSVC_LLM_BASE_URL       http://127.0.0.1:11434/v1 (Ollama)
-``model``                  AGENTSVC_LLM_MODEL          llama3.2
-``api_key_env`` (a NAME)   AGENTSVC_LLM_API_KEY        no key
+``endpoint`` (a NAME)      (the endpoints file)        ``default``
+``model``                  AGENTSVC_LLM_MODEL          the endpoint's default model
 ``temperature``            AGENTSVC_LLM_TEMPERATURE    0.2
 ``timeout_s``              AGENTSVC_LLM_TIMEOUT_S      120 (per HTTP request)
 ``max_tokens``             AGENTSVC_LLM_MAX_TOKENS     1024 (a reply's cap)
-``structured``             AGENTSVC_LLM_STRUCTURED     auto
+``structured``             AGENTSVC_LLM_STRUCTURED     the endpoint's (auto)
 ``stream``                 AGENTSVC_LLM_STREAM         true
 ``seed``                   --                          none (the server's)
 ``max_reasks``             --                          2
 ``prices``                 --                          none (cost is null)
 =========================  ==========================  =============================
 
-The default is a local Ollama so that an unconfigured service never sends a
-task to a paid cloud API.  Session config is persisted in the database, so it
-never holds a key: ``llm.api_key_env`` names the environment variable that
-does, and ``llm.api_key`` is rejected.
+(``AGENTSVC_LLM_MODEL`` and ``AGENTSVC_LLM_STRUCTURED`` are the ``default``
+endpoint's, with ``AGENTSVC_LLM_BASE_URL`` and ``AGENTSVC_LLM_API_KEY``, unless
+the endpoints file names ``default``.)
+
+No config names a URL, a key or the variable that holds one: ``llm.base_url``,
+``llm.api_key`` and ``llm.api_key_env`` are refused wherever an ``llm`` object
+is read (a create, a fork, a replay, an eval run's judge, a profile, an
+orchestrator's ``sub_config``) and again by the worker before a call, so a
+config stored before endpoints existed is never followed either: its step
+fails saying why.  ``endpoint`` must be one the operator named and ``model``
+one it serves, checked the same way.
 
 ``max_tokens`` has a default because a model that is not held to a shape can
 write for minutes (a 135M model wrote 800-1,600 tokens of prose per request):
@@ -37,11 +44,36 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from domain.json_types import JsonInt, json_int
+from monikers import endpoints
+from monikers.endpoints import EndpointError
 from monikers.frame import StepError
 
-DEFAULTS = {"base_url": "http://127.0.0.1:11434/v1", "model": "llama3.2", "temperature": 0.2, "timeout_s": 120.0,
-            "max_tokens": 1024, "structured": "auto", "stream": True}
-STRUCTURED = ("auto", "json_schema", "json_object", "off")
+DEFAULTS = {"temperature": 0.2, "timeout_s": 120.0, "max_tokens": 1024, "stream": True}
+
+# Keys an API caller once could set and no longer may, with what to use instead.
+OPERATOR_ONLY = {
+    "base_url": "model endpoints are the operator's: name one with llm.endpoint (GET /api/endpoints lists them); "
+                "the operator adds endpoints in the endpoints file (--llm-endpoints, AGENTSVC_LLM_ENDPOINTS) "
+                "or points the default one elsewhere with AGENTSVC_LLM_BASE_URL",
+    "api_key": "keys are never in a config: an endpoint's key is the operator's (api_key_env of its entry in the "
+               "endpoints file, --llm-endpoints / AGENTSVC_LLM_ENDPOINTS; AGENTSVC_LLM_API_KEY for the default "
+               "endpoint); name the endpoint with llm.endpoint",
+    "api_key_env": "which environment variable holds an endpoint's key is the operator's choice (api_key_env of its "
+                   "entry in the endpoints file, --llm-endpoints / AGENTSVC_LLM_ENDPOINTS; AGENTSVC_LLM_API_KEY for "
+                   "the default endpoint); name the endpoint with llm.endpoint",
+}
+
+
+def refuse_operator_keys(data):
+    """``data`` (an ``llm`` object) without the keys only the operator sets: a
+    value there is a ValueError naming the setting to use; a null one (configs
+    stored before endpoints wrote ``"base_url": null``) is dropped."""
+    if not isinstance(data, dict):
+        return data
+    for key, instead in OPERATOR_ONLY.items():
+        if data.get(key) is not None:
+            raise ValueError(f"llm.{key} is not accepted: {instead}")
+    return {k: v for k, v in data.items() if k not in OPERATOR_ONLY}
 
 
 class Prices(BaseModel):
@@ -56,34 +88,42 @@ class LLMConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    base_url: str | None = Field(None, pattern=r"^https?://\S+$", max_length=2000)
-    model: str | None = Field(None, min_length=1, max_length=200)
+    endpoint: endpoints.EndpointName | None = Field(
+        None, description="the operator's endpoint to call, by name (GET /api/endpoints; default: default)")
+    model: str | None = Field(None, min_length=1, max_length=200,
+                              description="a model the endpoint serves (default: its default model)")
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_s: float | None = Field(None, gt=0, le=3600)
     max_tokens: json_int(ge=1, le=1_000_000) | None = Field(None, description="a reply's cap (default 1024)")
     structured: Literal["auto", "json_schema", "json_object", "off"] | None = Field(
-        None, description="how the reply's shape is enforced (default auto: the output schema when the server "
-                          "takes it)")
+        None, description="how the reply's shape is enforced (default: the endpoint's, auto unless the operator "
+                          "says otherwise: the output schema when the server takes it)")
     stream: bool | None = Field(None, description="stream replies, so the dashboard shows them as they come "
                                                   "(default true)")
     seed: json_int(ge=0, le=2**31 - 1) | None = Field(None, description="sampling seed, for servers that take one")
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     max_reasks: JsonInt = Field(2, ge=0, le=10)
     prices: Prices | None = None
 
     @model_validator(mode="before")
     @classmethod
-    def no_secrets(cls, data):
-        if isinstance(data, dict) and "api_key" in data:
-            raise ValueError("llm.api_key is not accepted (config is stored); "
-                             "put the key in an environment variable and name it in llm.api_key_env")
-        return data
+    def no_addresses_or_keys(cls, data):
+        return refuse_operator_keys(data)
+
+    @model_validator(mode="after")
+    def served(self) -> "LLMConfig":
+        """The endpoint is one the operator named, and serves the model."""
+        try:
+            endpoints.catalog().check(self.endpoint, self.model)
+        except EndpointError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 @dataclass(frozen=True)
 class LLMSettings:
     """Everything one call needs to reach its model, resolved from config and environment."""
 
+    endpoint: str  # its name: what messages and records say (the URL is the operator's)
     base_url: str
     model: str
     api_key: str
@@ -136,13 +176,6 @@ def _count(value: str) -> int:
     return number
 
 
-def _mode(value: str) -> str:
-    """one of auto, json_schema, json_object, off"""
-    if value not in STRUCTURED:
-        raise ValueError(value)
-    return value
-
-
 def _flag(value: str) -> bool:
     """true or false (1/0)"""
     if value.lower() in ("1", "true", "yes", "on"):
@@ -157,28 +190,27 @@ def _first(*values):
 
 
 def resolve_settings(config: dict, environ=os.environ) -> LLMSettings:
-    """Session config over environment over defaults; any bad value is a StepError."""
+    """Session config over environment over defaults, on the operator's endpoint;
+    any bad value, an unknown endpoint or a model it does not serve is a StepError."""
     raw = config.get("llm") or {}
     try:
         cfg = LLMConfig.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'llm'}: {e['msg']}" for e in exc.errors()[:5])
         raise StepError(f"invalid llm config: {problems}") from None
-    if cfg.api_key_env:
-        api_key = environ.get(cfg.api_key_env)
-        if not api_key:
-            raise StepError(f"llm.api_key_env names {cfg.api_key_env}, which is not set in the environment")
-    else:
-        api_key = environ.get("AGENTSVC_LLM_API_KEY", "")
+    name = cfg.endpoint or endpoints.DEFAULT
+    try:
+        endpoint = endpoints.catalog().get(name, environ)
+        api_key = endpoint.key(environ)
+    except EndpointError as exc:
+        raise StepError(f"llm endpoint {name!r}: {exc}") from None
     return LLMSettings(
-        base_url=cfg.base_url or environ.get("AGENTSVC_LLM_BASE_URL") or DEFAULTS["base_url"],
-        model=cfg.model or environ.get("AGENTSVC_LLM_MODEL") or DEFAULTS["model"],
-        api_key=api_key,
+        endpoint=name, base_url=endpoint.base_url, model=cfg.model or endpoint.model, api_key=api_key,
         temperature=_first(cfg.temperature, _env("AGENTSVC_LLM_TEMPERATURE", DEFAULTS["temperature"], environ, _number)),
         timeout_s=cfg.timeout_s or _env("AGENTSVC_LLM_TIMEOUT_S", DEFAULTS["timeout_s"], environ, _number),
         max_tokens=cfg.max_tokens or _env("AGENTSVC_LLM_MAX_TOKENS", DEFAULTS["max_tokens"], environ, _count),
         max_reasks=cfg.max_reasks, prices=cfg.prices,
-        structured=cfg.structured or _env("AGENTSVC_LLM_STRUCTURED", DEFAULTS["structured"], environ, _mode),
+        structured=cfg.structured or endpoint.structured,
         stream=_first(cfg.stream, _env("AGENTSVC_LLM_STREAM", DEFAULTS["stream"], environ, _flag)),
         seed=cfg.seed,
     )

@@ -25,7 +25,7 @@ with the reason, never a silent zombie); ``resume`` retries it.
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from monikers import llm_call, output_schemas
 from monikers.llm_call import CallInfo, baml_api, endpoint_error
@@ -44,8 +44,24 @@ class OrchestratorConfig(BaseModel):
 
     llm: LLMConfig | None = Field(None, description="the LLM that decides (as the baml moniker's)")
     sub_moniker: str = Field("baml", min_length=1, max_length=128, description="the moniker of new sub-agents")
-    sub_config: dict[str, Any] = Field(default_factory=dict, description="the session config of new sub-agents")
+    sub_config: dict[str, Any] = Field(default_factory=dict, description="the session config of new sub-agents "
+                                                                         "(its llm names an endpoint, as any config's)")
     history_messages: JsonInt = Field(20, ge=1, le=200, description="conversation lines the model sees")
+
+    @field_validator("sub_config")
+    @classmethod
+    def _sub_llm(cls, sub_config: dict) -> dict:
+        """A sub-agent's ``llm`` is checked here, at the orchestrator's create, as
+        any config's: an endpoint by name, never a URL or a key (the rest of
+        sub_config is checked when the sub-agent is spawned)."""
+        if "llm" in sub_config:
+            try:
+                LLMConfig.model_validate(sub_config["llm"])
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, ('llm', *e['loc'])))}: "
+                                     f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()[:3])
+                raise ValueError(f"sub_config: {problems}") from None
+        return sub_config
 
 
 def _short(text, limit: int) -> str:

@@ -185,8 +185,8 @@ class Profile(Strict):
     description: str = Field("", max_length=2000)
     moniker: str = Field(min_length=1, max_length=128)
     llm: LLMConfig | None = Field(None, description="becomes the session's config.llm, so it is checked by the "
-                                                   "same model: never a key, api_key_env names the worker's "
-                                                   "environment variable that holds it")
+                                                   "same model: an endpoint by name (the operator's endpoints "
+                                                   "file), never a URL or a key")
     prompt: list[Segment] = Field(default_factory=list, max_length=64)
     tools: Tools = Field(default_factory=Tools)
     limits: Limits = Field(default_factory=Limits)

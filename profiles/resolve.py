@@ -42,6 +42,9 @@ def profile_record(entry: Entry) -> dict:
             "name": o.name, "when": o.when} for o in p.observers],
         "flow": [r.model_dump(by_alias=True, exclude_none=True) for r in p.flow],
         "inbox_priorities": dict(p.inbox_priorities),
+        # the bounds a fork or replay of the session is held to (check_changes), as a create was
+        "tools_allowed": list(p.tools.allowed), "approve_required": list(p.tools.approve),
+        "overridable": sorted(p.overridable),
     }
 
 
@@ -60,6 +63,36 @@ def base_config(entry: Entry) -> dict:
         config["llm"] = {k: v for k, v in p.llm.model_dump(exclude_none=True).items() if k in p.llm.model_fields_set}
     config["profile"] = profile_record(entry)
     return config
+
+
+def check_changes(config: dict, changes: dict | None) -> None:
+    """A fork's or replay's changes to the config of a session that started
+    from a profile, held to the rules a create from that profile is held to
+    (raises :class:`ResolveError`): only overridable keys, tools only narrowed,
+    approvals only widened.  The bounds are the ones recorded when the session
+    started (``config.profile``), so an edit of the file since changes nothing;
+    a session recorded before the bounds were kept is bounded by its own tools
+    and approvals instead."""
+    record = config.get("profile")
+    if not isinstance(record, dict) or not changes:
+        return
+    name = record.get("name")
+    allowed = record.get("tools_allowed", config.get("tools") or [])
+    required = record.get("approve_required", config.get("approve") or [])
+    overridable = record.get("overridable")
+    for key in changes:
+        if overridable is not None and key not in overridable:
+            raise ResolveError(f"config.{key}: profile {name!r} does not let a create (nor a fork or replay) "
+                               f"override it (overridable: {', '.join(overridable) or 'none'})")
+    tools = changes.get("tools", config.get("tools") or [])
+    extra = [t for t in tools if t not in allowed]
+    if extra:
+        raise ResolveError(f"config.tools: {extra} not allowed by profile {name!r} (only narrowed from {allowed})")
+    approve = changes.get("approve", config.get("approve") or [])
+    missing = [t for t in required if t in tools and t not in approve]
+    if missing:
+        raise ResolveError(f"config.approve: profile {name!r} requires approval of {missing} "
+                           f"(a fork or replay may only add to it)")
 
 
 def resolve(entry: Entry, overrides: dict | None) -> dict:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from monikers.llm_gate import OpenGate, Permit
+from monikers.llm_gate import ModelLimit, OpenGate, Permit
 
 if TYPE_CHECKING:
     from store.rate_ledger import RateLedger
@@ -57,13 +57,6 @@ log = logging.getLogger("runtime.rate_limits")
 
 MAX_THROTTLE = 3.0
 THROTTLE_STEP = 1.5
-
-
-class ModelLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    requests_per_minute: int | None = Field(None, ge=1, le=10_000_000)
-    tokens_per_minute: int | None = Field(None, ge=1, le=10_000_000_000)
 
 
 class RateLimitConfig(BaseModel):
@@ -79,13 +72,15 @@ class RateLimitConfig(BaseModel):
     models: dict[str, ModelLimit] = Field(default_factory=dict)
 
 
-def load_config(path: str | None, flags=()) -> RateLimitConfig:
-    """The file (JSON or TOML, by its suffix), then ``MODEL=RPM[:TPM]`` flags over it."""
+def load_config(path: str | None, flags=(), endpoint_limits: dict[str, ModelLimit] | None = None) -> RateLimitConfig:
+    """The endpoints file's limits (monikers/endpoints.py), the rate limits file
+    (JSON or TOML, by its suffix) over them, then ``MODEL=RPM[:TPM]`` flags over both."""
     data: dict = {}
     if path:
         with open(path, "rb") as f:
             data = tomllib.load(f) if path.endswith(".toml") else json.load(f)
     config = RateLimitConfig.model_validate(data)
+    config.models = {**(endpoint_limits or {}), **config.models}
     for flag in flags or ():
         model, sep, numbers = flag.rpartition("=")
         requests, _, tokens = numbers.partition(":")

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 import socketio
 
 from domain.events import INGEST_NAMESPACE, make_event
+from domain.redact import redact_json_text
 
 log = logging.getLogger("runtime.relay")
 
@@ -27,13 +28,14 @@ BATCH = 200
 
 
 def jsonable(row: dict) -> dict:
-    """Rows as the browser sees them over HTTP: datetimes as ISO-8601 UTC with Z."""
+    """Rows as the browser sees them over HTTP: datetimes as ISO-8601 UTC with Z,
+    and secret-named keys redacted as in the record (domain/redact.py)."""
     def convert(value):
         if isinstance(value, datetime):
             value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
             return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
         return str(value)
-    return json.loads(json.dumps(row, default=convert))
+    return json.loads(redact_json_text(json.dumps(row, default=convert)))
 
 
 class EventRelay:

@@ -17,6 +17,7 @@ TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "t
          "child_result", "child_message",  # sub-agents (runtime/child_sessions.py)
          "answer", "inbox_item"}  # inbox_item: internal (runtime/handlers.py), not offered over HTTP
 STATUSES = ACTION_STATUSES
+MAX_REQUEST_ROWS = 1000  # one request queues at most this many actions (a bulk control's cap)
 PENDING = filters.eq_word("status", "pending", STATUSES)
 PROCESSING = filters.eq_word("status", "processing", STATUSES)
 
@@ -49,17 +50,24 @@ class ActionQueue:
         return watch_commits(self._versions_dir)
 
     def enqueue(self, type: str, *, agent_id: str, session_id: str, payload: dict | None = None,
-                conversation_id: str | None = None, priority: int = 0) -> dict:
+                conversation_id: str | None = None, priority: int = 0, actor: str | None = None) -> dict:
         return self.enqueue_many(type, [(agent_id, session_id)], payload, conversation_id=conversation_id,
-                                 priority=priority)[0]
+                                 priority=priority, actor=actor)[0]
 
     def enqueue_many(self, type: str, targets, payload: dict | None = None, *, conversation_id: str | None = None,
-                     priority: int = 0) -> list[dict]:
+                     priority: int = 0, actor: str | None = None) -> list[dict]:
         """One action of ``type`` carrying ``payload`` per ``(agent_id, session_id)``
         of ``targets``, all in one commit (a bulk control: api/routes/bulk.py)."""
+        rows = self.new_rows(type, targets, payload, conversation_id=conversation_id, priority=priority, actor=actor)
+        return self.append(rows)
+
+    def new_rows(self, type: str, targets, payload: dict | None = None, *, conversation_id: str | None = None,
+                 priority: int = 0, actor: str | None = None) -> list[dict]:
+        """The rows :meth:`enqueue_many` appends, not yet appended: api/idempotency.py
+        adds its key and answer to them first, so both commit with the actions."""
         if type not in TYPES:
             raise ValueError(f"unknown action type {type!r}")
-        rows = [{
+        return [{
             "id": str(ULID()),
             "created_at": codec.utcnow(),
             "type": type,
@@ -75,9 +83,22 @@ class ActionQueue:
             "lease_until": None,
             "attempts": 0,
             "error": None,
+            "actor": actor,
+            "idempotency_key": None,
+            "request_hash": None,
+            "answer": None,
         } for agent_id, session_id in targets]
+
+    def append(self, rows: list[dict]) -> list[dict]:
+        """Append rows made by :meth:`new_rows` in one commit; returns them as a read would."""
         self.writer.append(self.name, rows)
         return [codec.decode(self.name, codec.encode(self.name, row)) for row in rows]
+
+    def by_idempotency_key(self, key_hash: str, since: datetime) -> list[dict]:
+        """The actions one request queued under an Idempotency-Key (its hash), if
+        it was sent since ``since``, in the order they were queued."""
+        where = filters.all_of(filters.eq_id("idempotency_key", key_hash), filters.ts_cmp("created_at", ">", since))
+        return query.rows(self.table, self.name, where, order=[("id", True)], limit=MAX_REQUEST_ROWS)
 
     def get(self, action_id: str) -> dict | None:
         return query.first(self.table, self.name, filters.eq_id("id", action_id))

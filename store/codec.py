@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import orjson
 
+from domain.redact import redact_json_text
 from store.schemas import DERIVED_COLUMNS, HIDDEN_COLUMNS, JSON_COLUMNS
 
 
@@ -65,12 +66,20 @@ def iso(value):
 
 
 def encode(table: str, row: dict) -> dict:
+    """A row as the table stores it: JSON columns as text, with the values of
+    secret-named keys redacted (domain/redact.py: nothing secret reaches the disk)."""
     json_cols = JSON_COLUMNS.get(table, set())
-    out = {k: (dumps(v) if k in json_cols and not isinstance(v, str) else v) for k, v in row.items()}
+    out = {k: (_json_text(v) if k in json_cols else v) for k, v in row.items()}
     for column, (derive, _sql, needs) in DERIVED_COLUMNS.get(table, {}).items():
         if all(out.get(name) is not None for name in needs):  # a whole row, not a partial update
             out[column] = derive(out)
     return out
+
+
+def _json_text(value):
+    if value is None:
+        return None
+    return redact_json_text(value if isinstance(value, str) else dumps(value))
 
 
 def decode(table: str, row: dict) -> dict:

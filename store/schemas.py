@@ -24,6 +24,12 @@ ACTIONS = _schema(
     ("lease_until", TS, True),
     ("attempts", pa.int32(), False),
     ("error", pa.string(), True),
+    ("actor", pa.string(), True),  # the name of the API token that asked (api/auth.py); null: the service itself
+    # Idempotency-Key (api/idempotency.py): the key's hash, scoped by actor; the request's hash; and, on the
+    # first row a request queued, the answer it got, so a retry is given the same answer
+    ("idempotency_key", pa.string(), True),
+    ("request_hash", pa.string(), True),
+    ("answer", pa.string(), True),
 )
 
 AGENT_STATE = _schema(
@@ -317,7 +323,8 @@ PRIMARY_KEYS = {"agent_state": "session_id", "conversation_participants": "id", 
 # status filter), BTREE for ids, cursors and ranges.  Rows appended after an
 # index was built are still found (scanned) until maintenance folds them in.
 INDEXES = {
-    "actions": [("status", "bitmap"), ("id", "btree"), ("session_id", "btree"), ("agent_id", "btree")],
+    "actions": [("status", "bitmap"), ("id", "btree"), ("session_id", "btree"), ("agent_id", "btree"),
+                ("idempotency_key", "btree")],
     "agent_state": [("session_id", "btree"), ("agent_id", "btree"), ("status", "bitmap"), ("owner", "btree"),
                     ("parent_session_id", "btree"), ("root_session_id", "btree")],
     # session_iteration serves a session's pages (a range of iterations); the
@@ -365,7 +372,7 @@ DERIVED_COLUMNS = {
 HIDDEN_COLUMNS = {table: set(columns) for table, columns in DERIVED_COLUMNS.items()}
 
 JSON_COLUMNS = {
-    "actions": {"payload"},
+    "actions": {"payload", "answer"},
     "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage", "forked_from",
                     "replayed_from", "replay", "subagent"},
     "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs", "observers"},

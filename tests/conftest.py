@@ -18,6 +18,7 @@ if TEST_PLUGINS not in plugin_modules():
     os.environ[PLUGINS_ENV] = ",".join([*plugin_modules(), TEST_PLUGINS])
 
 from tests.harness import Service  # noqa: E402
+from tests.llm_endpoints import EndpointsFile  # noqa: E402
 from tests.plugins import COUNT_DIR_ENV  # noqa: E402
 
 
@@ -45,6 +46,18 @@ def shared_service(tmp_path_factory):
     svc = _start(tmp_path_factory, "shared")
     yield svc
     svc.stop()
+
+
+@pytest.fixture
+def llm_endpoints(tmp_path, monkeypatch):
+    """An endpoints file installed as this process's catalog for one test: for
+    sessions run in this process and settings resolved here, a test adds its
+    fake servers to it (``llm_endpoints.llm(server)``, tests/llm_endpoints.py)."""
+    from monikers import endpoints
+
+    file = EndpointsFile(tmp_path / "endpoints.json")
+    monkeypatch.setattr(endpoints, "_catalog", endpoints.EndpointCatalog(file.path))
+    return file
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -11,6 +11,8 @@ import time
 
 import requests
 
+from tests.llm_endpoints import EndpointsFile
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -43,6 +45,10 @@ class Service:
         self.agents_args = list(agents_args)
         self.app_args = list(app_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # The operator's model endpoints, beside the data directory: tests add their fake
+        # servers to it (tests/llm_endpoints.py), and both processes read it again when it changes.
+        self.env.setdefault("AGENTSVC_LLM_ENDPOINTS", f"{data_dir.rstrip('/')}.endpoints.json")
+        self.endpoints = EndpointsFile(self.env["AGENTSVC_LLM_ENDPOINTS"])
         self.agents: subprocess.Popen | None = None
         self.app: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []  # extra agents.py processes (start_worker)
@@ -145,7 +151,7 @@ class Service:
         assert r.status_code == 202, r.text
         return r.json()
 
-    def action(self, action_id: str, timeout: float = 15.0) -> dict:
+    def action(self, action_id: str, timeout: float = 60.0) -> dict:
         """Wait until an action is finished and return it."""
         def finished():
             a = self.get(f"/api/actions/{action_id}").json()
@@ -169,11 +175,11 @@ class Service:
                 return out
             offset += 1000
 
-    def wait_steps(self, session_id: str, n: int, timeout: float = 20.0, interval: float = 0.05) -> list[dict]:
+    def wait_steps(self, session_id: str, n: int, timeout: float = 60.0, interval: float = 0.05) -> list[dict]:
         return wait_for(lambda: (s := self.steps(session_id)) and len(s) >= n and s, timeout=timeout,
                         interval=interval, what=f"{n} steps of session {session_id}")
 
-    def settled_step_count(self, session_id: str, quiet_s: float = 1.0, timeout: float = 20.0) -> int:
+    def settled_step_count(self, session_id: str, quiet_s: float = 1.0, timeout: float = 60.0) -> int:
         """The step count once it has stopped changing for ``quiet_s``.
 
         A pause or destroy takes effect at the step boundary, so a step already
@@ -192,14 +198,14 @@ class Service:
                 count, since = now, time.monotonic()
         return count
 
-    def wait_status(self, session_id: str, *statuses: str, timeout: float = 20.0) -> dict:
+    def wait_status(self, session_id: str, *statuses: str, timeout: float = 60.0) -> dict:
         return wait_for(lambda: (s := self.session(session_id)).get("status") in statuses and s,
                         timeout=timeout, what=f"session {session_id} to be {statuses}")
 
 
 # ---- in this process ------------------------------------------------------
 
-async def until(predicate, timeout: float = 15.0, what: str = "condition"):
+async def until(predicate, timeout: float = 45.0, what: str = "condition"):
     """Like :func:`wait_for`, for coroutines: the predicate runs in a thread."""
     deadline = time.monotonic() + timeout
     while not (value := await asyncio.to_thread(predicate)):

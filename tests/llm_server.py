@@ -68,6 +68,8 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def llm_config(base_url: str, **overrides) -> dict:
-    """A session's ``config.llm`` for the local model: deterministic sampling."""
-    return {"base_url": base_url, "model": MODEL_NAME, "temperature": 0.0, "seed": SEED, **overrides}
+def llm_config(**overrides) -> dict:
+    """A session's ``config.llm`` for the local model, deterministic sampling, on the
+    service's ``default`` endpoint: the service is pointed at the model by the
+    operator's setting, ``AGENTSVC_LLM_BASE_URL`` (configs never name a URL)."""
+    return {"model": MODEL_NAME, "temperature": 0.0, "seed": SEED, **overrides}

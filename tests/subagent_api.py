@@ -4,7 +4,9 @@ from tests.harness import wait_for
 
 
 def parent(svc, frames, **config) -> dict:
-    config = {"interval_s": 0, "tools": ["spawn_agent", "message_agent", "wait"], "frames": frames, **config}
+    # "human": the tool its sub-agents (tests/service/test_subagents.py child_spec) use, which a child may
+    # only have when its parent does (domain/session_config.within_parent)
+    config = {"interval_s": 0, "tools": ["spawn_agent", "message_agent", "wait", "human"], "frames": frames, **config}
     return svc.create("scripted", task="delegate", config=config)
 
 

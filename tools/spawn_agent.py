@@ -13,7 +13,10 @@ LLM call, meanwhile) and its result is the child's.
 
 Limits: a tree is at most ``max_depth`` deep (the root's config, default 3; a
 child may lower it) and a session spawns at most ``max_children`` (its config,
-default 20).  ``config.inherit: {"transcript": N}`` gives the child's first
+default 20).  A child never has more than its parent
+(domain/session_config.py ``within_parent``): its tools are among the
+parent's, the parent's approvals apply to it, and an endpoint or model it
+names is the parent's.  ``config.inherit: {"transcript": N}`` gives the child's first
 step the parent's last N step texts and its conversation's messages
 (a ``parent_context`` inbox item).
 
@@ -28,7 +31,7 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from ulid import ULID
 
-from domain.session_config import SessionConfig
+from domain.session_config import ExceedsParent, SessionConfig, within_parent
 from tools.tool import Deferred, Tool, ToolContext
 
 SPAWN = "spawn_agent"
@@ -171,7 +174,13 @@ def build(store, monikers, profiles: Callable[[str, dict], dict] | None = None) 
             raise SpawnRefused(f"max_children reached: this session has {len(children)} sub-agents and may "
                                f"have {max_children} (config max_children)")
         moniker, config = resolve(args)
-        config = child_config(monikers, moniker, config)
+        if moniker not in monikers:
+            raise SpawnRefused(f"no moniker {moniker!r}; installed: {monikers.names()}")
+        config = child_config(monikers, moniker, config)  # first: a bad key is named as a create names it
+        try:  # never more than the parent: its tools, its approvals, its model endpoint
+            config = within_parent(parent.get("config") or {}, config)
+        except ExceedsParent as exc:
+            raise SpawnRefused(str(exc)) from None
         subagent = {"depth": depth, "max_depth": max_depth,
                     "root_session_id": parent.get("root_session_id") or ctx.session_id,
                     "spawned_by": ctx.tool_call_id, "on_parent_destroy": config.get("on_parent_destroy")}

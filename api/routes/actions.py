@@ -18,7 +18,7 @@ def list_actions():
     actions = ctx().store.actions.search(session_id=q.session_id, agent_id=q.agent_id, type=q.type,
                                          status=q.status, newest_first=q.order == "newest",
                                          limit=q.limit, offset=q.offset)
-    return jsonify({"actions": actions, "limit": q.limit, "offset": q.offset})
+    return jsonify({"actions": [shown(a) for a in actions], "limit": q.limit, "offset": q.offset})
 
 
 @bp.get("/actions/<id:action_id>")
@@ -29,4 +29,12 @@ def get_action(action_id):
     action = ctx().store.actions.get(action_id)
     if action is None:
         raise not_found("action", action_id)
-    return jsonify(action)
+    return jsonify(shown(action))
+
+
+# What an action row keeps for retries (api/idempotency.py) is not part of the audit log.
+IDEMPOTENCY_COLUMNS = ("idempotency_key", "request_hash", "answer")
+
+
+def shown(action: dict) -> dict:
+    return {k: v for k, v in action.items() if k not in IDEMPOTENCY_COLUMNS}

@@ -14,6 +14,7 @@ from api.openapi import operation
 from api.profile_library import create_payload
 from api.requests import IdConverter, body, not_found, path_id, query
 from api.sessions import enqueue, latest_session_id, session_view
+from domain.session_config import ExceedsParent, within_parent
 
 bp = Blueprint("agents", __name__, url_prefix="/api")
 
@@ -41,7 +42,7 @@ CREATE_LINKS = {"GetAgent": ("getAgent", _AGENT), "GetSessions": ("listSessions"
 
 @bp.post("/agents")
 @operation(202, schemas.Accepted, body=schemas.CreateAgentRequest, body_required=True, errors=(400, 404, 409),
-           also={200: (schemas.Accepted, "the session exists already")}, links=CREATE_LINKS)
+           also={200: (schemas.Accepted, "the session exists already")}, links=CREATE_LINKS, idempotent=True)
 def create_agent():
     """create an agent session (idempotent by session_id), from a moniker or a profile"""
     req: schemas.CreateAgentRequest = body()
@@ -56,6 +57,11 @@ def create_agent():
     parent = ctx().store.states.get(req.parent_session_id) if req.parent_session_id else None
     if req.parent_session_id and parent is None:
         raise not_found("parent session", req.parent_session_id)
+    if parent is not None:  # a child never has more than its parent (as a spawned one: tools/spawn_agent.py)
+        try:
+            config = within_parent(parent.get("config") or {}, config)
+        except ExceedsParent as exc:
+            raise ApiError(400, "exceeds_parent", str(exc)) from None
     with ctx().create_lock:
         existing = session_view(req.session_id) if req.session_id else None
         if existing:
@@ -141,7 +147,8 @@ def control(agent_id: str, type_: str, payload_of=lambda req: {}):
 
 
 def _control(body_model, operation_id: str):
-    return operation(202, schemas.Accepted, body=body_model, errors=(400, 404, 409), operation_id=operation_id)
+    return operation(202, schemas.Accepted, body=body_model, errors=(400, 404, 409), operation_id=operation_id,
+                     idempotent=True)
 
 
 @bp.post("/agents/<id:agent_id>/pause")

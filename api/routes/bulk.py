@@ -16,9 +16,9 @@ sub-agents, which a finished parent may still have at work.
 ``dry_run`` answers 200 with what matches and queues nothing (the dashboard
 shows it before asking for confirmation).  A call queues at most ``MAX_ACTIONS``
 actions: past that it is a 400 unless ``limit`` asks for the first ones.  A
-bulk call is not idempotent (no request id): repeating a pause, resume or
-destroy changes nothing more, but a repeated interrupt delivers its guidance
-twice.
+bulk call is idempotent only under an ``Idempotency-Key`` (api/idempotency.py):
+without one, repeating a pause, resume or destroy changes nothing more, but a
+repeated interrupt delivers its guidance twice.
 """
 from typing import Annotated, Literal
 
@@ -26,16 +26,21 @@ from flask import jsonify
 from flask import Blueprint
 from pydantic import Field, StrictBool, StringConstraints, field_validator, model_validator
 
+from api import auth
 from api.context import ctx
 from api.errors import ApiError
 from api.openapi import operation
 from api.requests import body
+from api.sessions import queue
 from api.schemas import AGENT_STATUSES, MAX_TEXT, NOT_BLANK, Id, Open, Strict, not_blank
 from domain.statuses import SESSION_STATUSES
 
 bp = Blueprint("bulk", __name__, url_prefix="/api")
 
 MAX_ACTIONS = 1000
+# Acting on many sessions at once in a way that ends them or makes them spend
+# again needs the admin role (api/auth.py); pausing and guiding many does not.
+ADMIN_ACTIONS = frozenset({"destroy", "resume"})
 PREVIEW_ROWS = 1000
 # the statuses each action can change (the others are skipped); a destroy reaches every session
 APPLIES = {"pause": frozenset({"running", "waiting"}), "resume": frozenset({"paused", "error"}),
@@ -130,12 +135,14 @@ class BulkAccepted(Open):
 
 
 @bp.post("/agents/bulk")
-@operation(202, BulkAccepted, body=BulkRequest, body_required=True, errors=(400,),
+@operation(202, BulkAccepted, body=BulkRequest, body_required=True, errors=(400,), idempotent=True,
            also={200: (BulkPreview, "dry_run: what matches; nothing queued")}, operation_id="bulkControl")
 def bulk_control():
     """pause, resume, interrupt or destroy every agent matching a filter (each
     agent's latest session, one queued action per session)"""
     req: BulkRequest = body()
+    if req.action in ADMIN_ACTIONS and not req.dry_run:
+        auth.require("admin")
     f = req.filter
     matched = ctx().store.states.latest_matching(status=f.status, moniker=f.moniker, text=f.q, agent_ids=f.ids,
                                                  profile=f.profile, model=f.model)
@@ -147,14 +154,14 @@ def bulk_control():
                                         "narrow the filter, or pass limit to act on the oldest ones first")
     chosen = targets[:req.limit or MAX_ACTIONS]
     payload = {"guidance": req.guidance} if req.action == "interrupt" else {}
-    queued = ctx().store.actions.enqueue_many(req.action, [(r["agent_id"], r["session_id"]) for r in chosen],
-                                              payload)
-    if queued:
-        ctx().metrics.actions_enqueued.labels(req.action).inc(len(queued))
-    return jsonify({"matched": len(matched), "skipped": len(matched) - len(targets),
-                    "remaining": len(targets) - len(chosen),
-                    "actions": [{"agent_id": a["agent_id"], "session_id": a["session_id"], "action_id": a["id"]}
-                                for a in queued]}), 202
+
+    def answer(rows):
+        return {"matched": len(matched), "skipped": len(matched) - len(targets),
+                "remaining": len(targets) - len(chosen),
+                "actions": [{"agent_id": a["agent_id"], "session_id": a["session_id"], "action_id": a["id"]}
+                            for a in rows]}, 202
+    body_, status, _ = queue(req.action, [(r["agent_id"], r["session_id"]) for r in chosen], payload, answer)
+    return jsonify(body_), status
 
 
 def preview(matched: list[dict], targets: list[dict]) -> dict:

@@ -14,12 +14,12 @@ Except an answer: a message posted where an ``ask_user`` question is open
 from flask import Blueprint, current_app, jsonify
 from ulid import ULID
 
-from api import answers, schemas
+from api import answers, idempotency, schemas
 from api.context import ctx
 from api.errors import ApiError
 from api.openapi import operation
 from api.requests import body, not_found, path_id, query
-from api.sessions import session_view
+from api.sessions import queue, session_view
 
 bp = Blueprint("conversations", __name__, url_prefix="/api/conversations")
 
@@ -111,43 +111,74 @@ def with_names(rows: list[dict]) -> list[dict]:
 
 
 @bp.post("/<id:conversation_id>/messages")
-@operation(201, schemas.Posted, body=schemas.PostMessageRequest, errors=(400, 404))
+@operation(201, schemas.Posted, body=schemas.PostMessageRequest, errors=(400, 404), idempotent=True)
 def post_message(conversation_id):
     """a user posts; every participant agent session receives it as guidance for its next step"""
     conversation_id = conversation_or_404(conversation_id)["conversation_id"]
     req: schemas.PostMessageRequest = body()
     store = ctx().store
     sender = req.user_id or "user"
-    message_id, answer = str(ULID()), None
+    # Under an Idempotency-Key the message's id comes from the key, so a retry
+    # finds a message its first try posted before it could queue the deliveries
+    # (api/idempotency.py keeps the answer with those actions).
+    key = idempotency.key_hash()
+    message_id = f"m{key[:25]}" if key else str(ULID())
+    posted = store.conversations.get_message(conversation_id, message_id) if key else None
+    if posted is not None:  # a retry whose first try posted the message but queued nothing
+        question = store.tool_calls.get(posted["data"]["tool_call_id"]) if posted["event_type"] == "answer" else None
+        return jsonify(answer_with(question, posted) or deliver_all(posted)), 201
+    draft = {"message_id": message_id, "conversation_id": conversation_id, "sender_type": "user",
+             "user_id": sender, "text": req.text, "data": req.data, "event_type": "message"}
     # a reply to an open question answers it, unless the poster said it is a plain message
     question = answers.route_reply(conversation_id, req.data) if req.answers else None
     if question is not None:
-        source = {"conversation_id": conversation_id, "message_id": message_id, "sender": sender}
-        try:
-            response, _ = answers.submit_answer(question, req.text, sender, "conversation", source)
-            answer = {**response.get_json(), "tool_call_id": question["id"]}
-        except ApiError:
-            pass  # another answer got there first: the message is ordinary guidance after all
-    data = {**(req.data or {}), "tool_call_id": question["id"]} if answer else req.data  # which one it answered
-    message = store.conversations.post({"message_id": message_id, "conversation_id": conversation_id,
-                                        "sender_type": "user", "user_id": sender, "text": req.text,
-                                        "data": data, "event_type": "answer" if answer else "message"})
+        answered = answer_with(question, {**draft, "event_type": "answer",
+                                          "data": {**(req.data or {}), "tool_call_id": question["id"]}})
+        if answered is not None:
+            return jsonify(answered), 201
+    return jsonify(deliver_all(post(draft))), 201
+
+
+def post(draft: dict) -> dict:
+    message = ctx().store.conversations.post(draft)
     live_publish("conversation_message", message["message_id"], message)
-    if answer is not None:
-        return jsonify({"message": message, "deliveries": [], "answer": answer}), 201
-    deliveries = [deliver(message, member) for member in store.conversations.agent_sessions(conversation_id)]
-    return jsonify({"message": message, "deliveries": deliveries}), 201
+    return message
 
 
-def deliver(message: dict, member: dict) -> dict:
-    """One interrupt action per participant session; its guidance remembers the message."""
+def answer_with(question: dict | None, message: dict) -> dict | None:
+    """Queue the answer a message gives to its open question, posting the
+    message (unless it is posted already) once the answer is sure to be queued;
+    None when the question no longer takes one (another answer got there first):
+    the message is then ordinary guidance."""
+    if question is None or question["status"] != "waiting_result":
+        return None
     source = {"conversation_id": message["conversation_id"], "message_id": message["message_id"],
               "sender": message["user_id"]}
-    action = ctx().store.actions.enqueue(
-        "interrupt", agent_id=member["agent_id"], session_id=member["session_id"],
-        payload={"guidance": message["text"], "source": source}, conversation_id=message["conversation_id"])
-    ctx().metrics.actions_enqueued.labels("interrupt").inc()
-    return {"agent_id": member["agent_id"], "session_id": member["session_id"], "action_id": action["id"]}
+
+    def answer(accepted):
+        posted = message if "created_at" in message else post(message)
+        return {"message": posted, "deliveries": [], "answer": accepted}, 201
+    try:
+        body_, _ = answers.submit_answer(question, message["text"], message["user_id"], "conversation", source,
+                                         answer=answer)
+    except ApiError:
+        return None
+    return body_
+
+
+def deliver_all(message: dict) -> dict:
+    """One interrupt action per participant session, in one commit; its guidance remembers the message."""
+    members = ctx().store.conversations.agent_sessions(message["conversation_id"])
+    source = {"conversation_id": message["conversation_id"], "message_id": message["message_id"],
+              "sender": message["user_id"]}
+
+    def answer(rows):
+        return {"message": message, "deliveries": [{"agent_id": r["agent_id"], "session_id": r["session_id"],
+                                                    "action_id": r["id"]} for r in rows]}, 201
+    body_, _, _ = queue("interrupt", [(m["agent_id"], m["session_id"]) for m in members],
+                        {"guidance": message["text"], "source": source}, answer,
+                        conversation_id=message["conversation_id"])
+    return body_
 
 
 @bp.get("/<id:conversation_id>/messages")

@@ -63,7 +63,7 @@ class ForkRequest(Strict):
 
 
 @bp.post("/sessions/<id:session_id>/fork")
-@operation(202, Accepted, body=ForkRequest, errors=(400, 404, 409),
+@operation(202, Accepted, body=ForkRequest, errors=(400, 404, 409), idempotent=True,
            also={200: (Accepted, "the fork exists already (same session_id)")})
 def fork_session(session_id):
     """a new session of the same agent continuing from a past step (optionally with edited state, guidance or
@@ -84,8 +84,10 @@ def fork_session(session_id):
         fork["state"] = req.state
     if req.guidance is not None:
         fork["guidance"] = req.guidance
+    moniker = ctx().monikers.get(source["moniker"]) if source["moniker"] in ctx().monikers else None
     payload = {"moniker": source["moniker"], "task": source.get("task") or "",
-               "config": changed_config(source.get("config"), req.config), "conversation_id": None, "fork": fork}
+               "config": changed_config(source.get("config"), req.config, moniker), "conversation_id": None,
+               "fork": fork}
     if source.get("name"):
         payload["name"] = source["name"]  # the same agent: it keeps its name (not a generated tag)
     return enqueue("create", source["agent_id"], req.session_id or str(ULID()), payload)

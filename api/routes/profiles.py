@@ -2,6 +2,8 @@
 them (file, line, field, why); re-reading the directory.  A create from a
 profile is ``POST /api/agents`` (api/profile_library.py resolves it).
 """
+import os
+
 from flask import Blueprint, jsonify
 from werkzeug.routing import BaseConverter
 from pydantic import Field
@@ -52,7 +54,8 @@ class ProfileSummary(schemas.Open):
 
 class ProfileList(schemas.Open):
     profiles: list[ProfileSummary]
-    directory: str
+    directory: str = Field(description="the name of the profiles directory (not its path: where the service's "
+                                       "files are is the operator's to know)")
     loaded_at: str | None = None
 
 
@@ -70,8 +73,8 @@ def summary(entry: Entry, problems) -> dict:
 
 def _listing(lib: ProfileLibrary) -> dict:
     tools = lib.known_tools()  # one catalog read for the whole list
-    return {"profiles": [summary(e, lib.check(e, tools)) for e in lib.entries()], "directory": lib.directory,
-            "loaded_at": lib.loaded_at}
+    return {"profiles": [summary(e, lib.check(e, tools)) for e in lib.entries()],
+            "directory": os.path.basename(os.path.abspath(lib.directory)), "loaded_at": lib.loaded_at}
 
 
 # ---- routes ---------------------------------------------------------------
@@ -98,7 +101,7 @@ def get_profile(name):
 
 
 @bp.post("/profiles/reload")
-@operation(200, ProfileList, errors=())
+@operation(200, ProfileList, errors=(), role="admin")
 def reload_profiles():
     """re-read the profiles directory (also on SIGHUP)"""
     library().load()

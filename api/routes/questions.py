@@ -77,7 +77,7 @@ class WaitingList(schemas.Open):
 # ---- answering --------------------------------------------------------------
 
 @bp.post("/sessions/<id:session_id>/answer")
-@operation(202, AnswerAccepted, body=AnswerRequest, errors=(400, 404, 409))
+@operation(202, AnswerAccepted, body=AnswerRequest, errors=(400, 404, 409), idempotent=True)
 def answer(session_id):
     """answer the session's open ask_user question (409: none open, answered, timed out, or an answer
     is queued already)"""
@@ -86,8 +86,8 @@ def answer(session_id):
     if session_view(session_id) is None:
         raise not_found("session", session_id)
     question = question_of(session_id, req.tool_call_id)
-    response, status = submit_answer(question, req.text, req.user_id, "api")
-    return jsonify({**response.get_json(), "tool_call_id": question["id"]}), status
+    accepted, status = submit_answer(question, req.text, req.user_id, "api")
+    return jsonify(accepted), status
 
 
 # ---- GET /api/waiting ---------------------------------------------------------

@@ -20,7 +20,7 @@ bp = Blueprint("replay", __name__, url_prefix="/api")
 
 
 @bp.post("/sessions/<id:session_id>/replay")
-@operation(202, Accepted, body=ReplayRequest, errors=(400, 404, 409),
+@operation(202, Accepted, body=ReplayRequest, errors=(400, 404, 409), idempotent=True,
            also={200: (Accepted, "the replay exists already (same session_id)")})
 def replay_session(session_id):
     """a new session of the same agent re-running a recorded session's steps under another model, prompt, profile

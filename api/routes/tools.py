@@ -182,7 +182,7 @@ def _control(tool_call_id: str, type_: str, expected: str, payload: dict):
 
 
 @bp.post("/tool-calls/<id:tool_call_id>/approve")
-@operation(202, ToolCallAccepted, body=schemas.EmptyRequest, errors=(400, 404, 409))
+@operation(202, ToolCallAccepted, body=schemas.EmptyRequest, errors=(400, 404, 409), idempotent=True)
 def approve_tool_call(tool_call_id):
     """approve a call waiting for approval (409 unless waiting_approval)"""
     body()
@@ -190,7 +190,7 @@ def approve_tool_call(tool_call_id):
 
 
 @bp.post("/tool-calls/<id:tool_call_id>/deny")
-@operation(202, ToolCallAccepted, body=DenyRequest, errors=(400, 404, 409))
+@operation(202, ToolCallAccepted, body=DenyRequest, errors=(400, 404, 409), idempotent=True)
 def deny_tool_call(tool_call_id):
     """deny a call waiting for approval; the reason is told to the model"""
     req: DenyRequest = body()
@@ -198,7 +198,8 @@ def deny_tool_call(tool_call_id):
 
 
 @bp.post("/tool-calls/<id:tool_call_id>/result")
-@operation(202, ToolCallAccepted, body=ResultRequest, errors=(400, 404, 409), body_required=True)
+@operation(202, ToolCallAccepted, body=ResultRequest, errors=(400, 404, 409), body_required=True,
+           idempotent=True)
 def post_tool_result(tool_call_id):
     """post the result (or error) of a call waiting for one (409 unless waiting_result)"""
     req: ResultRequest = body()

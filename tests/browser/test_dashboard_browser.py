@@ -171,8 +171,7 @@ def test_baml_usage_cost_and_raising_a_budget_from_the_page(page, shared_service
     try:
         made = shared_service.create("baml", "think", name="thinker", config={
             "interval_s": 0, "budget_tokens": 250,
-            "llm": {"base_url": server.base_url, "model": "fake-model",
-                    "prices": {"input_per_1k": 0.01, "output_per_1k": 0.03}}})
+            "llm": shared_service.endpoints.llm(server, prices={"input_per_1k": 0.01, "output_per_1k": 0.03})})
         shared_service.wait_status(made["session_id"], "paused", timeout=60)
         page.goto(f"{shared_service.url}/#/session/{made['session_id']}")
         notice = page.get_by_test_id("session-notice")

@@ -1,7 +1,8 @@
 """The dashboard's forms in a real browser (chromium via playwright, as in
 test_dashboard_browser.py): the search page's filters and pages kept in the
 address, hits named by their agent; the create form back at the schemas' real
-defaults after a submit, and a create from a profile; a fork through its
+defaults after a submit, and a create from a profile; a baml agent on an
+endpoint and model chosen from the operator's; a fork through its
 dialog with edited state, and the original reached from the fork's page by the
 agent's sessions list.  axe finds nothing serious on those pages."""
 import os
@@ -126,6 +127,36 @@ def test_the_create_form_resets_to_the_real_defaults_and_starts_from_a_profile(p
     done = svc.wait_status(session_id, "done", timeout=60)
     assert done["config"]["profile"]["name"] == "quick" and done["moniker"] == "countdown"
     assert done["name"] == "from a profile"
+
+
+def test_the_create_form_offers_the_operators_endpoints_and_the_models_each_serves(page, shared_service):
+    """A baml agent from the form names an endpoint and a model chosen from GET /api/endpoints, never a URL."""
+    from tests.fake_openai import FakeOpenAI, Reply, scripted
+    expect = playwright_api.expect
+    svc = shared_service
+    reply = '{"step": "0", "next_step": "1", "state": {}, "text": "hi", "data": null, "done": true}'
+    with FakeOpenAI(scripted(then=Reply(content=reply))) as server:
+        name = svc.endpoints.serve(server, name="form-llm", models=["m-small", "m-large"])
+        page.goto(svc.url + "/")  # the form reads the endpoints when its page is shown
+        expect(page.locator("#create-moniker option")).not_to_have_count(0, timeout=30_000)
+        page.get_by_test_id("create-moniker").select_option("countdown")
+        expect(page.get_by_test_id("create-llm")).to_have_count(0)  # countdown takes no llm
+        page.get_by_test_id("create-moniker").select_option("baml")
+        expect(page.locator("#create-llm-endpoint option", has_text=name)).to_have_count(1)
+        expect(page.get_by_test_id("create-llm-endpoint")).to_have_value("default")
+        page.get_by_test_id("create-llm-endpoint").select_option(name)
+        expect(page.locator("#create-llm-models option")).to_have_count(2)
+        expect(page.get_by_test_id("create-llm-model")).to_have_attribute("placeholder", "m-small")
+        page.get_by_test_id("create-llm-model").fill("m-large")
+        page.get_by_test_id("create-task").fill("say hi")
+        page.get_by_test_id("run-interval_s").fill("0")
+        page.get_by_test_id("create-submit").click()
+        expect(page.get_by_test_id("session-status")).to_be_visible(timeout=30_000)
+        session_id = page.evaluate("location.hash").split("/")[-1]
+        done = svc.wait_status(session_id, "done", "error", timeout=60)
+        assert done["status"] == "done", done["last_error"]
+        assert {k: done["config"]["llm"][k] for k in ("endpoint", "model")} == {"endpoint": name, "model": "m-large"}
+        assert server.requests and {r.model for r in server.requests} == {"m-large"}  # the step's, the summary's
 
 
 def test_fork_through_the_dialog_with_edited_state_and_back_to_the_original(page, shared_service):

@@ -97,8 +97,8 @@ def test_a_childs_question_is_answered_from_the_root_conversation(browser, share
     svc = shared_service
     expect = playwright_api.expect
     conv = svc.post("/api/conversations", json={"title": "main chat"}).json()["conversation_id"]
-    root = svc.create("scripted", name="Orchestrator", conversation_id=conv,
-                      config={"interval_s": 0, "frames": [{"text": "delegating", "done": True}]})
+    root = svc.create("scripted", name="Orchestrator", conversation_id=conv,  # its children ask: ask_user is its too
+                      config={"interval_s": 0, "tools": ["ask_user"], "frames": [{"text": "delegating", "done": True}]})
     svc.wait_status(root["session_id"], "done")
     child = asking(svc, {"question": "Window or aisle?", "choices": ["window", "aisle"]}, name="Booker",
                    parent_session_id=root["session_id"])

@@ -187,7 +187,8 @@ def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_se
         expect(pg.locator(f"[data-testid=step][data-iteration='{first + 9}']")).to_be_attached(timeout=60_000)
         once = [f"/api/sessions/{sid}", f"/api/sessions/{sid}/turns?limit=1000", f"/api/sessions/{sid}/children",
                 f"/api/actions?session_id={sid}&limit=500"]
-        assert all(1 <= sent.count(url) <= reads for url in once), sent
+        counts = {url: sent.count(url) for url in once}
+        assert all(1 <= n <= reads for n in counts.values()), (counts, reads, sent)
     finally:
         context.close()
         svc.control(made["agent_id"], "destroy")

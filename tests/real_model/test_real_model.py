@@ -65,7 +65,7 @@ def svc(tmp_path_factory, model):
 
 
 def config(model: str, **extra) -> dict:
-    return {"interval_s": 0, "step_timeout_s": STEP_TIMEOUT_S, "llm": llm_server.llm_config(model), **extra}
+    return {"interval_s": 0, "step_timeout_s": STEP_TIMEOUT_S, "llm": llm_server.llm_config(), **extra}
 
 
 def finish(svc: Service, session_id: str, timeout: float = FLOW_TIMEOUT_S) -> dict:
@@ -240,7 +240,7 @@ def test_the_orchestrator_answers_a_conversation_message(svc, model):
     cid = svc.post("/api/conversations", json={"title": "real model"}).json()["conversation_id"]
     made = svc.create("orchestrator", task="help the user", conversation_id=cid, config={
         **config(model), "interval_s": 300, "tools": ["spawn_agent", "message_agent"], "sub_moniker": "baml",
-        "sub_config": {"max_steps": 2, "interval_s": 0, "llm": llm_server.llm_config(model)}})
+        "sub_config": {"max_steps": 2, "interval_s": 0, "llm": llm_server.llm_config()}})
     sid = made["session_id"]
     svc.wait_steps(sid, 1, timeout=FLOW_TIMEOUT_S)
     r = svc.post(f"/api/conversations/{cid}/messages", json={"text": "Write a haiku about the sea.", "user_id": "ann"})

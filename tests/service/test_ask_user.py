@@ -45,8 +45,9 @@ def results_of(step: dict) -> list[dict]:
 def test_a_child_asks_the_root_conversation_answers_once_across_restarts(service):
     svc = service
     root_conv, child_conv = conversation(svc, "main chat"), conversation(svc, "researcher's thread")
+    # tools: what its children may use (a child never has more than its parent)
     root = svc.create("scripted", name="Orchestrator", conversation_id=root_conv,
-                      config={"interval_s": 0, "frames": [{"text": "I'll delegate", "done": True}]})
+                      config={"interval_s": 0, "tools": ["ask_user"], "frames": [{"text": "I'll delegate", "done": True}]})
     svc.wait_status(root["session_id"], "done")
     child = asking(svc, {"question": "Which city?", "choices": ["Paris", "Rome"]}, name="Researcher",
                    conversation_id=child_conv, parent_session_id=root["session_id"],
@@ -286,7 +287,7 @@ def test_a_baml_agent_asks_and_no_model_is_called_until_the_answer(shared_servic
 
     with FakeOpenAI(respond) as llm:
         made = svc.create("baml", task="plan a trip", config={
-            "interval_s": 0, "tools": ["ask_user"], "llm": {"base_url": llm.base_url, "model": "fake-model"}})
+            "interval_s": 0, "tools": ["ask_user"], "llm": svc.endpoints.llm(llm)})
         sid = made["session_id"]
         row = open_question(svc, sid)
         assert row["args"]["question"] == "Which city shall I plan for?"

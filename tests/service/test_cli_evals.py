@@ -65,7 +65,7 @@ def test_eval_create_run_show_with_the_llm_judge(shared_service):
     with FakeOpenAI(judge) as llm:
         made = run_json(svc, "eval", "create", "cli pair", *[a for s in sessions for a in ("--session", s)])
         assert made["session_ids"] == sessions and made["name"] == "cli pair"
-        settings = {"llm": {"base_url": llm.base_url, "model": "judge-model", "max_reasks": 0},
+        settings = {"llm": svc.endpoints.llm(llm, model="judge-model", max_reasks=0),
                     "pass_threshold": 0.5}
         finished = run_json(svc, "eval", "run", made["id"], "--scorer", "final_equal", "--scorer", "llm_judge",
                             "--judge", json.dumps(settings), "--concurrency", "2", "--wait", "--timeout", "120")

@@ -1,5 +1,8 @@
 """Hostile input against the real app.py.
 
+The service here has an API token, presented by every probe (schemathesis
+too), as a deployed service would.
+
 1. Hostile ids (quotes, ``' OR '1'='1``, unicode, control characters, 10k-character
    strings) through every route and query parameter that takes an id: always a
    4xx in the API's error shape, and not one row of any table changes.
@@ -24,11 +27,29 @@ import socketio
 
 from domain.events import INGEST_NAMESPACE
 from tests.chaos_client import snapshot_row_counts, table_contents
+from tests.harness import Service
+from tests.plugins import COUNT_DIR_ENV
 
 HOSTILE = ["x' OR '1'='1", "' OR '1'='1' --", "a\"b", "a'; DROP TABLE actions; --", "id) OR (1=1",
            "é", "日本語", "🙂", "a\u0000b", "a\nb", " ", "%", "*", "x" * 10_000, "'" * 10_000]
 
 MAX_BODY = 1 << 20  # app.MAX_BODY_BYTES
+TOKEN = "fuzz-admin-token"
+
+
+@pytest.fixture(scope="module")
+def shared_service(tmp_path_factory):
+    """This module's service has a token, as a deployed one would: every probe
+    (schemathesis too) presents it, so the routes behind the check are what is
+    fuzzed; a request without it is refused before any route (test_security.py)."""
+    root = tmp_path_factory.mktemp("fuzz")
+    (root / "logs").mkdir()
+    (root / "counts").mkdir()
+    svc = Service(str(root / "data"), str(root / "logs"), env={COUNT_DIR_ENV: str(root / "counts")},
+                  app_args=["--api-token", TOKEN])
+    svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
+    yield svc.start()
+    svc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +168,7 @@ def test_api_conforms_to_its_openapi_document(shared_service):
     AGENTSVC_FUZZ_SEED explore further."""
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", shared_service.url + "/api/openapi.json",
            "--checks", "all", "--phases", "coverage,fuzzing,stateful", "--max-examples", str(EXAMPLES),
-           "--seed", str(SEED), "--request-timeout", "30", "--no-color"]
+           "--seed", str(SEED), "--request-timeout", "30", "--no-color", "--header", f"Authorization: Bearer {TOKEN}"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     summary = run.stdout[run.stdout.find("FAILURES"):] if "FAILURES" in run.stdout else run.stdout[-3000:]
     assert run.returncode == 0, f"schemathesis found problems:\n{summary[:12000]}\n{run.stderr[-2000:]}"

@@ -63,13 +63,15 @@ def fresh_learned_modes():
 
 
 @pytest.fixture
-def fake():
-    """``fake(responder)`` starts a fake server; ``fake.release`` ends the waits of :func:`hanging` ones."""
+def fake(llm_endpoints):
+    """``fake(responder)`` starts a fake server, an endpoint of this process's (``server.endpoint``, its
+    name); ``fake.release`` ends the waits of :func:`hanging` ones."""
     servers = []
     release = threading.Event()
 
     def start(responder):
         servers.append(FakeOpenAI(responder).start())
+        servers[-1].endpoint = llm_endpoints.serve(servers[-1])
         return servers[-1]
     start.release = release
     yield start
@@ -131,7 +133,7 @@ def slow(content: str = LONG, *, chunk_chars: int = 2, chunk_delay_s: float = 0.
 def context(server, *, tools=(), on_output=None, deadline=None, **llm) -> StepContext:
     return StepContext(task="test the call", agent_id="a1", session_id="s1", iteration=0, tools=list(tools),
                        on_output=on_output, deadline=deadline,
-                       config={"llm": {"base_url": server.base_url, "model": "fake-model", **llm}})
+                       config={"llm": {"endpoint": server.endpoint, "model": "fake-model", **llm}})
 
 
 def step(ctx: StepContext, frame_in: FrameIn | None = None):
@@ -220,7 +222,7 @@ def test_the_orchestrators_decision_schema_is_sent_strict(fake):
     decision = {"action": "answer", "reply": "You are welcome.", "task": None, "agent_name": None}
     server = fake(scripted(then=Reply(json.dumps(decision))))
     ctx = StepContext(task="help the user", agent_id="a1", session_id="s1", iteration=0,
-                      config={"llm": {"base_url": server.base_url, "model": "fake-orchestrator"},
+                      config={"llm": {"endpoint": server.endpoint, "model": "fake-orchestrator"},
                               "tools": ["spawn_agent", "message_agent"]})
     out = asyncio.run(orchestrator_step(FrameIn(step="listen", inbox=[InboxItem(kind="message", text="thanks!")]),
                                         ctx))
@@ -356,7 +358,7 @@ def test_a_sessions_steps_and_totals_sum_every_attempt(tmp_path, fake):
         Reply(frame("0", "1", {"n": 1}, text="one"), prompt_tokens=11, completion_tokens=7),
         slow(chunk_delay_s=0.1),
         Reply(frame("1", "2", {"n": 2}, text="two", done=True), prompt_tokens=13, completion_tokens=5)))
-    store, [snap] = run_sessions(tmp_path, ("count", {"llm": {"base_url": server.base_url, "model": "fake-model",
+    store, [snap] = run_sessions(tmp_path, ("count", {"llm": {"endpoint": server.endpoint, "model": "fake-model",
                                                               "timeout_s": 1.5}}))
     assert snap["status"] == "done", snap["last_error"]
     first, second = (s["usage"] for s in steps_of(store, snap))
@@ -381,7 +383,7 @@ def test_a_token_budget_counts_failed_attempts(tmp_path, fake):
     server = fake(scripted(slow(), Reply(frame("0", "1", {"n": 1}), prompt_tokens=11, completion_tokens=7),
                            then=Reply(frame("1", "2", {"n": 2}, done=True), prompt_tokens=11, completion_tokens=7)))
     store, [snap] = run_sessions(tmp_path, ("count", {
-        "budget_tokens": 200, "llm": {"base_url": server.base_url, "model": "fake-model", "timeout_s": 1.0}}),
+        "budget_tokens": 200, "llm": {"endpoint": server.endpoint, "model": "fake-model", "timeout_s": 1.0}}),
         statuses=("paused", "done", "error", "stopped"))
     [only] = steps_of(store, snap)
     assert only["usage"]["failed_attempts"] == 1 and only["usage"]["failed_tokens"] > 0
@@ -420,7 +422,7 @@ def test_the_steps_deadline_ends_the_call_with_our_error_well_before_the_request
     server = fake(hanging(fake.release))
     started = time.monotonic()
     store, [snap] = run_sessions(tmp_path, ("hang", {
-        "step_timeout_s": 3, "llm": {"base_url": server.base_url, "model": "fake-model", "timeout_s": 60}}))
+        "step_timeout_s": 3, "llm": {"endpoint": server.endpoint, "model": "fake-model", "timeout_s": 60}}))
     elapsed = time.monotonic() - started
     assert snap["status"] == "error"
     assert elapsed < 30, f"the step took {elapsed:.1f}s: not bounded by its 3 s deadline"
@@ -556,7 +558,7 @@ def test_streamed_steps_reach_the_stream_as_step_deltas_before_their_step(tmp_pa
     svc = Service(str(root / "data"), str(root / "logs"), env={"AGENTSVC_STREAM_KEEPALIVE_S": "0.5"}).start()
     reader = None
     try:
-        llm = {"base_url": server.base_url, "model": "fake-model"}
+        llm = svc.endpoints.llm(server)  # the service's own endpoints file (the in-process one is this test's)
         streamed = svc.create("baml", task="stream it", config={"interval_s": 0, "llm": llm})
         reader = Reader(svc, f"session:{streamed['session_id']}")
         wait_for(lambda: any(e.event == "ready" for e in reader.all()), timeout=30, what="the stream to be ready")

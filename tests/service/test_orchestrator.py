@@ -42,7 +42,7 @@ def test_orchestrator_starts_follows_up_and_answers(shared_service):
         cid = svc.post("/api/conversations", json={"title": "orchestrated"}).json()["conversation_id"]
         made = svc.create("orchestrator", task="help the user", conversation_id=cid, config={
             "interval_s": 300, "tools": ["spawn_agent", "message_agent"],
-            "llm": {"base_url": llm.base_url, "model": "fake-orchestrator"},
+            "llm": svc.endpoints.llm(llm, model="fake-orchestrator"),
             "sub_moniker": "scripted", "sub_config": {"interval_s": 0, "frames": research}})
         sid = made["session_id"]
         svc.wait_steps(sid, 1, timeout=90)  # the module's agents.py may still be starting
@@ -90,7 +90,8 @@ def test_a_baml_agent_waiting_on_its_sub_agent_makes_no_model_call_meanwhile(sha
                Reply(json.dumps({"step": "1", "next_step": "2", "state": {}, "done": True, "text": "finished"}))]
     with FakeOpenAI(lambda request: replies.pop(0) if replies else Reply(status=500)) as llm:
         made = svc.create("baml", task="delegate", config={
-            "interval_s": 0, "tools": ["spawn_agent"], "llm": {"base_url": llm.base_url, "model": "fake-parent"}})
+            "interval_s": 0, "tools": ["spawn_agent", "human"],  # human: its child's, which a child needs its parent to have
+            "llm": svc.endpoints.llm(llm, model="fake-parent")})
         sid = made["session_id"]
         call = wait_for(lambda: next((r for r in svc.get("/api/tool-calls", session_id=sid).json()["tool_calls"]
                                       if r["status"] == "waiting_result"), None), what="the waiting spawn call")

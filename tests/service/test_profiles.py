@@ -68,7 +68,7 @@ def env(tmp_path_factory):
         name: helper
         description: the issue's test 1
         moniker: baml
-        llm: {{base_url: "{fake.base_url}", model: m-helper, temperature: 0.1}}
+        llm: {{endpoint: helper-llm, model: m-helper, temperature: 0.1}}
         prompt:
           - text: STATIC-SEGMENT-7 is the first thing you read.
           - template: "Agent {{{{ agent_name }}}} on {{{{ date }}}} doing: {{{{ task }}}}"
@@ -163,6 +163,7 @@ def env(tmp_path_factory):
     svc = Service(str(root / "data"), str(root / "logs"), app_args=["--profiles-dir", str(profiles)],
                   env={"PYTHONPATH": install_plugin(root)})
     svc.profiles_dir = str(profiles)
+    svc.endpoints.serve(fake, name="helper-llm")  # the operator's, before the profile naming it is read
     svc.start()
     try:
         yield svc, fake

@@ -69,7 +69,7 @@ def create_on(svc: Service, model: str, task: str, owner_proc, other_proc) -> st
     other_proc.send_signal(signal.SIGSTOP)
     try:
         sid = svc.create("baml", task, config={"interval_s": 0, "max_steps": STEPS,
-                                               "llm": {"base_url": svc.fake.base_url, "model": model}})["session_id"]
+                                               "llm": svc.endpoints.llm(svc.fake, model=model)})["session_id"]
         wait_for(lambda: svc.session(sid).get("owner"), what=f"session {sid} to be applied")
     finally:
         other_proc.send_signal(signal.SIGCONT)

@@ -158,8 +158,7 @@ def test_hostile_queries_get_a_4xx_or_an_empty_answer_and_change_nothing(svc):
 
 
 def test_a_baml_session_is_summarised_by_its_llm(svc, fake):
-    made = svc.create("baml", "Plan a voyage", config={"interval_s": 0, "llm": {"base_url": fake.base_url,
-                                                                               "model": "fake"}})
+    made = svc.create("baml", "Plan a voyage", config={"interval_s": 0, "llm": svc.endpoints.llm(fake, model="fake")})
     svc.wait_status(made["session_id"], "done")
     summary = wait_for(lambda: svc.get("/api/summaries", session_id=made["session_id"]).json()["summaries"],
                        what="the LLM summary")[0]

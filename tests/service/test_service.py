@@ -190,11 +190,15 @@ def test_hostile_ids_are_rejected_and_change_nothing(shared_service):
     assert store.tables["actions"].count_rows() == before
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 def test_malformed_bodies_get_clean_errors(shared_service):
     made = shared_service.create("countdown", config={"n": 1})
     aid = made["agent_id"]
     cases = [
-        ("/api/agents", {"data": "{not json"}, 400),
+        ("/api/agents", {"data": "{not json", "headers": JSON}, 400),
+        ("/api/agents", {"data": '{"moniker": "joke"}', "headers": {"Content-Type": "text/plain"}}, 415),
         ("/api/agents", {"json": []}, 400),
         ("/api/agents", {"json": {"task": "no moniker"}}, 400),
         ("/api/agents", {"json": {"moniker": "no-such-moniker"}}, 400),
@@ -202,7 +206,7 @@ def test_malformed_bodies_get_clean_errors(shared_service):
         ("/api/agents", {"json": {"moniker": "joke", "config": {"max_steps": "many"}}}, 400),
         ("/api/agents", {"json": {"moniker": "joke", "surprise": 1}}, 400),
         ("/api/agents", {"json": {"moniker": "joke", "task": "x" * 30_000}}, 400),
-        ("/api/agents", {"data": "x" * (2 << 20)}, 413),
+        ("/api/agents", {"data": "x" * (2 << 20), "headers": JSON}, 413),
         (f"/api/agents/{aid}/interrupt", {"json": {}}, 400),
         (f"/api/agents/{aid}/interrupt", {"json": {"guidance": "   "}}, 400),
         (f"/api/agents/{aid}/interrupt", {"json": {"guidance": 5}}, 400),

@@ -227,7 +227,7 @@ def test_spawn_by_profile_uses_the_profile_library(shared_service):
         "task": "look it up", "profile": profile, "name": profile, "config": config}}
     made = parent(svc, [{"text": "x", "tool_calls": [
         spawn("researcher", max_steps=1), spawn("no-such-profile"), spawn("researcher", tools=["wait"])]},
-        {"text": "ok", "done": True}])
+        {"text": "ok", "done": True}], tools=["spawn_agent", "http_fetch"])  # researcher's tool: the parent's too
     svc.wait_status(made["session_id"], "done", timeout=60)
     rows = sorted(tool_rows(svc, made["session_id"]), key=lambda r: r["seq"])
     assert [r["status"] for r in rows] == ["success", "failed", "failed"], rows
@@ -246,7 +246,7 @@ def test_destroy_cascades_down_the_tree_and_abandon_keeps_a_child(shared_service
     grandchild = child_spec(working(400), name="grandchild", interval_s=0.1)
     made = parent(svc, [{"text": "spawning", "tool_calls": [
         child_spec([{"text": "spawning below", "tool_calls": [grandchild]}] + working(400), name="child",
-                   tools=["spawn_agent"], interval_s=0.1),
+                   tools=["spawn_agent", "human"], interval_s=0.1),
         child_spec(working(400), name="loner", interval_s=0.1, on_parent_destroy="abandon")]}]
         + working(400), interval_s=0.1)
     root = made["session_id"]

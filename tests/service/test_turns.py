@@ -34,7 +34,7 @@ def test_three_user_messages_make_three_turns_with_steps_and_summaries(shared_se
               {"text": "the sky is blue"},
               {"text": "goodbye", "done": True}]
     config = {"frames": frames, "when_idle": "wait", "interval_s": 0, "tools": ["add"],
-              "llm": {"base_url": fake.base_url, "model": "summarizer"}}
+              "llm": svc.endpoints.llm(fake, model="summarizer")}
     created = svc.create("scripted", "answer the user", conversation_id=cid, config=config)
     sid = created["session_id"]
     svc.wait_status(sid, "waiting")

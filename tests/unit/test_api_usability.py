@@ -53,7 +53,9 @@ def create(client, **body):
     ("countdown", {"max_steps": False}, "config.max_steps"),         # a boolean is not a number
     ("countdown", {"retries": {"transient": 1, "often": 2}}, "config.retries.often"),
     ("baml", {"llm": {"modle": "x"}}, "config.llm.modle"),           # nested keys are checked too
-    ("baml", {"llm": {"api_key": "sk-1"}}, "api_key_env"),           # keys are never stored
+    ("baml", {"llm": {"api_key": "sk-1"}}, "llm.api_key is not accepted"),  # keys are never stored
+    ("baml", {"llm": {"endpoint": "nowhere"}}, "no endpoint 'nowhere'"),      # only the operator's endpoints
+    ("plugin_free", {"llm": {"base_url": "http://127.0.0.1:1/v1"}}, "llm.base_url is not accepted"),  # even unchecked
     ("plugin_typed", {"depth": "deep"}, "config.depth"),
     ("plugin_typed", {"width": 2}, "config.width"),
 ])

@@ -28,11 +28,13 @@ def clean_llm_env(monkeypatch):
 
 
 @pytest.fixture
-def fake():
+def fake(llm_endpoints):
+    """Starts fake servers, each an endpoint of the operator's (``server.endpoint``, its name)."""
     servers = []
 
-    def start(responder):
+    def start(responder, **endpoint):
         servers.append(FakeOpenAI(responder).start())
+        servers[-1].endpoint = llm_endpoints.serve(servers[-1], **endpoint)
         return servers[-1]
     yield start
     for server in servers:
@@ -50,7 +52,7 @@ def exact(value) -> str:
 
 
 def llm(server, **extra) -> dict:
-    return {"base_url": server.base_url, "model": "fake-model", **extra}
+    return {"endpoint": server.endpoint, "model": "fake-model", **extra}
 
 
 def steps_of(store, snapshot):
@@ -68,8 +70,8 @@ def test_multi_step_agent_runs_to_done_with_usage_and_cost(tmp_path, fake, monke
               prompt_tokens=200, completion_tokens=20),
         Reply("```json\n" + frame("2", "3", {"n": 3}, text="three", data={"total": 3}, done=True) + "\n```",
               prompt_tokens=300, completion_tokens=30),
-    ))
-    config = {"llm": llm(server, api_key_env="FAKE_LLM_KEY", prices={"input_per_1k": 1.0, "output_per_1k": 2.0})}
+    ), api_key_env="FAKE_LLM_KEY")
+    config = {"llm": llm(server, prices={"input_per_1k": 1.0, "output_per_1k": 2.0})}
     store, [snap] = run_sessions(tmp_path, ("count to three", config))
 
     assert snap["status"] == "done", snap["last_error"]
@@ -89,7 +91,7 @@ def test_multi_step_agent_runs_to_done_with_usage_and_cost(tmp_path, fake, monke
     assert totals["cost"] == pytest.approx(0.72)
     assert totals["duration_ms"] == pytest.approx(sum(s["usage"]["duration_ms"] for s in steps))
 
-    # the state went back to the model, and the key came from the named variable only
+    # the state went back to the model, and the key came from the operator's variable for that endpoint only
     assert len(server.requests) == 3
     assert 'state: {"n": 1}' in server.requests[1].prompt and "count to three" in server.requests[1].prompt
     assert all(r.headers.get("authorization") == "Bearer sk-test-123" for r in server.requests)
@@ -120,8 +122,8 @@ def test_two_sessions_use_their_own_models(tmp_path, fake):
         "model-a": scripted(then=Reply(frame("0", "1", {"who": "a"}, text="from a", done=True), prompt_tokens=5)),
         "model-b": scripted(then=Reply(frame("0", "1", {"who": "b"}, text="from b", done=True), prompt_tokens=7)),
     }))
-    store, snaps = run_sessions(tmp_path, ("task a", {"llm": {"base_url": server.base_url, "model": "model-a"}}),
-                                ("task b", {"llm": {"base_url": server.base_url, "model": "model-b"}}))
+    store, snaps = run_sessions(tmp_path, ("task a", {"llm": {"endpoint": server.endpoint, "model": "model-a"}}),
+                                ("task b", {"llm": {"endpoint": server.endpoint, "model": "model-b"}}))
 
     assert [s["status"] for s in snaps] == ["done", "done"], [s["last_error"] for s in snaps]
     assert sorted(r.model for r in server.requests) == ["model-a", "model-b"]
@@ -160,6 +162,22 @@ def test_server_error_forever_ends_session_in_error(tmp_path, fake):
     assert step["status"] == "error" and "HTTP 500" in step["error"]
 
 
+def test_a_servers_error_body_reaches_the_record_only_as_a_short_excerpt(tmp_path, fake):
+    """What a model server says in an error reaches last_error, the step and its
+    attempts cut to ~200 characters, and none of its headers."""
+    body = "start of the error " + "x" * 3000 + " CANARY-AT-THE-END"
+    server = fake(scripted(then=Reply(status=400, content=body, headers={"X-Secret-Header": "hdr-canary-77"})))
+    store, [snap] = run_sessions(tmp_path, ("t", {"llm": llm(server)}))
+
+    assert snap["status"] == "error" and "start of the error" in snap["last_error"]
+    [step] = steps_of(store, snap)
+    record = json.dumps([snap, step], default=str)
+    assert "CANARY-AT-THE-END" not in record and "hdr-canary-77" not in record
+    said = snap["last_error"].split("\n")[1]  # the line after the sentence: what the server said
+    assert said.startswith("start of the error") and len(said) <= 200
+    assert all(len(a["error"] or "") <= 220 for c in step["usage"]["calls"] for a in c["attempts"])
+
+
 def test_slow_reply_past_timeout_ends_session_in_error(tmp_path, fake):
     server = fake(scripted(then=Reply(frame("0", "1", {}), delay_s=1.5)))
     store, [snap] = run_sessions(tmp_path, ("t", {"llm": llm(server, timeout_s=0.2)}))
@@ -195,34 +213,60 @@ def test_reask_can_recover(fake):
     assert [c["attempt"] for c in ctx.usage_calls] == [0, 1]
 
 
-def test_api_key_in_config_is_refused_as_a_step_error(tmp_path, fake):
-    server = fake(scripted())
-    store, [snap] = run_sessions(tmp_path, ("t", {"llm": llm(server, api_key="sk-leak")}))
+@pytest.mark.parametrize("key", ["base_url", "api_key", "api_key_env"])
+def test_a_stored_config_that_names_a_url_or_key_is_not_followed(tmp_path, fake, monkeypatch, key):
+    """Defence in depth: a create that never went through the API (or a config
+    stored before endpoints existed) names a URL, a key or a key variable; the
+    worker refuses it before any request, and the step says what to use."""
+    monkeypatch.setenv("AGENTSVC_CANARY_KEY", "canary-secret-1234")
+    attacker = fake(scripted(then=Reply(frame("0", "1", {}, done=True))))
+    value = {"base_url": attacker.base_url, "api_key": "sk-leak", "api_key_env": "AGENTSVC_CANARY_KEY"}[key]
+    store, [snap] = run_sessions(tmp_path, ("t", {"llm": {"model": "fake-model", key: value}}))
 
-    assert snap["status"] == "error" and "api_key_env" in snap["last_error"]
+    assert snap["status"] == "error" and f"llm.{key} is not accepted" in snap["last_error"]
+    assert "llm.endpoint" in snap["last_error"]
+    assert attacker.requests == []
+
+
+def test_an_endpoint_or_model_the_operator_did_not_name_is_a_step_error(tmp_path, fake, llm_endpoints):
+    server = fake(scripted(then=Reply(frame("0", "1", {}, done=True))), models=["only-this"])
+    store, snaps = run_sessions(tmp_path, ("t", {"llm": {"endpoint": "nowhere"}}),
+                                ("t", {"llm": {"endpoint": server.endpoint, "model": "another"}}))
+
+    assert [s["status"] for s in snaps] == ["error", "error"]
+    assert "no endpoint 'nowhere'" in snaps[0]["last_error"]
+    assert "does not serve model 'another'" in snaps[1]["last_error"]
     assert server.requests == []
 
 
 @pytest.mark.parametrize("bad", [
-    {"temperature": "hot"}, {"timeout_s": 0}, {"base_url": "ftp://x"}, {"api_key_env": "NOT SET"},
-    {"max_reasks": -1}, {"prices": {"input_per_1k": -1}}, {"colour": "blue"}, "not an object",
+    {"temperature": "hot"}, {"timeout_s": 0}, {"base_url": "http://127.0.0.1:1/v1"}, {"api_key_env": "HOME"},
+    {"endpoint": "no such endpoint"}, {"max_reasks": -1}, {"prices": {"input_per_1k": -1}}, {"colour": "blue"},
+    "not an object",
 ])
 def test_bad_llm_config_is_a_step_error(bad):
     with pytest.raises(StepError, match="invalid llm config"):
         baml_moniker.resolve_settings({"llm": bad}, environ={})
 
 
-def test_settings_precedence_config_over_env_over_defaults():
+def test_settings_precedence_config_over_env_over_defaults(llm_endpoints):
     env = {"AGENTSVC_LLM_MODEL": "env-model", "AGENTSVC_LLM_TEMPERATURE": "0.7", "AGENTSVC_LLM_API_KEY": "k1",
            "OTHER_KEY": "k2"}
-    assert baml_moniker.resolve_settings({}, environ={}).base_url == "http://127.0.0.1:11434/v1"
+    default = baml_moniker.resolve_settings({}, environ={})
+    assert (default.endpoint, default.base_url, default.model) == ("default", "http://127.0.0.1:11434/v1", "llama3.2")
     from_env = baml_moniker.resolve_settings({}, environ=env)
     assert (from_env.model, from_env.temperature, from_env.api_key) == ("env-model", 0.7, "k1")
-    from_config = baml_moniker.resolve_settings(
-        {"llm": {"model": "cfg-model", "temperature": 0.0, "api_key_env": "OTHER_KEY"}}, environ=env)
-    assert (from_config.model, from_config.temperature, from_config.api_key) == ("cfg-model", 0.0, "k2")
-    with pytest.raises(StepError, match="MISSING_KEY"):
-        baml_moniker.resolve_settings({"llm": {"api_key_env": "MISSING_KEY"}}, environ=env)
+    from_config = baml_moniker.resolve_settings({"llm": {"model": "cfg-model", "temperature": 0.0}}, environ=env)
+    assert (from_config.model, from_config.temperature, from_config.api_key) == ("cfg-model", 0.0, "k1")
+    # another endpoint: its URL, its default model and its key variable are the operator's
+    llm_endpoints.add("team-b", "http://127.0.0.1:9/v1", models=["b-small", "b-large"], api_key_env="OTHER_KEY",
+                      structured="json_object")
+    team_b = baml_moniker.resolve_settings({"llm": {"endpoint": "team-b"}}, environ=env)
+    assert (team_b.base_url, team_b.model, team_b.api_key, team_b.structured) == \
+        ("http://127.0.0.1:9/v1", "b-small", "k2", "json_object")
+    llm_endpoints.add("team-c", "http://127.0.0.1:9/v1", models=["c"], api_key_env="MISSING_KEY")
+    with pytest.raises(StepError, match="MISSING_KEY that holds this endpoint's key is not set"):
+        baml_moniker.resolve_settings({"llm": {"endpoint": "team-c"}}, environ=env)
 
 
 # ---- loading and the generated client -------------------------------------------

@@ -2,12 +2,16 @@
 for allowed hosts, and what it refuses (hosts not allowed, redirects out of
 the list, oversize bodies, slow servers, other schemes)."""
 import asyncio
+import ipaddress
+import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.recorder import Recorder
 from tools.http_fetch import FetchArgs, FetchPolicy, FetchRefused, fetch, make_tool
 from tools.tool_registry import ToolContext
 
@@ -44,6 +48,12 @@ class Handler(BaseHTTPRequestHandler):
         if route == "/slow":
             time.sleep(3)
             return self.send(200, "text/plain", b"late")
+        if route == "/redirect-to":  # to the http:// URL after the "?"
+            self.send_response(302)
+            self.send_header("Location", "http://" + self.path.split("?", 1)[1])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if route.startswith("/redirect"):
             target = {"/redirect-in": "/text", "/redirect-out": "http://localhost:1/secret",
                       "/redirect-loop": "/redirect-loop", "/redirect-ftp": "ftp://127.0.0.1/x"}[route]
@@ -171,3 +181,110 @@ def test_the_tool(site):
     assert result["text"] == "héllo wörld"
     assert asyncio.run(tool.run({"url": base(site) + "/text"}, CTX))["status"] == 200
     assert "none yet" in make_tool(FetchPolicy()).description
+
+
+# ---- addresses, not names: every hop is resolved and its address checked ----------
+
+@pytest.fixture
+def recorder():
+    """What must not be reached (the service's own port, an internal host)."""
+    with Recorder() as server:
+        yield server
+
+
+@pytest.fixture
+def names(monkeypatch):
+    """Host names this test resolves as it likes (``names["internal.test"] = ["10.1.2.3"]``): the DNS answers
+    an attacker controls.  Every name not listed resolves as usual."""
+    table = {}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if host in table:
+            return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                     (a, port, 0, 0) if ":" in a else (a, port)) for a in table[host]]
+        return real(host, port, family, type, proto, flags)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return table
+
+
+def test_a_port_less_name_entry_does_not_open_loopback(recorder):
+    """The issue's finding: 'localhost' on the list let a redirect reach the service's own port.  A name
+    that resolves to loopback now needs the address itself on the list."""
+    port = recorder.server_address[1]
+    pol = FetchPolicy(allow=("localhost",), timeout_s=5)
+    with pytest.raises(FetchRefused, match=rf"host localhost:{port} resolves only to addresses the operator has "
+                                           r"not allowed: 127\.0\.0\.1 \(loopback\)"):
+        get(f"http://localhost:{port}/api/agents", pol)
+    assert recorder.requests == []
+
+
+def test_a_redirect_to_a_name_that_resolves_to_loopback_is_refused(site, recorder):
+    app_port = recorder.server_address[1]  # the service's own port, say
+    pol = FetchPolicy(allow=(f"127.0.0.1:{site.server_address[1]}", "localhost"), timeout_s=5)
+    site_redirect = f"{base(site)}/redirect-to?localhost:{app_port}/api/agents"
+    with pytest.raises(FetchRefused, match=r"127\.0\.0\.1 \(loopback\)"):
+        get(site_redirect, pol)
+    assert recorder.requests == []
+
+
+@pytest.mark.parametrize("address,why", [
+    ("10.1.2.3", "private"), ("192.168.0.7", "private"), ("172.16.5.4", "private"),
+    ("169.254.169.254", "a cloud metadata address"), ("169.254.10.10", "link-local"),
+    ("fd00:ec2::254", "a cloud metadata address"), ("127.0.0.53", "loopback"), ("::1", "loopback"),
+    ("0.0.0.0", "unspecified"), ("100.64.1.1", "not public"), ("::ffff:10.0.0.1", "private"),
+])
+def test_a_name_that_resolves_to_an_internal_address_is_refused_before_connecting(names, address, why):
+    names["internal.test"] = [address]
+    pol = FetchPolicy(allow=("internal.test", "*.internal.test"), timeout_s=1)
+    started = time.monotonic()
+    with pytest.raises(FetchRefused, match=rf"resolves only to addresses the operator has not allowed: "
+                                           rf"{re.escape(str(ipaddress.ip_address(address)))} \({why}\)"):
+        get("http://internal.test/latest/meta-data/", pol)
+    assert time.monotonic() - started < 1.0  # refused at the lookup: no connection was tried
+
+
+def test_a_redirect_to_a_name_that_resolves_to_the_metadata_address_is_refused(names, recorder):
+    names["metadata.test"] = ["169.254.169.254"]
+    pol = FetchPolicy(allow=(f"127.0.0.1:{recorder.server_address[1]}", "metadata.test"), timeout_s=1)
+    with pytest.raises(FetchRefused, match=r"169\.254\.169\.254 \(a cloud metadata address\)"):
+        get(f"http://127.0.0.1:{recorder.server_address[1]}/to/metadata.test/latest/meta-data/", pol)
+    assert recorder.requests == ["GET /to/metadata.test/latest/meta-data/"]
+
+
+def test_a_listed_address_is_reached_on_its_port_only(names, recorder, site):
+    """An address entry with a port opens that port of that address, whatever name leads there."""
+    port, other = recorder.server_address[1], site.server_address[1]
+    names["app.test"] = ["127.0.0.1"]
+    pol = FetchPolicy(allow=("app.test", f"127.0.0.1:{port}"), timeout_s=5)
+    assert get(f"http://app.test:{port}/ok", pol)["text"] == "reached"
+    assert get(f"http://127.0.0.1:{port}/ok", pol)["text"] == "reached"
+    before = len(site.paths)
+    with pytest.raises(FetchRefused, match=r"127\.0\.0\.1 \(loopback\)"):
+        get(f"http://app.test:{other}/text", pol)
+    with pytest.raises(FetchRefused, match="not on the operator's allowlist"):
+        get(f"http://127.0.0.1:{other}/text", pol)
+    assert len(site.paths) == before and recorder.requests == ["GET /ok", "GET /ok"]
+
+
+def test_ranges_and_mixed_answers(names, recorder):
+    """A range entry allows the addresses in it; of a name's answers only the allowed ones are used."""
+    port = recorder.server_address[1]
+    names["mixed.test"] = ["10.9.9.9", "127.0.0.1"]
+    pol = FetchPolicy(allow=("mixed.test", f"127.0.0.0/8:{port}"), timeout_s=5)
+    assert get(f"http://mixed.test:{port}/ok", pol)["text"] == "reached"  # 10.9.9.9 was never tried
+    assert FetchPolicy(allow=("[fd00::]/8",)).lists(ipaddress.ip_address("fd00:ec2::254"), 80)
+    assert FetchPolicy(allow=("::1",)).lists(ipaddress.ip_address("::1"), 80)  # without brackets: no port
+    assert FetchPolicy(allow=("[::1]:8080",)).lists(ipaddress.ip_address("::1"), 8080)
+    assert not FetchPolicy(allow=("[::1]:8080",)).lists(ipaddress.ip_address("::1"), 80)
+    assert not FetchPolicy(allow=("[fd00::]/8:443",)).lists(ipaddress.ip_address("fd00:ec2::254"), 80)
+    with pytest.raises(ValueError, match="neither a host name nor an address range"):
+        FetchPolicy(allow=("10.0.0.0/33",))
+
+
+def test_addresses_in_urls_need_an_address_entry(recorder):
+    port = recorder.server_address[1]
+    for url in (f"http://[::1]:{port}/", f"http://0.0.0.0:{port}/", f"http://169.254.169.254:{port}/"):
+        with pytest.raises(FetchRefused, match="not on the operator's allowlist"):
+            get(url, FetchPolicy(allow=("localhost",), timeout_s=1))
+    assert recorder.requests == []

@@ -32,16 +32,22 @@ def record(task="Name the capital of France.", text=None, data=None, steps=()) -
     return {"snapshot": {"task": task, "result": result}, "steps": list(steps), "tool_calls": []}
 
 
-def llm_judge(server, source, replay, **spec):
-    context = {"judge": {"llm": {"base_url": server.base_url, "model": "judge-model", "max_reasks": 1}, **spec}}
+@pytest.fixture(autouse=True)
+def endpoints(llm_endpoints):
+    """The operator's endpoints file: each test adds its fake server as an endpoint."""
+    return llm_endpoints
+
+
+def llm_judge(endpoints, server, source, replay, **spec):
+    context = {"judge": {"llm": endpoints.llm(server, model="judge-model", max_reasks=1), **spec}}
     return asyncio.run(judge_mod.llm_judge(source, replay, context))
 
 
-def test_a_verdict_becomes_a_score_and_the_judge_sees_task_and_both_answers():
+def test_a_verdict_becomes_a_score_and_the_judge_sees_task_and_both_answers(endpoints):
     source = record(text="It is Paris.")
     replay = record(text="Paris", data={"country": "France"})
     with FakeOpenAI(scripted(verdict(0.9))) as server:
-        score = llm_judge(server, source, replay, criteria="Only the city counts.")
+        score = llm_judge(endpoints, server, source, replay, criteria="Only the city counts.")
         sent = server.requests
     assert score["value"] == 0.9 and score["passed"] is True
     detail = score["detail"]
@@ -57,16 +63,16 @@ def test_a_verdict_becomes_a_score_and_the_judge_sees_task_and_both_answers():
     assert sent[0].body["response_format"]["json_schema"]["schema"] == judge_mod.VERDICT_SCHEMA
 
 
-def test_a_low_score_fails_the_threshold_and_a_tie_is_read():
+def test_a_low_score_fails_the_threshold_and_a_tie_is_read(endpoints):
     with FakeOpenAI(scripted(verdict(0.4, better="tie", reason="both vague"))) as server:
-        score = llm_judge(server, record(text="a"), record(text="b"), pass_threshold=0.5)
+        score = llm_judge(endpoints, server, record(text="a"), record(text="b"), pass_threshold=0.5)
     assert score["value"] == 0.4 and score["passed"] is False and score["detail"]["better"] == "tie"
 
 
-def test_an_unparseable_reply_is_reasked_then_ends_as_a_null_score_with_the_error():
+def test_an_unparseable_reply_is_reasked_then_ends_as_a_null_score_with_the_error(endpoints):
     prose = Reply("I think the candidate is pretty good overall!")
     with FakeOpenAI(scripted(prose, prose)) as server:
-        score = llm_judge(server, record(text="a"), record(text="b"))
+        score = llm_judge(endpoints, server, record(text="a"), record(text="b"))
         sent = server.requests
     assert score["value"] is None and score["passed"] is None
     assert score["detail"]["error"].startswith("unparseable judge reply after 2 ask(s)")
@@ -75,34 +81,37 @@ def test_an_unparseable_reply_is_reasked_then_ends_as_a_null_score_with_the_erro
     assert len(sent) == 2 and "Your previous reply was rejected" in sent[1].prompt
 
 
-def test_a_score_outside_0_to_1_is_reasked_and_the_second_answer_counts():
+def test_a_score_outside_0_to_1_is_reasked_and_the_second_answer_counts(endpoints):
     with FakeOpenAI(scripted(verdict(8), verdict(0.8))) as server:
-        score = llm_judge(server, record(text="a"), record(text="b"))
+        score = llm_judge(endpoints, server, record(text="a"), record(text="b"))
         sent = server.requests
     assert score["value"] == 0.8 and score["passed"] is True
     assert "score 8 is outside 0..1" in sent[1].prompt
 
 
-def test_an_unreachable_judge_is_a_null_score_not_an_exception():
+def test_an_unreachable_judge_is_a_null_score_not_an_exception(endpoints):
     server = FakeOpenAI(scripted())  # never started: its port refuses connections after stop
     server.start()
     server.stop()
-    score = asyncio.run(judge_mod.judge("t", "a", "b", {"base_url": server.base_url, "model": "m", "max_reasks": 0}))
+    score = asyncio.run(judge_mod.judge("t", "a", "b", endpoints.llm(server, name="gone", model="m", max_reasks=0)))
     assert score["value"] is None and score["passed"] is None
-    assert score["detail"]["error"].startswith("cannot reach the LLM at")
+    assert score["detail"]["error"].startswith("cannot reach the LLM endpoint 'gone'")
 
 
-def test_a_server_error_ends_as_a_null_score():
+def test_a_server_error_ends_as_a_null_score(endpoints):
     with FakeOpenAI(scripted(then=Reply(status=400, content="model not loaded"))) as server:
-        score = asyncio.run(judge_mod.judge("t", "a", "b", {"base_url": server.base_url, "model": "m"}))
+        score = asyncio.run(judge_mod.judge("t", "a", "b", endpoints.llm(server, model="m")))
     assert score["value"] is None and "HTTP 400" in score["detail"]["error"]
 
 
 def test_invalid_judge_settings_are_a_null_score():
     score = asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"), {"judge": {"llm": {"temperature": 9}}}))
     assert score["value"] is None and score["detail"]["error"].startswith("invalid judge settings: llm.temperature")
-    score = asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"), {"judge": {"llm": {"api_key": "sk-x"}}}))
-    assert score["value"] is None and "api_key" in score["detail"]["error"]
+    for key, value in (("api_key", "sk-x"), ("api_key_env", "HOME"), ("base_url", "http://127.0.0.1:1/v1")):
+        score = asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"), {"judge": {"llm": {key: value}}}))
+        assert score["value"] is None and f"llm.{key} is not accepted" in score["detail"]["error"]
+    score = asyncio.run(judge_mod.llm_judge(record(text="a"), record(text="b"), {"judge": {"llm": {"endpoint": "x"}}}))
+    assert score["value"] is None and "no endpoint 'x'" in score["detail"]["error"]
 
 
 def test_the_final_answer_of_a_record():

@@ -41,6 +41,7 @@ import "./components/observers.js";
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";
 import { navLinks, pages } from "./core/registry.js";
+import { showWho } from "./components/who.js";
 
 const sections = new Map();  // page name -> its <section>
 
@@ -98,6 +99,7 @@ $("a.skip").addEventListener("click", (e) => {
 });
 
 buildNav();
+showWho();
 connect();
 window.addEventListener("hashchange", route);
 route();

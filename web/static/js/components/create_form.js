@@ -6,7 +6,10 @@
 // the whole config and names a bad key; that message is shown here.  After a
 // create the fields are drawn again from the schemas, so they show the real
 // defaults (form.reset() would put back the HTML defaults: the first moniker,
-// unchecked boxes), and the moniker or profile chosen stays chosen.
+// unchecked boxes), and the moniker or profile chosen stays chosen.  A moniker
+// that takes `llm` gets a choice of the operator's model endpoints (GET
+// /api/endpoints) and a model among those the chosen one serves: a config names
+// an endpoint, never a URL or a key.
 import { get, post } from "../core/api.js";
 import { h, replace } from "../core/dom.js";
 import { fieldsFor, read } from "./schema_fields.js";
@@ -17,6 +20,7 @@ export function createForm() {
   let monikers = [];
   let sessionSchema = null;
   let profiles = [];
+  let endpoints = [];
   const error = h("p.form-error", { role: "alert", dataset: { testid: "create-error" } });
   const monikerSelect = h("select", { id: "create-moniker", name: "moniker", required: true,
     dataset: { testid: "create-moniker" }, onchange: () => drawMonikerFields() });
@@ -26,6 +30,16 @@ export function createForm() {
   const profileHelp = h("p.hint", { dataset: { testid: "create-profile-help" } });
   const monikerPart = h("div.moniker-part");
   const monikerFields = h("div.moniker-fields", { dataset: { testid: "moniker-fields" } });
+  const endpointSelect = h("select", { id: "create-llm-endpoint", dataset: { testid: "create-llm-endpoint" },
+    onchange: () => drawModels() });
+  const modelChoices = h("datalist", { id: "create-llm-models" });
+  const modelInput = h("input", { id: "create-llm-model", list: "create-llm-models", maxlength: "200",
+    dataset: { testid: "create-llm-model" } });
+  const llmFields = h("div.llm-fields", { dataset: { testid: "create-llm" } },
+    h("label", { for: "create-llm-endpoint" }, "Model endpoint ", h("small", "one of the operator's"),
+      endpointSelect),
+    h("label", { for: "create-llm-model" }, "Model ", h("small", "one the endpoint serves; empty: its default"),
+      modelInput, modelChoices));
   const commonFields = h("div.common-fields");
   const conversation = h("select", { id: "create-conversation", name: "conversation_id",
     dataset: { testid: "create-conversation" } });
@@ -83,13 +97,41 @@ export function createForm() {
         + "(they are passed through unchecked)."));
     }
     const fields = fieldsFor(moniker.config_schema, null, "cfg");
+    const takesLlm = Boolean(moniker.config_schema.properties && moniker.config_schema.properties.llm);
+    if (takesLlm) fields.push(llmFields);
     replace(monikerFields, fields.length ? fields : h("p.hint", "No settings of its own."));
   }
 
+  // The endpoints to choose from, and the models of the chosen one.
+  function drawEndpoints() {
+    const keep = endpointSelect.value;
+    replace(endpointSelect, endpoints.map((e) => h("option", { value: e.name }, e.name)));
+    endpointSelect.value = endpoints.some((e) => e.name === keep) ? keep : "default";
+    drawModels();
+  }
+
+  function drawModels() {
+    const endpoint = endpoints.find((e) => e.name === endpointSelect.value);
+    const models = endpoint && Array.isArray(endpoint.models) ? endpoint.models : [];
+    replace(modelChoices, models.map((m) => h("option", { value: m })));
+    modelInput.placeholder = endpoint ? endpoint.default_model : "";
+  }
+
+  // {endpoint?, model?} as chosen: nothing when the defaults stand.
+  function llmChoice() {
+    if (!llmFields.isConnected) return null;
+    const llm = {};
+    if (endpointSelect.value && endpointSelect.value !== "default") llm.endpoint = endpointSelect.value;
+    if (modelInput.value.trim()) llm.model = modelInput.value.trim();
+    return Object.keys(llm).length ? llm : null;
+  }
+
   async function load() {
-    const [m, c, p] = await Promise.all([get("/api/monikers"), get("/api/conversations", { limit: 200 }),
-      get("/api/profiles").catch(() => ({ profiles: [] }))]);
+    const [m, c, p, e] = await Promise.all([get("/api/monikers"), get("/api/conversations", { limit: 200 }),
+      get("/api/profiles").catch(() => ({ profiles: [] })), get("/api/endpoints").catch(() => ({ endpoints: [] }))]);
     monikers = m.monikers;
+    endpoints = e.endpoints;
+    drawEndpoints();
     profiles = p.profiles.filter((x) => x.ok);
     const keepProfile = profileSelect.value;
     replace(profileSelect, h("option", { value: "" }, "— none: choose a moniker —"),
@@ -112,6 +154,8 @@ export function createForm() {
 
   function config(fromProfile) {
     const values = fromProfile ? {} : { ...read(commonFields), ...read(monikerFields) };
+    const llm = fromProfile ? null : llmChoice();
+    if (llm) values.llm = llm;
     const text = json.value.trim();
     if (!text) return values;
     let extra;
@@ -138,7 +182,7 @@ export function createForm() {
       if (nameInput.value.trim()) body.name = nameInput.value.trim();
       if (conversation.value) body.conversation_id = conversation.value;
       const made = await post("/api/agents", body);
-      nameInput.value = taskInput.value = json.value = "";
+      nameInput.value = taskInput.value = json.value = modelInput.value = "";
       conversation.value = "";
       drawDefaults();  // the moniker or profile chosen stays
       location.hash = "#/session/" + made.session_id;

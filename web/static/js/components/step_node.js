@@ -47,6 +47,7 @@ export function actionNode(a, key) {
         payload.budget_cost && money(payload.budget_cost)].filter(Boolean).join(" and ")}` : "";
   const outcome = a.status === "done" ? "applied" : a.status === "failed" ? "failed" : "waiting to apply";
   return h("li.action." + a.status, { id: "action-" + a.id, dataset: { key, testid: "action" } },
-    h("div.step-head", h("strong", what + extra), " · ", outcome, " · ", when(a.created_at)),
+    h("div.step-head", h("strong", what + extra), " · ", outcome, " · ", when(a.created_at),
+      a.actor ? h("span.actor", { dataset: { testid: "action-actor" } }, " · by " + a.actor) : null),
     a.status === "failed" && a.error ? errorBlock(a.error, "step-error") : null);
 }

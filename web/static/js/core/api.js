@@ -1,7 +1,7 @@
-// The HTTP API, with the optional API token (asked once, kept in localStorage).
-// Errors become Error objects whose message is the API's plain message.
-
-const TOKEN_KEY = "agentsvc.apiToken";
+// The HTTP API.  When the service has tokens, the page carries the login
+// cookie (HttpOnly: no script ever sees a token) and a 401 sends the browser to
+// the login page, which brings it back here.  Errors become Error objects whose
+// message is the API's plain message.
 
 export class ApiError extends Error {
   constructor(message, status, code) {
@@ -11,26 +11,21 @@ export class ApiError extends Error {
   }
 }
 
-export async function api(method, path, body, retried = false) {
-  const options = { method, headers: {} };
+export async function api(method, path, body) {
+  const options = { method, headers: {}, credentials: "same-origin" };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
   }
-  const token = localStorage.getItem(TOKEN_KEY);
-  if (token) options.headers["Authorization"] = "Bearer " + token;
   let response;
   try {
     response = await fetch(path, options);
   } catch (err) {
     throw new ApiError("the service cannot be reached (" + err.message + ")", 0, "unreachable");
   }
-  if (response.status === 401 && !retried) {
-    const given = window.prompt("This service needs its API token to make changes:");
-    if (given) {
-      localStorage.setItem(TOKEN_KEY, given.trim());
-      return api(method, path, body, true);
-    }
+  if (response.status === 401) {  // not logged in, or the login's token was revoked
+    location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search + location.hash));
+    throw new ApiError("log in to continue", 401, "unauthorized");
   }
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
