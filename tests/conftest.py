@@ -76,10 +76,81 @@ TESTS = Path(__file__).parent
 TIERS = ("unit", "service", "browser", "real_model")  # folders, and the markers of their tests
 
 
+# ---- running the suite on several workers (pytest-xdist) ---------------------------------
+#
+# pyproject's addopts run pytest with ``-n auto --dist loadgroup``: the tests are
+# shared among WORKERS processes, a module at a time (so a module's fixtures, its
+# shared service above all, are made once), longest first.  Most of a test's time
+# here is waiting (for agents.py and app.py to start, for a model, for a session to
+# step), so on two cores four workers keep the cores busy where one left them idle.
+# A run of one module, or ``-n 0``, runs in this process as before.
+
+WORKERS = 4
+
+# The modules that take longest, started first so that none is left to run alone
+# at the end (measured with --durations; tests/README.md keeps the table).
+LONGEST_FIRST = (
+    "real_model/test_real_model.py",
+    "service/test_bench_smoke.py",
+)
+
+
+def environment_as_os_environ_says() -> None:
+    """Child processes get the environment ``os.environ`` holds, and nothing else.
+
+    pytest imports ``readline``, and GNU readline puts ``COLUMNS=80`` and
+    ``LINES`` into the process's own (C) environment without telling
+    ``os.environ``.  A child started without an explicit ``env`` (an xdist worker,
+    above all) inherited them, so in the workers the CLI's tables folded at 80
+    columns (cli/render.py) where the same tests in one process saw 200."""
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
+
+
+environment_as_os_environ_says()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers
+def pytest_sessionstart(session):
+    environment_as_os_environ_says()
+
+
+def selected_modules(config) -> int:
+    """How many test modules the command line names (a folder counts its modules)."""
+    count = 0
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::")[0])
+        if not path.exists():  # testpaths are relative to the root
+            path = Path(config.rootpath, arg.split("::")[0])
+        count += len(list(path.rglob("test_*.py"))) if path.is_dir() else 1
+    return count
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: -p no:xdist
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: WORKERS, or fewer when fewer modules are selected; none for one
+    module. PYTEST_XDIST_AUTO_NUM_WORKERS still wins (pytest-xdist's own variable)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    modules = selected_modules(config)
+    return min(WORKERS, modules) if modules > 1 else 0
+
+
+def module_of(item) -> str:
+    return item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else str(item.path)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Mark every test with its folder's tier (``pytest -m unit``); tests/README.md
-    says what each tier needs."""
+    """Mark every test with its folder's tier (``pytest -m unit``; tests/README.md
+    says what each tier needs), put each module's tests in one xdist group (unless a
+    test names its own), and order the modules longest first."""
     for item in items:
         parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(module_of(item)))
+    first = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(module_of(item), len(first)))  # stable: the rest keep their order

@@ -1,6 +1,7 @@
 """Running the real service (in subprocesses, or in this process) and waiting
 on what it persists."""
 import asyncio
+import copy
 import os
 import signal
 import socket
@@ -61,13 +62,22 @@ class Service:
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env)
 
     def start(self) -> "Service":
-        self.start_app()
+        """Both processes, started together as serve.py starts them (each pays its
+        imports, ~3 s of CPU, at the same time); returns once app.py answers."""
+        self.app = self._spawn("app.py", "--port", str(self.port), *self.app_args)
         self.start_agents()
+        self._wait_healthy()
         return self
 
     def start_app(self) -> None:
         self.app = self._spawn("app.py", "--port", str(self.port), *self.app_args)
-        wait_for(self._healthy, timeout=60, what="app.py to answer /api/health")
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        wait_for(lambda: self._healthy() or self.app.poll() is not None, timeout=60,
+                 what="app.py to answer /api/health")
+        if self.app.poll() is not None:
+            raise AssertionError(f"app.py exited with {self.app.returncode}:\n{self.logs()}")
 
     def start_agents(self, *extra) -> None:
         # Live events go to this service's app.py (a test's own --events-url, later, wins).
@@ -78,6 +88,13 @@ class Service:
         proc = self._spawn("agents.py", "--events-url", self.url, *self.agents_args, *extra)
         self.workers.append(proc)
         return proc
+
+    def client(self) -> "Service":
+        """This service seen through an HTTP session of its own, for another thread
+        (a ``requests.Session`` is not made to be shared between threads)."""
+        view = copy.copy(self)
+        view.http = requests.Session()
+        return view
 
     def stop_app(self) -> int:
         self.app.send_signal(signal.SIGTERM)
@@ -158,9 +175,9 @@ class Service:
                 return out
             offset += 1000
 
-    def wait_steps(self, session_id: str, n: int, timeout: float = 60.0) -> list[dict]:
+    def wait_steps(self, session_id: str, n: int, timeout: float = 60.0, interval: float = 0.05) -> list[dict]:
         return wait_for(lambda: (s := self.steps(session_id)) and len(s) >= n and s, timeout=timeout,
-                        what=f"{n} steps of session {session_id}")
+                        interval=interval, what=f"{n} steps of session {session_id}")
 
     def settled_step_count(self, session_id: str, quiet_s: float = 1.0, timeout: float = 60.0) -> int:
         """The step count once it has stopped changing for ``quiet_s``.
