@@ -62,7 +62,7 @@ def redis_server(log_dir: str) -> tuple[Proc, str]:
     port = free_port()
     proc = Proc("redis", [require("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                           "--appendonly", "no"], log_dir)
-    wait_for(lambda: _answers_ping(port), timeout=30, what="redis-server to answer")
+    wait_for(lambda: _answers_ping(port), timeout=90, what="redis-server to answer")
     return proc, f"redis://127.0.0.1:{port}/0"
 
 

@@ -58,7 +58,7 @@ def assert_guidance_once(svc: Service, interrupts: dict[str, str]) -> None:
     """Each interrupt (action_id -> session_id) reached exactly one step."""
     for sid in set(interrupts.values()):
         before = len(svc.steps(sid))
-        svc.wait_steps(sid, before + 1, timeout=30)  # a step after the guidance was queued
+        svc.wait_steps(sid, before + 1, timeout=90)  # a step after the guidance was queued
     for action_id, sid in interrupts.items():
         steps = svc.steps(sid)
         assert delivered(steps, action_id) == 1, \

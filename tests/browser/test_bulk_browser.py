@@ -129,7 +129,7 @@ def test_filters_live_in_the_address(page, shared_service):
     page.get_by_test_id("agents-search").fill(f"counter-{tag}")
     expect(count).to_have_text("1–1 of 1 matching", timeout=30_000)
     page.get_by_test_id("agents-sort").select_option("name")
-    wait_for(lambda: "sort=name" in page.evaluate("location.hash"), timeout=30, what="the sort in the address")
+    wait_for(lambda: "sort=name" in page.evaluate("location.hash"), timeout=90, what="the sort in the address")
     hash_ = page.evaluate("location.hash")
     assert f"q=counter-{tag}" in hash_ and "moniker=countdown" in hash_
 

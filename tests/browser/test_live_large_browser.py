@@ -134,7 +134,7 @@ def test_a_page_that_missed_events_says_so_and_catches_up(browser, quiet_service
         page = context.new_page()
         page.goto(f"{svc.url}/#/session/{sid}")
         playwright_api.expect(page.get_by_test_id("live-indicator")).to_have_text("live", timeout=30_000)
-        wait_for(lambda: session_page_steps(page)[0] >= 2, timeout=30, what="the page's first read")
+        wait_for(lambda: session_page_steps(page)[0] >= 2, timeout=90, what="the page's first read")
         shown = session_page_steps(page)[0]
         wait_for(lambda: recorded(svc, sid) + 1 >= shown + 3 and svc.session(sid)["iteration"] + 1 > shown, timeout=60,
                  what="steps (and a snapshot) the page did not hear of")
@@ -143,7 +143,7 @@ def test_a_page_that_missed_events_says_so_and_catches_up(browser, quiet_service
         # What the record holds now: the steps, and the snapshot (saved behind the steps, so its count may lag).
         want = (svc.session(sid)["iteration"] + 1, recorded(svc, sid))
         send_gap(svc)
-        wait_for(lambda: (got := session_page_steps(page))[0] >= want[0] and got[1] >= want[1], timeout=30,
+        wait_for(lambda: (got := session_page_steps(page))[0] >= want[0] and got[1] >= want[1], timeout=90,
                  what=f"the page to catch up to {want} (it shows {session_page_steps(page)})")
         playwright_api.expect(page.get_by_test_id("live-indicator")).to_have_text("live", timeout=30_000)
         texts = page.evaluate("window.badgeTexts")

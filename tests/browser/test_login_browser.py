@@ -74,6 +74,6 @@ def test_a_viewer_reads_but_its_controls_are_refused(page, shared_service, token
     log_in(page, made["viewer"])
     page.wait_for_url(f"**/#/session/{agent['session_id']}")
     page.get_by_role("button", name="Pause").first.click()
-    wait_for(lambda: "operator role" in page.locator("#toasts").inner_text(), timeout=30,
+    wait_for(lambda: "operator role" in page.locator("#toasts").inner_text(), timeout=90,
              what="the refusal shown to the user")
     assert svc.session(agent["session_id"])["status"] == "running"

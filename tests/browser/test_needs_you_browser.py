@@ -63,7 +63,7 @@ def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
         expect(item(add_call)).to_have_count(0, timeout=30_000)
 
         for made in (city, colour, approval):
-            svc.wait_status(made["session_id"], "done", timeout=30)
+            svc.wait_status(made["session_id"], "done", timeout=90)
         city_row = svc.get(f"/api/tool-calls/{city_call['id']}").json()
         assert city_row["result"] == {"answer": "Rome", "choice": "Rome", "answered_by": "user", "via": "api"}
         assert svc.get(f"/api/tool-calls/{colour_call['id']}").json()["result"]["answer"] == "teal"
@@ -86,7 +86,7 @@ def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
         box = pg.locator(f"[data-testid=tool-call][data-call='{late_call['id']}']")
         box.locator("input[name=answer]").fill("from the timeline")
         box.get_by_role("button", name="Answer").click()
-        svc.wait_status(late["session_id"], "done", timeout=30)
+        svc.wait_status(late["session_id"], "done", timeout=90)
         assert svc.get(f"/api/tool-calls/{late_call['id']}").json()["result"]["answer"] == "from the timeline"
         assert not errors, errors
     finally:
@@ -112,7 +112,7 @@ def test_a_childs_question_is_answered_from_the_root_conversation(browser, share
         expect(notice.get_by_role("link", name="open Booker")).to_have_attribute(
             "href", f"#/session/{child['session_id']}")
         notice.get_by_test_id("message-choice").filter(has_text="aisle").click()
-        svc.wait_status(child["session_id"], "done", timeout=30)
+        svc.wait_status(child["session_id"], "done", timeout=90)
         result = svc.get(f"/api/tool-calls/{call['id']}").json()["result"]
         assert result["answer"] == "aisle" and result["via"] == "conversation"
         expect(pg.locator("[data-testid=message].user").filter(has_text="aisle")).to_have_count(1, timeout=30_000)

@@ -89,7 +89,7 @@ def test_back_and_forward_while_a_session_steps(page, shared_service, seed):
     assert hi == 119
     if lo > 0:  # opened afresh from another session's page: the newest steps, older ones on request
         page.get_by_test_id("load-older").click()
-        wait_for(lambda: shown(page)[-1][0] < lo, timeout=30, what="older steps")
+        wait_for(lambda: shown(page)[-1][0] < lo, timeout=90, what="older steps")
         assert assert_exact(page, svc, sid) == (0, 119)
 
 
@@ -202,7 +202,7 @@ def test_a_link_to_step_1_of_2000_reads_its_page_and_the_page_stays_small(page, 
     tops = [hi]
     for _ in range(5):
         page.get_by_test_id("step").first.scroll_into_view_if_needed()
-        wait_for(lambda: shown(page)[0][0] > tops[-1], timeout=30, what="a newer page")
+        wait_for(lambda: shown(page)[0][0] > tops[-1], timeout=90, what="a newer page")
         tops.append(shown(page)[0][0])
         lo, hi = assert_exact(page, svc, sid)
         assert hi - lo + 1 <= MAX_SHOWN, (lo, hi)
@@ -214,7 +214,7 @@ def test_a_link_to_step_1_of_2000_reads_its_page_and_the_page_stays_small(page, 
     for _ in range(5):
         bottom = shown(page)[-1][0]
         page.get_by_test_id("step").last.scroll_into_view_if_needed()
-        wait_for(lambda: shown(page)[-1][0] < bottom, timeout=30, what="an older page")
+        wait_for(lambda: shown(page)[-1][0] < bottom, timeout=90, what="an older page")
     lo, hi = assert_exact(page, svc, sid)
     assert hi - lo + 1 <= MAX_SHOWN and lo < 1500, (lo, hi)
     assert page.evaluate("document.body.scrollHeight") < 100_000

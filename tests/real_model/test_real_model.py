@@ -25,13 +25,17 @@ from tests import mcp_reference
 from tests.harness import Service, wait_for
 from tests.step_stream import Reader
 
-pytestmark = pytest.mark.timeout(900)  # a flow of several model steps on a shared 2-core machine
+# A flow of several model steps on a shared 2-core machine: the model's one thread
+# gets a core to itself only where the server may be reniced (tests/llm_server.py),
+# and beside the other xdist workers a step took minutes.  The deadlines are made
+# for that: what the tests prove is that a deadline is kept, not its size.
+pytestmark = pytest.mark.timeout(2400)
 
 FINISHED = ("done", "stopped", "error")
-STEP_TIMEOUT_S = 200
-FLOW_TIMEOUT_S = 400
+STEP_TIMEOUT_S = 600
+FLOW_TIMEOUT_S = 1200
 LLM_ENV = {"AGENTSVC_LLM_MODEL": llm_server.MODEL_NAME, "AGENTSVC_LLM_TEMPERATURE": "0",
-           "AGENTSVC_LLM_MAX_TOKENS": "256", "AGENTSVC_LLM_TIMEOUT_S": "90"}
+           "AGENTSVC_LLM_MAX_TOKENS": "256", "AGENTSVC_LLM_TIMEOUT_S": "500"}
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +132,7 @@ def test_a_plain_agent_runs_to_done_with_llm_turn_and_archive_summaries(svc, mod
     reader = Reader(svc, f"session:{sid}")  # the model's output while it writes, as GET /api/stream sends it
     try:
         snap = finish(svc, sid)
-        wait_for(lambda: reader.of("step_delta"), timeout=30, what="step_delta events of the real model")
+        wait_for(lambda: reader.of("step_delta"), timeout=90, what="step_delta events of the real model")
     finally:
         reader.close()
     steps = check_record(svc, sid)

@@ -136,7 +136,7 @@ def test_a_question_times_out_to_its_default_or_unanswered(shared_service):
                                            "default": "yes"})
     without = asking(svc, {"question": "Anything else?", "timeout_s": 1})
     for made in (with_default, without):
-        svc.wait_status(made["session_id"], "done", timeout=30)
+        svc.wait_status(made["session_id"], "done", timeout=90)
     (row,) = calls(svc, with_default["session_id"])
     assert row["status"] == "success"
     assert row["result"] == {"answer": "yes", "choice": "yes", "answered_by": None, "via": "timeout",

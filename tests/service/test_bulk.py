@@ -65,7 +65,7 @@ def test_a_bulk_pause_by_model_pauses_each_match_at_a_step_boundary_and_no_other
         assert len(steps) == settled[sid]
         assert [s["iteration"] for s in steps] == list(range(len(steps)))
         assert all(s["status"] == "ok" for s in steps)
-        snapshot = wait_for(lambda: (s := svc.session(sid))["iteration"] == len(steps) - 1 and s, timeout=30,
+        snapshot = wait_for(lambda: (s := svc.session(sid))["iteration"] == len(steps) - 1 and s, timeout=90,
                             what="the paused snapshot to hold every step")
         assert snapshot["status"] == "paused"
 

@@ -68,7 +68,7 @@ def test_control_commands_wait_for_their_action(shared_service):
     assert svc.session(sid)["status"] == "paused"
     assert run_json(svc, "interrupt", sid, "say hello")["status"] == "done"
     assert run_json(svc, "resume", sid)["status"] == "done"
-    steps = wait_for(lambda: [s for s in svc.steps(sid) if "say hello" in (s.get("text") or "")], timeout=30,
+    steps = wait_for(lambda: [s for s in svc.steps(sid) if "say hello" in (s.get("text") or "")], timeout=90,
                      what="the guidance to reach a step")
     assert steps
     out = run(svc, "destroy", sid).stdout

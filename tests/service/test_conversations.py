@@ -89,7 +89,7 @@ def test_several_messages_between_two_steps_all_arrive_in_order(shared_service):
     first = svc.wait_steps(sid, 1)[-1]["iteration"] + 1
     texts = [f"burst {i}" for i in range(5)]
     sent = [post(svc, cid, t)["message"]["message_id"] for t in texts]
-    received = wait_for(lambda: len(g := guidance_after(svc, sid, first)) >= 5 and g, timeout=20,
+    received = wait_for(lambda: len(g := guidance_after(svc, sid, first)) >= 5 and g, timeout=90,
                         what="all five messages as guidance")
     assert [g["text"] for g in received] == texts, "a message was dropped, duplicated or reordered"
     assert [g["source"]["message_id"] for g in received] == sent

@@ -73,7 +73,7 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
     # Sessions reach the status their actions imply, and those that should run do.
     for sid, m in models.items():
         try:
-            svc.wait_status(sid, m.status, timeout=30)
+            svc.wait_status(sid, m.status, timeout=90)
         except AssertionError:
             raise AssertionError(f"session {sid} should be {m.status}: {explain(svc, sid, sent, actions)}") from None
     running = [sid for sid, m in models.items() if m.status == "running"]

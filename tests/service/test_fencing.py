@@ -30,7 +30,7 @@ def _frozen_between_commits(svc, proc, sid: str) -> int:
     already in flight at a freeze is the one thing fencing cannot stop; see
     runtime/fence.py).  Returns the step count at the freeze."""
     seen = len(svc.steps(sid))
-    count = wait_for(lambda: (n := len(svc.steps(sid))) > seen and n, timeout=30, interval=0.02,
+    count = wait_for(lambda: (n := len(svc.steps(sid))) > seen and n, timeout=90, interval=0.02,
                      what=f"a new step of {sid}")
     proc.send_signal(signal.SIGSTOP)
     return count
@@ -50,7 +50,7 @@ def test_a_frozen_worker_does_not_step_sessions_it_lost(service):
         assert made < 12, "the first worker got no session"
         agent = svc.create("sleepy", config={"interval_s": 0, "sleep_s": 2})
         made += 1
-        svc.wait_status(agent["session_id"], "running", timeout=30)
+        svc.wait_status(agent["session_id"], "running", timeout=90)
         if owner(svc, agent["session_id"]) == stalled:
             break
     sid = agent["session_id"]
@@ -63,17 +63,17 @@ def test_a_frozen_worker_does_not_step_sessions_it_lost(service):
         during = send(svc, agent, "interrupt", guidance="while frozen")
         wait_for(lambda: owner(svc, sid) == adopter, timeout=45, what=f"{adopter} to adopt {sid}")
         # B steps it on, past the iteration A has in flight.
-        svc.wait_steps(sid, len(svc.steps(sid)) + 2, timeout=30)
+        svc.wait_steps(sid, len(svc.steps(sid)) + 2, timeout=90)
     finally:
         thawed_at = datetime.now(timezone.utc)
         svc.agents.send_signal(signal.SIGCONT)
 
     # A is back: give it every chance to do harm (its heartbeat lands, so its
     # loop has run, and its step in flight has finished), while B steps on.
-    wait_for(lambda: _heartbeat_after(svc, stalled, thawed_at), timeout=30, what="the thawed worker to heartbeat")
-    svc.wait_steps(sid, len(svc.steps(sid)) + 2, timeout=30)
+    wait_for(lambda: _heartbeat_after(svc, stalled, thawed_at), timeout=90, what="the thawed worker to heartbeat")
+    svc.wait_steps(sid, len(svc.steps(sid)) + 2, timeout=90)
     after = send(svc, agent, "interrupt", guidance="after the thaw")
-    svc.wait_steps(sid, len(svc.steps(sid)) + 2, timeout=30)
+    svc.wait_steps(sid, len(svc.steps(sid)) + 2, timeout=90)
 
     steps = svc.steps(sid)
     its = iterations(steps)

@@ -158,6 +158,7 @@ EXAMPLES = int(os.environ.get("AGENTSVC_FUZZ_EXAMPLES", "10"))
 SEED = int(os.environ.get("AGENTSVC_FUZZ_SEED", "20261123"))
 
 
+@pytest.mark.timeout(1200)  # the CLI's own limit is 900 s; ~35 s on a quiet machine, 300 s and more beside the suite
 def test_api_conforms_to_its_openapi_document(shared_service):
     """Schemathesis' own runner, as a user would run it, with every check and
     the coverage, fuzzing and stateful phases (the stateful phase follows the

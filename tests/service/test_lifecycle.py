@@ -46,7 +46,7 @@ def test_health_endpoints_and_a_graceful_sigterm(service):
     guidance = svc.post(f"/api/agents/{quick['agent_id']}/interrupt",
                         json={"guidance": "said before the stop"}).json()["action_id"]
     svc.agents.send_signal(signal.SIGTERM)
-    wait_for(lambda: (p := probe(health, "/readyz")) is None or p[0] == 503, timeout=30, interval=0.02,
+    wait_for(lambda: (p := probe(health, "/readyz")) is None or p[0] == 503, timeout=90, interval=0.02,
              what="not ready once stopping")
     assert svc.agents.wait(timeout=60) == 0
 

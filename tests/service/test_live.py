@@ -165,7 +165,7 @@ def test_the_relay_reconnects_after_app_restarts(service):
     service.start_app()
     second = Watcher(service.url, [f"session:{sid}"])
     try:
-        wait_for(lambda: len(second.of("agent_step")) >= 2, timeout=20, what="live steps after app.py restarted")
+        wait_for(lambda: len(second.of("agent_step")) >= 2, timeout=90, what="live steps after app.py restarted")
     finally:
         second.close()
     assert second.of("agent_step")[0]["epoch"] != first.of("agent_step")[0]["epoch"]

@@ -561,7 +561,7 @@ def test_streamed_steps_reach_the_stream_as_step_deltas_before_their_step(tmp_pa
         llm = svc.endpoints.llm(server)  # the service's own endpoints file (the in-process one is this test's)
         streamed = svc.create("baml", task="stream it", config={"interval_s": 0, "llm": llm})
         reader = Reader(svc, f"session:{streamed['session_id']}")
-        wait_for(lambda: any(e.event == "ready" for e in reader.all()), timeout=30, what="the stream to be ready")
+        wait_for(lambda: any(e.event == "ready" for e in reader.all()), timeout=90, what="the stream to be ready")
         go.set()
         wait_for(lambda: any(e.event == "agent_step" for e in reader.all()), timeout=60, what="the step")
         plain = svc.create("baml", task="stream it", config={"interval_s": 0, "llm": {**llm, "stream": False}})

@@ -65,7 +65,7 @@ def with_bridge(repo_path, scenario):
     try:
         return run(main())
     finally:
-        wait_for(lambda: not mcp_reference.running(mark), timeout=30, what="the reference servers to exit")
+        wait_for(lambda: not mcp_reference.running(mark), timeout=90, what="the reference servers to exit")
 
 
 # ---- through the bridge and the registry ----------------------------------
@@ -171,7 +171,7 @@ def service(tmp_path_factory, repo):
         yield svc
     finally:
         svc.stop()
-    wait_for(lambda: not mcp_reference.running(mark), timeout=30, what="the reference servers to exit with agents.py")
+    wait_for(lambda: not mcp_reference.running(mark), timeout=90, what="the reference servers to exit with agents.py")
 
 
 def tools(svc) -> list[dict]:

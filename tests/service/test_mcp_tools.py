@@ -117,7 +117,7 @@ def test_a_dying_server_fails_its_call_and_is_reconnected_on_the_next(tmp_path, 
 
 async def crash_soon(registry, log_path):
     """Crash the server once both sleeps have reached it (it logs each call as it starts)."""
-    await until(lambda: executions(log_path, "sleep") >= 2, timeout=30, what="both sleeps to reach the server")
+    await until(lambda: executions(log_path, "sleep") >= 2, timeout=90, what="both sleeps to reach the server")
     return await call(registry, "demo.crash", {})
 
 

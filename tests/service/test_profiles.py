@@ -229,16 +229,16 @@ def test_editing_the_file_changes_no_running_session_and_reload_picks_up_changes
     assert svc.post("/api/agents", json={"profile": "fresh"}).status_code == 400
     svc.post("/api/profiles/reload")
     assert svc.get("/api/profiles/fresh").json()["ok"] is True
-    svc.wait_status(create(svc, "fresh")["session_id"], "done", timeout=30)
+    svc.wait_status(create(svc, "fresh")["session_id"], "done", timeout=90)
     write(svc.profiles_dir, "hup.yaml", "name: hup\nmoniker: joke\n")
     svc.app.send_signal(signal.SIGHUP)
-    wait_for(lambda: svc.get("/api/profiles/hup").status_code == 200, timeout=20, what="SIGHUP reload")
+    wait_for(lambda: svc.get("/api/profiles/hup").status_code == 200, timeout=90, what="SIGHUP reload")
 
 
 def test_config_overrides_only_what_the_profile_allows(env):
     svc, _ = env
     ok = create(svc, "script", config={"max_steps": 1, "tools": ["add"]})
-    done = svc.wait_status(ok["session_id"], "done", timeout=30)
+    done = svc.wait_status(ok["session_id"], "done", timeout=90)
     assert done["config"]["max_steps"] == 1 and done["config"]["tools"] == ["add"]
     refused = {
         "frames": svc.post("/api/agents", json={"profile": "script", "config": {"frames": []}}),
@@ -283,7 +283,7 @@ def test_broken_profiles_are_refused_with_file_line_and_field_and_the_rest_still
     assert "profile unknownkey refused: unknownkey.yaml:5: limits.max_stepz: unknown key" in app_log
     assert listed["script"]["ok"] is True
     made = create(svc, "script", config={"max_steps": 1})
-    svc.wait_status(made["session_id"], "done", timeout=30)
+    svc.wait_status(made["session_id"], "done", timeout=90)
     # the document offers a create variant per usable profile only
     variants = svc.get("/api/openapi.json").json()["components"]["schemas"]
     assert "CreateAgentRequest_profile_script" in variants
@@ -320,20 +320,20 @@ def test_observers_stop_remind_and_a_failing_one_does_not_wedge_the_session(env)
 def test_an_observer_asks_the_user_and_another_pauses_once(env):
     svc, _ = env
     asked = create(svc, "asker")
-    waiting = svc.wait_status(asked["session_id"], "waiting", "done", timeout=30)
+    waiting = svc.wait_status(asked["session_id"], "waiting", "done", timeout=90)
     assert (waiting["status"], waiting["status_reason"]) == ("waiting", "user"), waiting
     step0 = svc.steps(asked["session_id"])[0]
     assert step0["observers"]["after"] == [{"name": "ask", "fired": True, "action": "ask_user",
                                             "text": "Shall I continue?", "when": "after_step"}]
     svc.control(asked["agent_id"], "interrupt", guidance="yes, go on")
-    assert svc.wait_status(asked["session_id"], "done", timeout=30)["status_reason"] == "done"
+    assert svc.wait_status(asked["session_id"], "done", timeout=90)["status_reason"] == "done"
 
     paused = create(svc, "pauser")
-    held = svc.wait_status(paused["session_id"], "paused", "done", timeout=30)
+    held = svc.wait_status(paused["session_id"], "paused", "done", timeout=90)
     assert (held["status"], held["status_reason"]) == ("paused", "observer"), held
     assert svc.settled_step_count(paused["session_id"], quiet_s=1.0) == 1
     svc.control(paused["agent_id"], "resume")
-    done = svc.wait_status(paused["session_id"], "done", timeout=30)  # `once`: not paused again
+    done = svc.wait_status(paused["session_id"], "done", timeout=90)  # `once`: not paused again
     assert done["status_reason"] == "max_steps" and len(svc.steps(paused["session_id"])) == 4
     before = svc.steps(paused["session_id"])[1]["observers"]["before"]
     assert before == [{"name": "hold", "fired": True, "action": "pause", "text": "check in with a human",
@@ -345,14 +345,14 @@ def test_an_observer_asks_the_user_and_another_pauses_once(env):
 def test_flow_waits_for_the_user_and_a_message_continues_it(env):
     svc, _ = env
     made = create(svc, "chat")
-    waiting = svc.wait_status(made["session_id"], "waiting", "done", "error", timeout=30)
+    waiting = svc.wait_status(made["session_id"], "waiting", "done", "error", timeout=90)
     assert (waiting["status"], waiting["status_reason"]) == ("waiting", "user"), waiting
     assert svc.settled_step_count(made["session_id"], quiet_s=1.0) == 1
     step0 = svc.steps(made["session_id"])[0]
     assert step0["observers"]["flow"] == {"decision": "wait_user", "rule": 0}
     svc.control(made["agent_id"], "interrupt", guidance="red, please")
     # the message continues it; step 1 ("noted", no question) ends the turn: waiting, reason idle
-    idle = svc.wait_status(made["session_id"], "waiting", timeout=30)
+    idle = svc.wait_status(made["session_id"], "waiting", timeout=90)
     wait_for(lambda: svc.session(made["session_id"])["status_reason"] == "idle", what="end of turn")
     steps = svc.steps(made["session_id"])
     assert len(steps) == 2 and steps[1]["inputs"]["inbox"][0]["text"] == "red, please", steps
@@ -360,7 +360,7 @@ def test_flow_waits_for_the_user_and_a_message_continues_it(env):
     assert idle["status"] == "waiting"
     # any inbox item ends an idle wait; the last frame is done
     svc.control(made["agent_id"], "interrupt", guidance="anything else?")
-    done = svc.wait_status(made["session_id"], "done", timeout=30)
+    done = svc.wait_status(made["session_id"], "done", timeout=90)
     assert done["status_reason"] == "done" and len(svc.steps(made["session_id"])) == 3
 
 
@@ -376,7 +376,7 @@ def test_the_cli_lists_profiles_and_creates_from_one(env):
     assert "badtool.yaml:5" in table and "no_such_tool" in table
     made = svc.cli("create", "--profile", "script", "a task", "--set", "max_steps=1", "--json")
     assert made.returncode == 0, made.stderr
-    session = svc.wait_status(json.loads(made.stdout)["session_id"], "done", timeout=30)
+    session = svc.wait_status(json.loads(made.stdout)["session_id"], "done", timeout=90)
     assert session["task"] == "a task" and session["config"]["profile"]["name"] == "script"
     refused = svc.cli("create", "--profile", "badtool", "x")
     assert refused.returncode == 4 and "badtool.yaml:5" in refused.stderr, refused.stderr
@@ -395,7 +395,7 @@ def test_the_timeline_shows_what_observers_and_flow_rules_did(env):
     watched = create(svc, "watcher")
     svc.wait_status(watched["session_id"], "stopped", timeout=60)
     chat = create(svc, "chat")
-    svc.wait_status(chat["session_id"], "waiting", timeout=30)
+    svc.wait_status(chat["session_id"], "waiting", timeout=90)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:

@@ -5,13 +5,15 @@ and stopped with SIGTERM; open without a token (app.py started with an API
 token), and naming no agent."""
 import os
 
+import requests
+
 from tests.harness import Service, wait_for
 
 STALE_S = 3  # how old a heartbeat may be to count (AGENTSVC_READY_STALE_S), short for the test
 
 
 def readiness(svc) -> tuple[int, dict]:
-    r = svc.http.get(svc.url + "/readyz", timeout=30)  # no Authorization header
+    r = requests.get(svc.url + "/readyz", timeout=30)  # no Authorization header (svc.http carries one)
     return r.status_code, r.json()
 
 
@@ -23,6 +25,7 @@ def test_readyz_follows_agents_py_up_killed_restarted_and_stopped(tmp_path):
     (tmp_path / "logs").mkdir()
     svc = Service(str(tmp_path / "data"), str(tmp_path / "logs"), app_args=["--api-token", "s3cret"],
                   env={"AGENTSVC_READY_STALE_S": str(STALE_S)})
+    svc.http.headers["Authorization"] = "Bearer s3cret"  # the harness's reads; /readyz is asked without it
     svc.start_app()
     try:
         status, body = readiness(svc)
@@ -32,10 +35,9 @@ def test_readyz_follows_agents_py_up_killed_restarted_and_stopped(tmp_path):
         svc.start_agents()
         up = becomes(svc, 200, "ready once agents.py polls")
         assert up["status"] == "ready" and up["workers_polling"] == 1 and up["heartbeat_age_s"] <= STALE_S
-        made = svc.post("/api/agents", json={"moniker": "countdown", "config": {"n": 1000, "interval_s": 0.2}},
-                        headers={"Authorization": "Bearer s3cret"}).json()
+        made = svc.post("/api/agents", json={"moniker": "countdown", "config": {"n": 1000, "interval_s": 0.2}}).json()
         svc.wait_steps(made["session_id"], 1, timeout=60)
-        text = svc.http.get(svc.url + "/readyz", timeout=30).text
+        text = requests.get(svc.url + "/readyz", timeout=30).text
         assert made["agent_id"] not in text and made["session_id"] not in text and "countdown" not in text
         assert set(readiness(svc)[1]) == {"status", "reason", "workers_polling", "workers_alive", "heartbeat_age_s"}
 

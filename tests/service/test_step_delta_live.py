@@ -57,7 +57,7 @@ def test_deltas_reach_the_stream_without_an_id_coalesced(shared_service, running
     reader = Reader(svc, f"session:{sid}")
     ingest = Ingest(svc)
     try:
-        wait_for(lambda: reader.of("ready"), timeout=30, what="the stream to be ready")
+        wait_for(lambda: reader.of("ready"), timeout=90, what="the stream to be ready")
         text = ""
         started = time.monotonic()
         for i in range(100):  # ten times what agents.py sends, within one second
@@ -87,18 +87,18 @@ def test_a_reconnect_never_replays_a_delta(shared_service, running):
     first = Reader(svc, f"session:{sid}")
     ingest = Ingest(svc)
     try:
-        wait_for(lambda: first.of("ready"), timeout=30, what="the stream to be ready")
+        wait_for(lambda: first.of("ready"), timeout=90, what="the stream to be ready")
         ingest.send(delta(aid, sid, 1, "before the reconnect"))
-        wait_for(lambda: first.of("step_delta"), timeout=30, what="the delta")
+        wait_for(lambda: first.of("step_delta"), timeout=90, what="the delta")
         cursor = first.cursor()
         assert cursor, "the recorded events came with a cursor"
         first.close()
 
         again = Reader(svc, f"session:{sid}", last_event_id=cursor)
         try:
-            wait_for(lambda: again.of("ready"), timeout=30, what="the reconnected stream to be ready")
+            wait_for(lambda: again.of("ready"), timeout=90, what="the reconnected stream to be ready")
             ingest.send(delta(aid, sid, 1, "after the reconnect"))
-            wait_for(lambda: again.of("step_delta"), timeout=30, what="a delta after the reconnect")
+            wait_for(lambda: again.of("step_delta"), timeout=90, what="a delta after the reconnect")
             time.sleep(0.5)  # anything else that might come
             assert [e.data["data"]["text"] for e in again.of("step_delta")] == ["after the reconnect"]
             assert not [e for e in again.events if e.event == "agent_step"], "the cursor was past every step"
@@ -119,7 +119,7 @@ def test_a_delta_of_a_step_already_sent_is_dropped(shared_service, running):
         ingest.send(delta(aid, sid, 0, "late"))
         time.sleep(0.3)  # past the gap, so the next is not coalesced with it
         ingest.send(delta(aid, sid, 1, "current"))
-        wait_for(lambda: reader.of("step_delta"), timeout=30, what="the current delta")
+        wait_for(lambda: reader.of("step_delta"), timeout=90, what="the current delta")
         time.sleep(0.3)
         assert [e.data["data"]["text"] for e in reader.of("step_delta")] == ["current"]
     finally:
@@ -132,9 +132,9 @@ def test_other_sessions_deltas_stay_out(shared_service, running):
     reader = Reader(svc, f"agent:{aid}")  # the agent room covers its sessions too
     ingest = Ingest(svc)
     try:
-        wait_for(lambda: reader.of("ready"), timeout=30, what="the stream to be ready")
+        wait_for(lambda: reader.of("ready"), timeout=90, what="the stream to be ready")
         ingest.send(delta("OTHERAGENT", "OTHERSESSION", 1, "not yours"), delta(aid, sid, 1, "yours"))
-        wait_for(lambda: reader.of("step_delta"), timeout=30, what="the delta")
+        wait_for(lambda: reader.of("step_delta"), timeout=90, what="the delta")
         time.sleep(0.3)
         assert [e.data["data"]["text"] for e in reader.of("step_delta")] == ["yours"]
     finally:
@@ -256,7 +256,7 @@ def test_tail_follows_deltas_as_json_and_in_a_log(shared_service, running):
                                   if '"step_delta"' in x and '"final": true' in x] and
                          [json.loads(x) for x in printed("json").splitlines() if '"step_delta"' in x],
                          timeout=30, what="the deltas in --json")
-        wait_for(lambda: "attempt 1 ended" in printed("table"), timeout=30, what="the final delta in the table")
+        wait_for(lambda: "attempt 1 ended" in printed("table"), timeout=90, what="the final delta in the table")
     finally:
         ingest.close()
         for proc in procs.values():

@@ -34,7 +34,7 @@ def open_stream(svc, rooms: str, after: str | None = None, **headers):
             r.close()
             return None
         return r
-    return wait_for(attempt, timeout=30, interval=0.2, what="a free stream slot")
+    return wait_for(attempt, timeout=90, interval=0.2, what="a free stream slot")
 
 
 @pytest.fixture(scope="module")

@@ -87,9 +87,12 @@ def test_a_tool_call_runs_and_its_result_reaches_the_next_step(shared_service):
                                          "error": None}]
         assert results_of(steps[2]) == []  # consumed once
         assert svc.get(f"/api/tool-calls/{row['id']}").json() == row
-        # Live: the row's every change, in order, in the agent's room.
+        # Live: the row's changes, in order, in the agent's room, ending with the last.  The
+        # relay may coalesce a change still unsent into the newer one (runtime/relay.py), so
+        # an earlier status can be missing, never out of order or repeated.
         wait_for(lambda: watcher.statuses(row["id"])[-1:] == ["success"], what="live tool_call events")
-        assert watcher.statuses(row["id"]) == ["pending", "running", "success"]
+        seen = watcher.statuses(row["id"])
+        assert seen == [s for s in ("pending", "running", "success") if s in seen], seen
     finally:
         watcher.close()
 

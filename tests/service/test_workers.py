@@ -32,7 +32,7 @@ def test_two_workers_share_sessions_and_the_survivor_takes_over(service):
     while len(agents) < 10 or len({owner(svc, a["session_id"]) for a in agents}) < 2:
         assert len(agents) < 30, "every session went to the same worker"
         agents.append(svc.create("echo", config={"interval_s": 0.05}))
-        svc.wait_status(agents[-1]["session_id"], "running", timeout=30)
+        svc.wait_status(agents[-1]["session_id"], "running", timeout=90)
         time.sleep(0.1)
     owners = {a["session_id"]: owner(svc, a["session_id"]) for a in agents}
     assert set(owners.values()) == {*first, second}, owners
@@ -116,19 +116,19 @@ def test_a_restarted_worker_finishes_the_actions_it_had_claimed(service):
     svc.agents_args = ["--dead-after", "30"]
     svc.start()
     made = svc.create("sleepy", config={"interval_s": 0, "sleep_s": 3})
-    svc.wait_status(made["session_id"], "running", timeout=30)
+    svc.wait_status(made["session_id"], "running", timeout=90)
     destroy = send(svc, made, "destroy")
-    wait_for(lambda: svc.get(f"/api/actions/{destroy}").json()["status"] == "processing", timeout=30,
+    wait_for(lambda: svc.get(f"/api/actions/{destroy}").json()["status"] == "processing", timeout=90,
              interval=0.02, what="the destroy to be claimed")
     svc.kill_agents()
     svc.start_agents()
     # Accepted after the destroy, so applied after it: it must find the session stopped.
     later = send(svc, made, "interrupt", guidance="too late")
-    late = wait_actions_finished(svc, [later], timeout=30)[later]
+    late = wait_actions_finished(svc, [later], timeout=90)[later]
     assert late["status"] == "failed", f"an interrupt accepted after a destroy was applied before it: {late}"
-    action = wait_actions_finished(svc, [destroy], timeout=30)[destroy]
+    action = wait_actions_finished(svc, [destroy], timeout=90)[destroy]
     assert action["status"] == "done", action
-    assert svc.wait_status(made["session_id"], "stopped", timeout=30)["status"] == "stopped"
+    assert svc.wait_status(made["session_id"], "stopped", timeout=90)["status"] == "stopped"
     assert_contiguous(svc.steps(made["session_id"]))
 
 

@@ -42,7 +42,7 @@ async def a_life_that_dies(store: Store, worker_id: str, hangs: str, **options) 
 
     dispatcher = Dispatcher(Persistence(store), handle, worker_id=worker_id, **options)
     await dispatcher.poll_once()
-    await asyncio.wait_for(started.wait(), timeout=30)
+    await asyncio.wait_for(started.wait(), timeout=90)
     for task in list(dispatcher.lane_tasks.values()):  # kill -9: nothing more is written
         task.cancel()
     await asyncio.gather(*dispatcher.lane_tasks.values(), return_exceptions=True)

@@ -53,12 +53,12 @@ def test_the_trimmer_releases_on_its_own_and_stops_when_closed():
     _, retained = _peak_then_free()
     trimmer = memory.MemoryTrimmer(every_s=0.05).start()
     try:
-        wait_for(lambda: retained - _rss() > 80 * 2**20 and trimmer.trims >= 1, timeout=30,
+        wait_for(lambda: retained - _rss() > 80 * 2**20 and trimmer.trims >= 1, timeout=90,
                  what="a trim that gives the freed memory back")
     finally:
         trimmer.close()
     # Closed, its thread ends: no trim can come after.
-    wait_for(lambda: not trimmer._thread.is_alive(), timeout=30, what="the trimmer's thread to end")
+    wait_for(lambda: not trimmer._thread.is_alive(), timeout=90, what="the trimmer's thread to end")
 
 
 def test_zero_means_never():

@@ -312,13 +312,13 @@ def test_a_step_never_waits_for_a_snapshot_and_saves_are_coalesced():
             "agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
             "config": {"interval_s": 0}, "created_at": datetime.now(timezone.utc)})
         agent.start()
-        await until(lambda: len(persist.steps) >= 5, timeout=30, what="steps past a stuck snapshot")
+        await until(lambda: len(persist.steps) >= 5, timeout=90, what="steps past a stuck snapshot")
         assert persist.snapshots == [] and persist.in_flight == 1
         persist.gate.release()  # the first save lands; the next one writes the newest memory
-        await until(lambda: persist.snapshots == [0] and persist.in_flight == 1, timeout=30, what="second save")
+        await until(lambda: persist.snapshots == [0] and persist.in_flight == 1, timeout=90, what="second save")
         stepped = len(persist.steps)
         persist.gate.release()
-        await until(lambda: len(persist.snapshots) == 2, timeout=30, what="second save landed")
+        await until(lambda: len(persist.snapshots) == 2, timeout=90, what="second save landed")
         assert 1 < persist.snapshots[1] < stepped  # not the step after the first: the newest then
         agent.request_stop()
         for _ in range(10):
@@ -425,7 +425,7 @@ def test_an_inbox_item_that_arrives_while_a_step_runs_wakes_the_sleep_after_it()
             "agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,
             "config": {"interval_s": 300}, "created_at": datetime.now(timezone.utc)})
         agent.start()
-        await until(lambda: len(persist.steps) >= 2, timeout=20, what="the step that takes the late item")
+        await until(lambda: len(persist.steps) >= 2, timeout=90, what="the step that takes the late item")
         agent.request_stop()
         await asyncio.wait_for(agent.runner, 5)
         return persist.steps
@@ -440,7 +440,7 @@ def test_an_idle_dispatcher_wakes_on_a_commit_not_on_its_timer(store):
         await asyncio.sleep(0.5)  # let the poller go idle
         made = store.actions.enqueue("create", agent_id="a", session_id="w", payload={"moniker": "countdown",
                                      "config": {"interval_s": 0, "n": 1}})
-        return await until(lambda: finished(store, made["id"]), timeout=20, what="create")
+        return await until(lambda: finished(store, made["id"]), timeout=90, what="create")
 
     assert with_service(store, scenario, watch_s=60.0, idle_watch_s=60.0, full_poll_s=60.0)["status"] == "done"
 
@@ -517,7 +517,7 @@ def test_a_tool_steps_ended_rows_land_beside_the_next_step_and_before_any_snapsh
                                        "config": {"interval_s": 0, "tools": ["noop"]},
                                        "created_at": datetime.now(timezone.utc)})
         agent.start()
-        await until(lambda: persist.steps == [0, 1], timeout=30, what="the step after the tool step")
+        await until(lambda: persist.steps == [0, 1], timeout=90, what="the step after the tool step")
         await asyncio.sleep(0.2)  # give a wrongly early snapshot time to be written
         assert persist.tool_rows == {}  # that step did not wait for the ended row
         assert all(iteration < 1 for iteration, _ in persist.landed_at_snapshot), persist.landed_at_snapshot

@@ -88,7 +88,7 @@ def test_a_snapshot_saved_while_the_ended_rows_land_waits_for_them(store, monkey
         await until(lambda: save.done() or len(entered) >= 2, what="the save to finish or wait")
         persist.release.set()
         await save
-        await asyncio.wait_for(agent.runner, timeout=30)
+        await asyncio.wait_for(agent.runner, timeout=90)
         return persist.log
 
     log = asyncio.run(main())
