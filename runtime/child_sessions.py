@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Callable
 
 from domain.statuses import SESSION_FINISHED
 from runtime import inbox as inbox_kinds
@@ -157,24 +157,6 @@ async def report_unreported(persist: Persistence, live: Callable[[str], SessionA
         found += 1
     if found:
         log.warning("reported %d sub-agent outcomes that a crash had left unreported", found)
-    return found
-
-
-async def wake_left_done(persist: Persistence, live: Callable[[str], SessionAgent | None],
-                         wake: Callable[[dict], Awaitable[bool]]) -> int:
-    """The recovery scan's other half: a session that finished ``done`` while
-    children's results came in is woken by its runner right after its end is
-    saved (:func:`wake_for_children`); a crash in between leaves it done with
-    the results unread.  Such sessions (that no runner of this process holds)
-    are woken now by ``wake(snapshot)``; returns how many."""
-    found = 0
-    for row in await persist.done_with_child_results():
-        if live(row["session_id"]) is not None or not wakeable(row["status"], row.get("status_reason")):
-            continue
-        if any(inbox_kinds.kind_of(g) == "child_result" for g in row.get("pending_guidance") or []):
-            found += bool(await wake(row))
-    if found:
-        log.warning("woke %d sessions that a crash had left done with children's results unread", found)
     return found
 
 

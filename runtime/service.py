@@ -162,40 +162,12 @@ class AgentService:
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
         if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
-            try:  # finished sub-agents whose outcome a crash left unreported, and parents left unwoken
+            try:  # finished sub-agents whose outcome a crash left unreported
                 await child_sessions.report_unreported(self.persist, self.sessions.get)
-                await child_sessions.wake_left_done(self.persist, self.sessions.get,
-                                                    lambda snapshot: self._wake(snapshot, alive))
                 self._scanned = True
             except Exception:
                 log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
         return adopted
-
-    async def _wake(self, snapshot: dict, alive: set[str]) -> bool:
-        """Run a finished session again, woken by the children's results it holds.
-
-        Only one no live worker owns: its owner, if alive, wakes it itself.  It
-        is taken as an orphan is (a conditional update on the owner and time
-        read), so of several workers starting at once one wakes it."""
-        owner = snapshot.get("owner")
-        if owner in alive and owner != self.worker_id:
-            return False
-        try:
-            moniker = self.monikers.get(snapshot["moniker"])
-        except UnknownMoniker:
-            return False
-        if owner != self.worker_id and not await self.persist.adopt_sessions([snapshot], self.worker_id):
-            return False
-        self.fence.regained(snapshot["session_id"])
-        snapshot = {**snapshot, "owner": self.worker_id}
-        agent = self.factory.make(dict(snapshot), moniker)
-        child_sessions.next_generation(agent)
-        agent.note_status("running", "woken")
-        await agent.save()
-        self.sessions.add(agent)
-        agent.start()
-        log.info("session %s woken at start by the children's results it held", agent.session_id)
-        return True
 
     async def _take_chunk(self, snapshots: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
         """Of a chunk of orphans, the ones this worker now holds, and their steps
