@@ -30,6 +30,7 @@ from spectree.plugins.flask_plugin import FlaskPlugin
 from spectree.plugins.werkzeug_utils import werkzeug_parse_rule
 
 from api import schemas
+from monikers import endpoints
 from profiles.loader import ProfileLibrary
 from profiles.model import OVERRIDABLE_KEYS
 
@@ -125,7 +126,20 @@ def document(app: Flask, monikers, profiles: ProfileLibrary) -> dict:
         built = app.extensions.get("agentsvc_openapi")
         if built is None:
             built = app.extensions["agentsvc_openapi"] = _build(app, monikers)
-    return replay_choices(profile_variants(built, profiles, monikers), profiles, monikers)
+    return endpoint_choices(replay_choices(profile_variants(built, profiles, monikers), profiles, monikers))
+
+
+def endpoint_choices(spec: dict) -> dict:
+    """``config.llm.endpoint`` names one of the operator's endpoints as they are
+    now (the endpoints file is read again when it changes): any other name is a
+    400, so the document lists them rather than any name-shaped string."""
+    llm = spec["components"]["schemas"].get("LLMConfig")
+    if llm is not None and "endpoint" in llm.get("properties", {}):
+        names = sorted(endpoints.catalog().endpoints())
+        field = llm["properties"]["endpoint"]
+        llm["properties"]["endpoint"] = {**{k: v for k, v in field.items() if k != "anyOf"},
+                                         "anyOf": [{"type": "string", "enum": names}, {"type": "null"}]}
+    return spec
 
 
 def _build(app: Flask, monikers) -> dict:

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.browsing import screenshot
+from tests.harness import wait_for
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
 
@@ -320,9 +321,14 @@ def test_follow_mode_shows_the_newest_step_and_jumps_to_latest(page, shared_serv
     shared_service.wait_steps(made["session_id"], 3, timeout=60)
     page.goto(f"{shared_service.url}/#/session/{made['session_id']}")
     expect(page.get_by_test_id("step").first).to_be_visible(timeout=30_000)
-    # While live, the newest step is the first one, in view.
-    later = len(shared_service.wait_steps(made["session_id"], 6, timeout=60))
-    expect(page.locator(f"[data-testid=step][data-iteration='{later - 1}']")).to_be_in_viewport(timeout=30_000)
+    # While live, the newest step is the first one, in view.  (Steps keep coming, 3 a second:
+    # the one that was newest when asked is soon pushed down and out of view, so the first
+    # step is judged, once it is at least as new as the record was.)
+    later = len(shared_service.wait_steps(made["session_id"], 6, timeout=90))
+    first = page.get_by_test_id("step").first
+    wait_for(lambda: int(first.get_attribute("data-iteration") or -1) >= later - 1, timeout=90,
+             what=f"the page's first step to reach iteration {later - 1}")
+    expect(first).to_be_in_viewport(timeout=30_000)
     # Scrolled away, new steps are counted on a "jump to latest" button.
     page.evaluate("document.querySelector('[data-testid=steps]').style.paddingBottom = '3000px'")
     page.evaluate("window.scrollTo(0, document.body.scrollHeight)")

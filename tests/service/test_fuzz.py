@@ -167,7 +167,9 @@ def test_api_conforms_to_its_openapi_document(shared_service):
     accepted, invalid ones refused, 405 with Allow, created things findable.
     The seed is fixed so a failure replays; AGENTSVC_FUZZ_EXAMPLES and
     AGENTSVC_FUZZ_SEED explore further."""
-    cmd = [sys.executable, "-m", "schemathesis.cli", "run", shared_service.url + "/api/openapi.json",
+    config = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schemathesis.toml")  # 422 of a reused key
+    cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", config, "run",
+           shared_service.url + "/api/openapi.json",
            "--checks", "all", "--phases", "coverage,fuzzing,stateful", "--max-examples", str(EXAMPLES),
            "--seed", str(SEED), "--request-timeout", "30", "--no-color", "--header", f"Authorization: Bearer {TOKEN}"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

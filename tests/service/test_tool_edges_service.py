@@ -129,14 +129,12 @@ def test_the_llm_is_not_called_while_its_tool_runs(env):
                          config={"tools": ["sleep_count"], "interval_s": 0})
     sid = created["session_id"]
     wait_for(lambda: calls_of(svc, sid), timeout=60, what="the tool call row")
-    # sample while the tool runs: the request count first, then the row's status
+    # Observe the tool running.  Whether the model was asked meanwhile is judged below from
+    # the times the fake server and the row record: app.py's read of the row may lag the
+    # store by its read-consistency interval, so a sample taken here can see the row still
+    # running after its end landed and the next step's request went out (seen under load).
     deadline, samples = time.monotonic() + 60, 0
-    while time.monotonic() < deadline:
-        seen = len(fake.requests) - before
-        row = calls_of(svc, sid)[0]
-        if row["status"] not in ("pending", "running"):
-            break
-        assert seen == 1, "an LLM request was made while the session's tool call was pending"
+    while time.monotonic() < deadline and calls_of(svc, sid)[0]["status"] in ("pending", "running"):
         samples += 1
         time.sleep(0.05)
     assert samples, "the tool ended before it could be observed running"
