@@ -114,15 +114,15 @@ def runner_schema() -> dict:
 def changed_config(original: dict | None, changes: dict | None, moniker: Moniker | None = None) -> dict:
     """The original config with ``changes`` applied (one level deep), validated
     as a create's would be: a session from a profile keeps to the profile's
-    rules (profiles/resolve.py ``check_changes``), and with ``moniker`` its own
+    rules (profiles/resolve.py ``check_changes``; else 409 ``exceeds_profile``), and with ``moniker`` its own
     keys are checked against its config model."""
     config = dict(original or {})
     if "profile" in (changes or {}):  # the record of the profile a session started from is not for editing
         raise ApiError(400, "invalid_request", "config.profile: set from a profile, never changed by a fork or replay")
     try:
         check_changes(config, changes)
-    except ResolveError as exc:
-        raise ApiError(400, "invalid_config", str(exc)) from None
+    except ResolveError as exc:  # the body is valid; the source session's profile forbids it: a conflict
+        raise ApiError(409, "exceeds_profile", str(exc)) from None
     for key, value in (changes or {}).items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}

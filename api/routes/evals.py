@@ -195,7 +195,7 @@ def _evalset(evalset_id: str) -> dict:
 # ---- runs ---------------------------------------------------------------------
 
 @bp.post("/evalsets/<id:evalset_id>/runs")
-@operation(202, EvalRun, body=RunRequest, errors=(400, 404), role="admin")
+@operation(202, EvalRun, body=RunRequest, errors=(400, 404, 409), role="admin")
 def create_run(evalset_id):
     """replay every session of the set under these overrides and score each replay (the agents service runs it)"""
     evalset = _evalset(evalset_id)

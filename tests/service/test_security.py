@@ -352,9 +352,9 @@ def test_forks_and_replays_keep_the_rules_of_the_profile(locked):
               {"config": {"approve": ["add"]}}]
     for change in weaker:
         fork = svc.post(f"/api/sessions/{sid}/fork", json={"from_iteration": 0, **change})
-        assert fork.status_code == 400, (change, fork.text)
+        assert fork.status_code == 409 and fork.json()["error"]["code"] == "exceeds_profile", (change, fork.text)
         replay = svc.post(f"/api/sessions/{sid}/replay", json=change)
-        assert replay.status_code == 400, (change, replay.text)
+        assert replay.status_code == 409 and replay.json()["error"]["code"] == "exceeds_profile", (change, replay.text)
     for change in ({"config": {"approve": ["wait", "add"]}}, {"config": {"tools": ["add"]}}):  # narrowing is fine
         assert svc.post(f"/api/sessions/{sid}/fork", json={"from_iteration": 0, **change}).status_code == 202
         assert svc.post(f"/api/sessions/{sid}/replay", json=change).status_code == 202
