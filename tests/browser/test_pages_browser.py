@@ -195,3 +195,26 @@ def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_se
     finally:
         context.close()
         svc.control(made["agent_id"], "destroy")
+
+
+def test_every_page_loads_only_from_the_app_itself(browser, shared_service, pages):
+    """No CDN, font host or validator: every request a page makes (scripts,
+    styles, images, fonts, XHR, the socket) goes to the app's own origin, so the
+    dashboard works offline and no third party learns who looks at it."""
+    expect = playwright_api.expect
+    context = browser.new_context(viewport={"width": 1400, "height": 800})
+    elsewhere = []
+    context.on("request", lambda r: r.url.startswith(("data:", "blob:", shared_service.url))
+               or elsewhere.append(r.url))
+    try:
+        pg = context.new_page()
+        for name, (path, ready) in {**pages, "login": ("/login", "form")}.items():
+            pg.goto(shared_service.url + path)
+            expect(pg.locator(ready).first).to_be_visible(timeout=30_000)
+            pg.wait_for_load_state("networkidle", timeout=60_000)
+        assert pages and elsewhere == [], elsewhere
+        # The positive control: the same listener does see a page reaching out.
+        pg.set_content('<img src="https://cdn.example.invalid/x.png">')
+        wait_for(lambda: elsewhere, timeout=30, what="the control's request to be seen")
+    finally:
+        context.close()
