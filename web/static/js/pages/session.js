@@ -265,7 +265,10 @@ function renderControls(s) {
 async function load(params) {
   const id = params.id;
   try {
-    const s = await get("/api/sessions/" + encodeURIComponent(id));
+    current.loading = true;  // fromEvent: this read is on its way, no need for another
+    const s = await get("/api/sessions/" + encodeURIComponent(id)).finally(() => {
+      if (id === current.id) current.loading = false;
+    });
     if (id !== current.id) return;
     ui.missing.hidden = true;
     ui.body.hidden = false;
@@ -290,7 +293,8 @@ async function load(params) {
 // Events are small (domain/events.py): no guidance lists, the config only when
 // it changed, and a field too big left out (`omitted`), so those come from the
 // record, which is read again (at most every RECORD_GAP_MS) when an event left
-// a field out or came before the first read.
+// a field out or came before the first read with no read on its way (an event
+// that overtakes the page's own read is laid over what that read returns).
 function fromRecord(s) {
   current.record = s;
   if (current.live && (s.updated_at || "") >= (current.live.updated_at || "")) current.live = null;
@@ -302,7 +306,7 @@ function fromEvent(s) {
   if (newest && (s.updated_at || "") < (newest.updated_at || "")) return;
   current.live = merged(current.live, s);
   show();
-  if (omittedOf(s).length || !current.record) refreshRecord();
+  if (omittedOf(s).length || (!current.record && !current.loading)) refreshRecord();
 }
 
 function show() {
@@ -353,7 +357,7 @@ registerPage({
       if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);  // reading its page directly
       return;
     }
-    current = { id: params.id, record: null, live: null, snapshot: null, linked };
+    current = { id: params.id, record: null, live: null, snapshot: null, linked, loading: false };
     readAgain = false;
     ui.steps.reset(params.id);
     if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);
