@@ -333,21 +333,22 @@ def test_a_replay_with_other_sampling_finishes_and_its_diff_reads(svc, model):
     assert first is None or first["iteration"] in paired
 
 
-def test_an_eval_run_over_five_real_sessions_produces_scores(svc, model):
-    tasks = ["Say hello and finish.", "Name one colour and finish.", "Name one animal and finish.",
-             "Say a number between 1 and 9 and finish.", "Say goodbye and finish."]
+def test_an_eval_run_over_three_real_sessions_produces_scores(svc, model):
+    """Three sessions (five took ~7 minutes beside the suite: each is recorded,
+    replayed and judged by the one-thread model)."""
+    tasks = ["Say hello and finish.", "Name one colour and finish.", "Say goodbye and finish."]
     sessions = [svc.create("baml", task=t, config=config(model, max_steps=1))["session_id"] for t in tasks]
     for sid in sessions:
         finish(svc, sid)
-    r = svc.post("/api/evalsets", json={"name": "five real sessions", "session_ids": sessions})
+    r = svc.post("/api/evalsets", json={"name": "three real sessions", "session_ids": sessions})
     assert r.status_code == 201, r.text
     scorers = ["final_equal", "steps", "tokens", "errors", "divergence_step", "llm_judge"]
     run = svc.post(f"/api/evalsets/{r.json()['id']}/runs",
                    json={"config": {"llm": {"temperature": 0.7, "seed": 3}}, "scorers": scorers, "concurrency": 2})
     assert run.status_code == 202, run.text
     done = wait_for(lambda: (v := svc.get(f"/api/evalruns/{run.json()['id']}").json())["status"] == "done" and v,
-                    timeout=FLOW_TIMEOUT_S, interval=1, what="the eval run over five real sessions")
-    assert done["progress"]["scored"] == 5, done["progress"]
+                    timeout=FLOW_TIMEOUT_S, interval=1, what="the eval run over three real sessions")
+    assert done["progress"]["scored"] == 3, done["progress"]
     for result in done["results"]:
         scores = result["scores"]
         assert set(scores) == set(scorers), scores
@@ -355,4 +356,4 @@ def test_an_eval_run_over_five_real_sessions_produces_scores(svc, model):
         judged = scores["llm_judge"]
         assert (judged["value"] is not None and 0 <= judged["value"] <= 1) or judged["detail"], judged
         served_or_diverged(svc, result["replay_session_id"])
-    assert done["summary"]["steps"]["n"] == 5
+    assert done["summary"]["steps"]["n"] == 3

@@ -8,7 +8,7 @@ what each check reads).
 The seed is fixed and printed (AGENTSVC_KILL_LOOP_SEED overrides it); the kills
 land at different instants of the service's work on every run anyway.
 
-    pytest tests/service/test_kill_loop.py -s                         # >= 20 kills
+    pytest tests/service/test_kill_loop.py -s                         # 10 kills (the suite's)
     AGENTSVC_LONG_TESTS=1 AGENTSVC_KILL_LOOP_KILLS=300 \\
         pytest tests/service/test_kill_loop.py -s -k long              # as many kills as asked
 
@@ -24,9 +24,11 @@ SEED = int(os.environ.get("AGENTSVC_KILL_LOOP_SEED", "20261127"))
 LONG = os.environ.get("AGENTSVC_LONG_TESTS") == "1"
 
 
-@pytest.mark.timeout(1800)  # ~2-3 minutes on a quiet machine; a loaded one restarts agents.py slowly
+# Ten kills in the suite (~30 s a kill beside it): each kind of kill and of work in
+# flight is met, and the long run (below) gives the figures.  Twenty took 10 min.
+@pytest.mark.timeout(1800)  # ~1-2 minutes on a quiet machine; a loaded one restarts agents.py slowly
 def test_kill_loop_over_every_kind_of_work(service):
-    figures = KillLoop(service, SEED, kills=20).run()
+    figures = KillLoop(service, SEED, kills=10).run()
     assert figures["actions accepted"] > 0 and figures["replays"] > 0
 
 
