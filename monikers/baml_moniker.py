@@ -40,6 +40,7 @@ parser); everything else in ``state``/``data`` round-trips exactly.
 """
 import json
 import logging
+import re
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -95,6 +96,38 @@ def _reply_object(raw: str | None) -> dict | None:
     return None
 
 
+def _whole_calls(raw: str | None) -> list | None:
+    """The elements of the reply's ``"tool_calls": [...]`` written whole, up to
+    the first one cut short (or the list's end); None when the reply has no
+    such list."""
+    start = _TOOL_CALLS.search(raw or "")
+    if start is None:
+        return None
+    decoder, pos, calls = json.JSONDecoder(), start.end(), []
+    while True:
+        pos = _after_space(raw, pos)
+        if pos >= len(raw) or raw[pos] == "]":
+            return calls
+        try:
+            call, pos = decoder.raw_decode(raw, pos)
+        except ValueError:
+            return calls  # cut short here: the model never finished asking for it
+        calls.append(call)
+        pos = _after_space(raw, pos)
+        if pos >= len(raw) or raw[pos] != ",":
+            return calls
+        pos += 1
+
+
+_TOOL_CALLS = re.compile(r'"tool_calls"\s*:\s*\[')
+
+
+def _after_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
 def _one_call(i: int, call) -> dict:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
         raise BadToolCalls(f"tool_calls[{i}] must be an object with a non-empty string name and an args object")
@@ -117,11 +150,17 @@ def reply_tool_calls(raw: str | None, parsed) -> list[dict]:
     BAML's lenient parser drops a list element it cannot read (a call without
     a name) and turns args it cannot read into ``{}``: running a call the model
     did not ask for, or silently not running one it did, is worse than asking
-    again.  So the calls come from the raw reply when it holds readable JSON,
-    and BAML's parse is used only when it does not (JSON that only BAML's
-    repairs could read)."""
+    again.  So the calls come from the raw reply when it holds readable JSON.
+    A reply cut by the token cap is not whole JSON: its calls are the ones it
+    wrote whole (:func:`_whole_calls`); BAML would also read the call it was cut
+    in, a name cut to ``"spawn"`` or args cut mid-string (SmolLM2 did).  BAML's
+    parse is used only when the reply has no ``tool_calls`` list to read (JSON
+    that only BAML's repairs could read)."""
     obj = _reply_object(raw)
     if obj is None:
+        whole = _whole_calls(raw)
+        if whole is not None:
+            return [_one_call(i, call) for i, call in enumerate(whole)]
         return [{"name": call.name, "args": call.args} for call in parsed or []]
     calls = obj.get("tool_calls")
     if calls is None:

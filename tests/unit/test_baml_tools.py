@@ -119,3 +119,19 @@ def test_too_many_calls_in_one_step_are_asked_again(llm_endpoints):
         assert len(server.requests) == 2
         assert "tool_calls" in server.requests[1].prompt.split("rejected:", 1)[1]
     assert len(out.tool_calls) == 2
+
+
+def test_a_reply_cut_by_the_token_cap_keeps_only_the_calls_it_wrote_whole(llm_endpoints):
+    """A reply cut inside its tool_calls is not JSON; BAML's lenient parse read the
+    call it was cut in as a call to "spawn" (SmolLM2 under the real-model tier,
+    cut at max_tokens inside "spawn_agent").  Only the calls written whole are
+    taken; the one cut short was never asked for."""
+    whole = {"name": "demo.add", "args": {"a": 1, "b": 2}}
+    head = '{"step": "0", "next_step": "1", "done": false, "tool_calls": [' + json.dumps(whole)
+    for cut, expected in ((head + ', {"name": "demo.a', [whole]),  # cut in the second call's name
+                          (head + ', {"name": "demo.add", "args": {"a": 3, "b"', [whole]),  # in its args
+                          ('{"step": "0", "next_step": "1", "done": false, "tool_calls": [{"name": "spaw', []),
+                          (head + '], "text": "adding", "state": {"n": ', [whole])):  # after the list
+        with FakeOpenAI(scripted(Reply(cut))) as server:
+            out = step(llm_endpoints.llm(server), FrameIn(step="0"), tools=[ADD])
+        assert [c.model_dump(exclude_none=True) for c in out.tool_calls] == expected, cut
