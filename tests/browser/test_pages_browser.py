@@ -174,6 +174,9 @@ def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_se
     made = svc.create("joke", "owls", config={"interval_s": 0.3})
     sid = made["session_id"]
     svc.wait_steps(sid, 1, timeout=60)
+    # The turn's row is written beside the first steps: a page that read the turns
+    # before it was there reads them again, rightly (components/turns.js).
+    wait_for(lambda: svc.get(f"/api/sessions/{sid}/turns").json()["turns"], timeout=90, what="the turn's row")
     context = browser.new_context(viewport={"width": 1400, "height": 800})
     context.add_init_script(f"window.AGENTSVC_CONNECT_WAIT_MS = {PATIENT_CONNECT_S * 1000}")
     pg = context.new_page()
@@ -191,7 +194,7 @@ def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_se
         once = [f"/api/sessions/{sid}", f"/api/sessions/{sid}/turns?limit=1000", f"/api/sessions/{sid}/children",
                 f"/api/actions?session_id={sid}&limit=500"]
         counts = {url: sent.count(url) for url in once}
-        assert all(1 <= n <= reads for n in counts.values()), (counts, reads, sent)
+        assert all(1 <= n <= reads for n in counts.values()), f"reads {counts} (at most {reads} each); all: {sent}"
     finally:
         context.close()
         svc.control(made["agent_id"], "destroy")

@@ -418,7 +418,12 @@ def test_answers_racing_kill_9_apply_exactly_once_and_questions_post_once(servic
     for i, sid in enumerate(sids):
         assert len(svc.steps(sid)) == 2, f"session {i} stepped {len(svc.steps(sid))} times"
         (row,) = calls(svc, sid)
-        actions = {a["id"]: a for a in svc.get("/api/actions", session_id=sid, type="answer").json()["actions"]}
+        # An answer's action is marked done after it took effect: the session may
+        # step and finish first (a loaded machine showed one still processing).
+        actions = wait_for(lambda: (found := {a["id"]: a for a in svc.get(
+            "/api/actions", session_id=sid, type="answer").json()["actions"]}) and all(
+            a["status"] in ("done", "failed") for a in found.values()) and found,
+            timeout=90, what=f"session {i}'s answer actions to finish")
         done = [a for a in actions.values() if a["status"] == "done"]
         assert len(done) == 1 and row["decided_by"] == done[0]["id"], (i, actions)
         assert all(a["error"].startswith("conflict") for a in actions.values() if a["status"] == "failed")
