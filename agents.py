@@ -15,21 +15,22 @@ from prometheus_client import start_http_server
 import settings
 from domain.plugin_registry import plugin_modules
 from monikers import default_registry, endpoints, llm_gate
-from runtime.aio import run_bounded
-from runtime.identity import WorkerIdentity
-from runtime.memory import MemoryTrimmer, tune_allocator
-from runtime.metrics import RuntimeMetrics
-from runtime import fanout_targets, questions
+from runtime.base.aio import run_bounded
+from runtime.base.identity import WorkerIdentity
+from domain.memory import MemoryTrimmer, tune_allocator
+from runtime.worker.metrics import RuntimeMetrics
+from runtime.worker import fanout_targets
+from runtime.dispatch import questions
 from domain.events import events_token
 from semantic.embeddings import EmbeddingSettings
-from runtime.record_keeping import RecordKeeping
-from runtime.eval_runner import EvalRunner
+from runtime.record.record_keeping import RecordKeeping
+from runtime.record.eval_runner import EvalRunner
 from evals.scorers import default_registry as default_scorers
 from semantic import semantic_search
-from runtime.health import HealthServer
-from runtime.rate_limits import RateLimiter, load_config as load_rate_limits
-from runtime.service import AgentService
-from runtime.turn_tracker import TurnKeeper
+from runtime.worker.health import HealthServer
+from runtime.base.rate_limits import RateLimiter, load_config as load_rate_limits
+from runtime.worker.service import AgentService
+from runtime.record.turn_tracker import TurnKeeper
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog
@@ -142,7 +143,7 @@ async def start_tools(args: argparse.Namespace, store: Store, worker_id: str, mo
 
 
 def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> RateLimiter | None:
-    """The shared per-model rate limits (runtime/rate_limits.py), installed as the
+    """The shared per-model rate limits (runtime/base/rate_limits.py), installed as the
     gate of every model call; None (no limits) when none are configured.  A bad
     file or flag stops the start, saying why."""
     config = load_rate_limits(args.rate_limits, args.rate_limit, endpoint_limits=endpoints.catalog().rate_limits())
@@ -165,7 +166,7 @@ async def serve(args: argparse.Namespace) -> None:
     embedding = EmbeddingSettings.from_env()
     store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)
     embedder = semantic_search(store, embedding)
-    trimmer = MemoryTrimmer(args.trim_memory_every).start()  # runtime/memory.py: RSS follows what is in use
+    trimmer = MemoryTrimmer(args.trim_memory_every).start()  # domain/memory.py: RSS follows what is in use
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
@@ -187,7 +188,7 @@ async def serve(args: argparse.Namespace) -> None:
                                             "keep_summaries": args.retention_keep_summaries})
     record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
                            every_s=args.archive_every, embedder=embedder)
-    turns = TurnKeeper(store)  # runtime/turn_tracker.py: a row per turn, with its summary
+    turns = TurnKeeper(store)  # runtime/record/turn_tracker.py: a row per turn, with its summary
     service.observers.add(turns)
     metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
     if metrics is not None:
@@ -243,7 +244,7 @@ def stop(service: AgentService, stopping: asyncio.Event) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
+    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: domain/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
     settings.private_files(args.data_dir)

@@ -22,7 +22,7 @@ import tempfile
 
 from bench.common import emit, machine, progress, run_in_process, summary, ts, wait_until
 from monikers import default_registry
-from runtime import questions
+from runtime.dispatch import questions
 from store import Store
 
 

@@ -183,7 +183,7 @@ class ConfigChanges:
     built: a sender keeps one and asks :meth:`changed` for each snapshot.
 
     It holds the config each session was last seen with.  A session's config
-    is replaced whole, never changed in place (runtime/session.py
+    is replaced whole, never changed in place (runtime/session/agent.py
     ``replace_config``), and snapshots share its values, so the comparison is
     one identity check per key; a config read from the store compares by value.
     A finished session is forgotten (if it is woken, its config is sent again)."""

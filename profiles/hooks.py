@@ -1,5 +1,5 @@
 """What a profile does to a running session, as a few hook calls from the runner
-(runtime/session.py), so the runner itself knows nothing of profiles.
+(runtime/session/agent.py), so the runner itself knows nothing of profiles.
 
 Everything comes from ``config.profile`` (resolved when the session was
 created, profiles/resolve.py): the file is never read again, so editing it

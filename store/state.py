@@ -220,7 +220,7 @@ class StateTable:
         ``owner``, so that an adoption which read them before (and so expects
         the old ``updated_at``) fails; a read-back names the rows it matched only
         when some were not (adopted meanwhile).  A worker calls this after it
-        may have been taken for dead (runtime/fence.py)."""
+        may have been taken for dead (runtime/base/fence.py)."""
         session_ids = list(dict.fromkeys(session_ids))
         if not session_ids:
             return set()
@@ -241,7 +241,7 @@ class StateTable:
                                filters.ts_cmp("status_changed_at", ">=", when))
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
-    # ---- sub-agent trees (runtime/child_sessions.py) ----------------------------
+    # ---- sub-agent trees (runtime/session/child_sessions.py) ----------------------------
 
     def children(self, parent_session_id: str, limit: int = 1000) -> list[dict]:
         """The direct children of a session, oldest first."""

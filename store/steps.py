@@ -98,7 +98,7 @@ class StepLog:
         (store/schemas.py), however long the session; only those are sorted,
         here.  Newest first needs the session's last iteration: its snapshot's,
         and the steps saved past it are looked up (the snapshot is saved behind
-        the steps, runtime/session.py; one read of their iterations).  ``recent``
+        the steps, runtime/session/agent.py; one read of their iterations).  ``recent``
         says the page lies at the session's newest end (a live catch-up): its
         rows are read from the whole table at once (see :meth:`_read_window`).
         """

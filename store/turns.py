@@ -1,4 +1,4 @@
-"""turns: one row per turn of a session (runtime/turn_tracker.py keeps them).
+"""turns: one row per turn of a session (runtime/record/turn_tracker.py keeps them).
 
 A row is upserted by ``id`` ("<session_id>:<turn>") twice in a turn's life:
 when it starts (``status`` open, its trigger and first iteration) and when it

@@ -1,5 +1,5 @@
 """The inbox's order: by priority per kind, stable in arrival order within one."""
-from runtime import inbox
+from runtime.base import inbox
 
 
 def test_items_come_by_kind_priority_and_keep_arrival_order_within_a_kind():

@@ -5,17 +5,17 @@ The store is synchronous (it is shared with the threaded Flask app); LanceDB's
 calls release the GIL, so running them in worker threads keeps the event loop
 free while a commit is in flight.  Every write of a session's own state (its
 snapshot, its steps) goes through here, because here it is fenced: a worker
-that lost a session to another cannot write it (runtime/fence.py).
+that lost a session to another cannot write it (runtime/base/fence.py).
 
 Other parts of the runtime use ``store/`` directly, each for tables of its
 own, off the step's path, whose rows need no fence (each follows from a write
 the fence let through, such as a step's message posted after its step row,
 or is upserted by id, so writing it again changes nothing):
-runtime/archive.py (summaries), runtime/turn_tracker.py (turns),
-runtime/conversation_log.py and runtime/questions.py (conversation messages;
+runtime/record/archive.py (summaries), runtime/record/turn_tracker.py (turns),
+runtime/record/conversation_log.py and runtime/dispatch/questions.py (conversation messages;
 questions also reads tool calls and enqueues a question's timeout),
-runtime/metrics.py and runtime/health.py (commit counters and workers'
-heartbeats, read at scrape time), runtime/rate_limits.py (the shared rate
+runtime/worker/metrics.py and runtime/worker/health.py (commit counters and workers'
+heartbeats, read at scrape time), runtime/base/rate_limits.py (the shared rate
 ledger) and semantic/embedder.py (vectors).  Routing them through this class
 would add a hop per call and guard nothing.
 
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING
 
-from runtime.fence import Fence, SessionLost
+from runtime.base.fence import Fence, SessionLost
 from store.writer import Fenced
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ class Persistence:
     async def get_action(self, action_id: str) -> dict | None:
         return await self._queue(self.store.actions.get, action_id)
 
-    # sub-agents (runtime/child_sessions.py)
+    # sub-agents (runtime/session/child_sessions.py)
     async def enqueue(self, type_: str, *, agent_id: str, session_id: str, payload: dict) -> dict:
         """Append an action (durable when this returns)."""
         return await asyncio.to_thread(self.store.actions.enqueue, type_, agent_id=agent_id,

@@ -10,10 +10,10 @@ heartbeat goes stale is dead, and then:
    which), reconciled with the steps persisted after their snapshots and
    resumed at next_step_token with iteration + 1 (paused ones stay paused;
    a step that was in flight is recorded as interrupted).
-A restarted worker gets its old id back (see runtime/identity.py) and so
+A restarted worker gets its old id back (see runtime/base/identity.py) and so
 resumes its own sessions at once instead of waiting for its heartbeat to age.
 A worker that was only slow, not dead, finds out before it writes again for
-the sessions it lost, and drops them (runtime/fence.py): the heartbeat is a
+the sessions it lost, and drops them (runtime/base/fence.py): the heartbeat is a
 lease, and adoption expects the snapshot it read to be unchanged.
 
 Shutdown (SIGTERM) stops polling, lets in-flight actions finish, asks every
@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING
 from ulid import ULID
 
 from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
-from runtime import child_sessions
-from runtime.actions import ActionTable
-from runtime.aio import every
-from runtime.dispatcher import Dispatcher
-from runtime.fanout import Observers
-from runtime.fence import Fence
-from runtime.live_sessions import SessionRegistry
-from runtime.monitor import HealthMonitor
-from runtime.persistence import Persistence
-from runtime.session import SessionAgent, SessionFactory
-from runtime.tool_runner import ToolRunner
+from runtime.session import child_sessions
+from runtime.dispatch.actions import ActionTable
+from runtime.base.aio import every
+from runtime.dispatch.dispatcher import Dispatcher
+from runtime.base.fanout import Observers
+from runtime.base.fence import Fence
+from runtime.session.live_sessions import SessionRegistry
+from runtime.worker.monitor import HealthMonitor
+from runtime.base.persistence import Persistence
+from runtime.session.agent import SessionAgent, SessionFactory
+from runtime.session.tool_runner import ToolRunner
 from tools.tool_registry import ToolRegistry, default_tool_registry
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class AgentService:
         self.maintainer = maintainer  # None: no upkeep
         self.maintain_every_s = maintain_every_s
         self._maintaining: asyncio.Future | None = None  # the maintenance round in flight, if any
-        # A heartbeat renews this worker's write lease (dead_after / 2, runtime/fence.py):
+        # A heartbeat renews this worker's write lease (dead_after / 2, runtime/base/fence.py):
         # beat well within it, or the lease runs out between two beats.
         heartbeat_s = min(heartbeat_s, dead_after_s / 4)
         self.heartbeat_s, self.dead_after_s, self.adopt_every_s = heartbeat_s, dead_after_s, adopt_every_s
@@ -77,15 +77,15 @@ class AgentService:
                                       heartbeat_s=session_heartbeat_s)
         self.fence = Fence(self.worker_id, self.persist, self.sessions, dead_after_s)
         self.persist.fence = self.fence
-        # What each action type does: runtime/actions.py
+        # What each action type does: runtime/dispatch/actions.py
         self.actions = ActionTable(self.sessions, monikers, self.factory, store, destroy_grace_s=destroy_grace_s)
         self.dispatcher = Dispatcher(self.persist, self.actions.apply, worker_id=self.worker_id,
                                      observers=self.observers, owns=self._runs, fence=self.fence,
                                      took_effect=self.actions.took_effect, **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
-        self.ready = False  # true while polling: sessions adopted, not stopping (runtime/health.py)
-        self._scanned = False  # the start's scan for unreported sub-agent outcomes (runtime/child_sessions.py)
+        self.ready = False  # true while polling: sessions adopted, not stopping (runtime/worker/health.py)
+        self._scanned = False  # the start's scan for unreported sub-agent outcomes (runtime/session/child_sessions.py)
 
     async def run(self, stopping: asyncio.Event) -> None:
         # Whatever this worker id still holds was claimed by its previous life
@@ -228,7 +228,7 @@ class AgentService:
     # ---- chores ---------------------------------------------------------
 
     async def _keep_alive(self, stopping: asyncio.Event) -> None:
-        """Heartbeat every ``heartbeat_s``, whatever else is under way (runtime/fence.py)."""
+        """Heartbeat every ``heartbeat_s``, whatever else is under way (runtime/base/fence.py)."""
         await every(stopping, self.heartbeat_s, self._beat, "heartbeat")
 
     async def _beat(self) -> None:

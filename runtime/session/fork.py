@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from store.filters import InvalidId, check_id
 
 if TYPE_CHECKING:
-    from runtime.persistence import Persistence
+    from runtime.base.persistence import Persistence
 
 
 class ForkError(ValueError):

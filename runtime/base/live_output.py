@@ -12,7 +12,7 @@ mid-stream loses only the partial text.
 """
 from typing import Callable
 
-from runtime.fanout import Observers
+from runtime.base.fanout import Observers
 
 
 def emitter(observers: Observers, *, agent_id: str, session_id: str, conversation_id: str | None,

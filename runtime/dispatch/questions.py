@@ -3,7 +3,7 @@
 An ``ask_user`` call is an external tool call: its row waits in
 ``waiting_result`` (the session is ``waiting``, reason ``user``) and no step
 runs.  This module does the rest, as a runtime observer plus the handler of
-the ``answer`` action (declared in runtime/actions.py):
+the ``answer`` action (declared in runtime/dispatch/actions.py):
 
 - **Posting.**  When a question starts waiting (its step's calls were planned,
   recovered after a restart, or approved), it is posted as an agent message
@@ -17,7 +17,7 @@ the ``answer`` action (declared in runtime/actions.py):
   there and writes nothing: a question is posted once per conversation.
 - **Answers** arrive as ``answer`` actions (``POST /api/sessions/<id>/answer``,
   or a user's reply in a conversation the question was posted to; see
-  api/questions.py) and are applied like tool results (runtime/tool_runner.py,
+  api/questions.py) and are applied like tool results (runtime/session/tool_runner.py,
   ``ToolControls``): checked against the row's status when applied, the row
   keeps the deciding action's id, so an answer applies exactly once and a
   second one fails with ``conflict:``.  An answer given through the API (the
@@ -41,14 +41,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from domain.errors import ActionError
-from runtime.live_sessions import SessionRegistry
-from runtime.tool_runner import ToolControls, now
+from runtime.session.live_sessions import SessionRegistry
+from runtime.session.tool_runner import ToolControls, now
 from tools import ask_user
 
 if TYPE_CHECKING:
-    from runtime.relay import EventRelay
-    from runtime.service import AgentService
-    from runtime.session import SessionAgent
+    from runtime.base.relay import EventRelay
+    from runtime.worker.service import AgentService
+    from runtime.session.agent import SessionAgent
     from store import Store
 
 log = logging.getLogger("runtime.questions")

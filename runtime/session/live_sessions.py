@@ -4,7 +4,7 @@
 newest session_id, so that controls naming only an agent reach its latest
 session.
 """
-from runtime.session import SessionAgent
+from runtime.session.agent import SessionAgent
 
 
 class SessionRegistry:

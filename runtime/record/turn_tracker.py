@@ -45,9 +45,9 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from domain.statuses import SESSION_FINISHED
-from runtime import archive
-from runtime.aio import BackgroundWork
-from runtime import usage as usage_math
+from runtime.record import archive
+from runtime.base.aio import BackgroundWork
+from runtime.base import usage as usage_math
 
 if TYPE_CHECKING:
     from store import Store

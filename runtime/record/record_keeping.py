@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from runtime.archive import Archiver
+from runtime.record.archive import Archiver
 from semantic.embedder import Embedder
 from tools import catalog, search_history
 
 if TYPE_CHECKING:
-    from runtime.service import AgentService
+    from runtime.worker.service import AgentService
     from store import Store
 
 

@@ -49,12 +49,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from domain.statuses import TOOL_CALL_ENDED
-from runtime.child_sessions import next_generation, wakeable
+from runtime.session.child_sessions import next_generation, wakeable
 from store.filters import InvalidId, check_id
 
 if TYPE_CHECKING:
-    from runtime.persistence import Persistence
-    from runtime.session import SessionAgent
+    from runtime.base.persistence import Persistence
+    from runtime.session.agent import SessionAgent
 
 log = logging.getLogger("runtime.replay")
 

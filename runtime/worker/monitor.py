@@ -16,13 +16,13 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from runtime.aio import every
+from runtime.base.aio import every
 
 if TYPE_CHECKING:
-    from runtime.archive import Archiver
-    from runtime.live_sessions import SessionRegistry
-    from runtime.persistence import Persistence
-    from runtime.session import SessionAgent
+    from runtime.record.archive import Archiver
+    from runtime.session.live_sessions import SessionRegistry
+    from runtime.base.persistence import Persistence
+    from runtime.session.agent import SessionAgent
 
 log = logging.getLogger("runtime.monitor")
 
@@ -42,7 +42,7 @@ class HealthMonitor:
         self.retention_s = retention_s
         self.stop_grace_s = stop_grace_s
         self.keep_summaries = keep_summaries
-        self.archiver = archiver  # runtime.archive.Archiver, set by runtime/record_keeping.py
+        self.archiver = archiver  # runtime.record.archive.Archiver, set by runtime/record/record_keeping.py
 
     async def run(self, stopping: asyncio.Event) -> None:
         await every(stopping, self.every_s, self.check, "health check")

@@ -25,7 +25,7 @@ Two more guards stand behind the lease: snapshot saves are conditional on the
 stored owner (store/writer.py ``UPSERT_CONDITIONS``), so a stale save never
 writes ownership back, and a refused save marks its session lost; and
 adoption re-reads who is alive and expects the snapshot it read unchanged
-(runtime/service.py).  What is left: a step row whose commit is delayed by more
+(runtime/worker/service.py).  What is left: a step row whose commit is delayed by more
 than ``lease_s`` *after* its lease check (the process frozen between the check
 and the commit) can still land beside the adopter's row of the same iteration.
 """
@@ -37,8 +37,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runtime.live_sessions import SessionRegistry
-    from runtime.persistence import Persistence  # which imports this module
+    from runtime.session.live_sessions import SessionRegistry
+    from runtime.base.persistence import Persistence  # which imports this module
 
 log = logging.getLogger("runtime.fence")
 
@@ -103,7 +103,7 @@ class Fence:
         """Raise :class:`SessionLost` unless this worker may write for ``session_id`` now.
         A snapshot save (``step=False``) is left to the conditional upsert once the
         lease holds: it is how a lost session is legitimately taken again (a
-        finished one woken here, runtime/child_sessions.py), and a save by the old,
+        finished one woken here, runtime/session/child_sessions.py), and a save by the old,
         dropped session object is refused by that object itself (``agent.lost``)."""
         if not (step and session_id in self.lost) and not self.valid():
             await self.revalidate()

@@ -49,9 +49,9 @@ LanceDB commit the next move waited for):
   once it has run for :data:`RUNNING_ROW_AFTER_S`; a no-op ends long before.
 - A call's first row is *appended*, not upserted: LanceDB's merge_insert joins
   on the key and costs about twice an append, more as the table grows.  An
-  append is fenced like a step row (runtime/persistence.py), so a worker that
+  append is fenced like a step row (runtime/base/persistence.py), so a worker that
   lost the session cannot add a second row for a call its new owner re-ran.
-- With ``behind`` (what runtime/session.py asks for), a call's ended row is
+- With ``behind`` (what runtime/session/agent.py asks for), a call's ended row is
   not waited for: the phase returns the results as soon as every call has
   ended, and the ended rows commit while the next step's row does (two
   tables, two committer threads).  That is safe because the next step row
@@ -84,15 +84,15 @@ from ulid import ULID
 
 from domain.errors import ActionError
 from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_WAITING
-from runtime.fanout import Observers
-from runtime.fence import SessionLost
-from runtime.persistence import Persistence
+from runtime.base.fanout import Observers
+from runtime.base.fence import SessionLost
+from runtime.base.persistence import Persistence
 from tools import schema
 from tools.tool_registry import Deferred, ToolContext, ToolRegistry
 
-if TYPE_CHECKING:  # runtime/session.py imports this module (and live_sessions imports session)
-    from runtime.live_sessions import SessionRegistry
-    from runtime.session import SessionAgent
+if TYPE_CHECKING:  # runtime/session/agent.py imports this module (and live_sessions imports session)
+    from runtime.session.live_sessions import SessionRegistry
+    from runtime.session.agent import SessionAgent
 
 log = logging.getLogger("runtime.tools")
 
@@ -190,7 +190,7 @@ class ToolRunner:
     async def settle_after_restart(self, agent: SessionAgent, newer_steps: list[dict]) -> list[dict]:
         """On adoption: when the newest step (persisted past the snapshot)
         consumed tool results, the ended rows of the step before it, written
-        behind it, may not have landed (runtime/session.py ``tool_rows_landed``
+        behind it, may not have landed (runtime/session/agent.py ``tool_rows_landed``
         says why only that step's).  Writes the missing ones; returns them."""
         newest = newer_steps[-1] if newer_steps else None
         if newest is None or not (newest.get("inputs") or {}).get("tool_results"):
@@ -497,12 +497,12 @@ class ToolPhase:
                                 new=True)
         self.stored |= {r["id"] for r in changed if r["status"] != "pending"}
         await self.runner.announce(pending)
-        # e.g. runtime/questions.py: post open questions a crash left unposted, arm their timeouts
+        # e.g. runtime/dispatch/questions.py: post open questions a crash left unposted, arm their timeouts
         await self.runner.observers.notify("tool_phase_loaded", self.agent, list(self.rows.values()))
 
     async def _replayed(self, rows: list[dict], changed: list[dict]) -> tuple[list[dict], list[dict]]:
         """A replay's rows: the unwritten ones given their recorded outcome or
-        marked as diverging (runtime/replay.py)."""
+        marked as diverging (runtime/session/replay.py)."""
         unwritten = [r for r in changed if r["id"] not in self.stored]
         rows = await self.agent.replay.serve_calls(self.agent, self.iteration, rows, unwritten)
         changed_ids = {r["id"] for r in changed}
@@ -555,7 +555,7 @@ class ToolPhase:
         """Wait until the ended rows written behind are durable.  A write that
         failed is tried once more, awaited, as an upsert of every ended row (an
         append that failed after its commit must not add a second row); a lost
-        session (runtime/fence.py) is not: its new owner writes from now on.
+        session (runtime/base/fence.py) is not: its new owner writes from now on.
         Several may wait at once (the next step's row and a handler's snapshot
         save): each returns only once the rows have landed, and all see the
         same outcome.  A waiter that is cancelled does not stop the landing."""

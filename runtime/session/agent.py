@@ -1,7 +1,7 @@
 """One agent session: the StepFrame runner loop and its persisted snapshot.
 
 Each iteration: build frame_in {step, state, guidance?} -> call the moniker
-(with timeout, heartbeats and retries, see :mod:`runtime.stepcall`) -> append
+(with timeout, heartbeats and retries, see :mod:`runtime.base.stepcall`) -> append
 the step row -> save the snapshot -> continue with next_step and iteration + 1,
 until done, a limit, a budget, stop, or an error.
 
@@ -26,19 +26,21 @@ from datetime import datetime, timezone
 from ulid import ULID
 
 from monikers.frame import FrameIn, Moniker, StepContext
-from runtime import inbox as inbox_order
-from runtime import limits, live_output
-from runtime import child_sessions, session_tree
-from runtime import usage as usage_math
-from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
+from runtime.base import inbox as inbox_order
+from runtime.base import limits
+from runtime.base import live_output
+from runtime.session import child_sessions
+from runtime.session import session_tree
+from runtime.base import usage as usage_math
+from runtime.base.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from domain.session_config import SessionConfig
 from domain.statuses import SESSION_FINISHED
-from runtime.fence import SessionLost
-from runtime.fanout import Observers
-from runtime.persistence import Persistence
-from runtime.replay import Replayer
-from runtime.stepcall import call_moniker
-from runtime.tool_runner import ToolPhase, ToolRunner
+from runtime.base.fence import SessionLost
+from runtime.base.fanout import Observers
+from runtime.base.persistence import Persistence
+from runtime.session.replay import Replayer
+from runtime.base.stepcall import call_moniker
+from runtime.session.tool_runner import ToolPhase, ToolRunner
 from tools.tool_registry import ToolRegistry
 from profiles import hooks as profile_hooks
 
@@ -82,7 +84,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.last_error: str | None = snapshot.get("last_error")
         self.created_at = _as_datetime(snapshot.get("created_at"))
         self.owner = owner or snapshot.get("owner")
-        self.lost = False  # another worker adopted it: this object saves nothing more (runtime/fence.py)
+        self.lost = False  # another worker adopted it: this object saves nothing more (runtime/base/fence.py)
         self.step_started_at: datetime | None = None  # set while a long step is in flight
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
@@ -92,7 +94,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.inbox_priorities: dict[str, int] | None = self.hooks.inbox_priorities  # per kind, over the defaults
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name",
                                                    "replayed_from", "replay", *child_sessions.LINK_KEYS)}
-        self.replay = Replayer.of(persist, snapshot)  # a replay of a recorded session (runtime/replay.py)
+        self.replay = Replayer.of(persist, snapshot)  # a replay of a recorded session (runtime/session/replay.py)
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
@@ -101,7 +103,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self._flushing = False  # flush_saves is waiting: save without waiting
         self._saved_at = float("-inf")  # event-loop time of the last save
         self._saved_status: tuple[str, str | None] | None = None  # the status that save held
-        # StepFrame-v1 tool calls (runtime/tool_runner.py): the step whose calls
+        # StepFrame-v1 tool calls (runtime/session/tool_runner.py): the step whose calls
         # are open or whose results no step has consumed yet, and those results.
         self.tools = tools or ToolRunner(ToolRegistry(), persist, self.observers)
         self.tool_step: int | None = snapshot.get("tool_step")
@@ -277,7 +279,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.flush_saves()
         except asyncio.CancelledError:
             raise
-        except SessionLost:  # another worker adopted it: write nothing more (runtime/fence.py)
+        except SessionLost:  # another worker adopted it: write nothing more (runtime/base/fence.py)
             return
         except Exception as exc:  # storage failed under us: record it if we still can
             log.exception("session %s runner crashed agent=%s", self.session_id, self.agent_id)
@@ -293,8 +295,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
 
     async def _woken(self) -> bool:
         """Whether to run again once the loop ended: a replay whose recording
-        was woken here (runtime/replay.py), or children's results that came in
-        as the session finished (runtime/child_sessions.py)."""
+        was woken here (runtime/session/replay.py), or children's results that came in
+        as the session finished (runtime/session/child_sessions.py)."""
         if self.replay is not None and await self.replay.wake(self):
             return True
         return await child_sessions.wake_for_children(self)
@@ -320,7 +322,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     # ---- tool calls (StepFrame-v1) -----------------------------------------
 
     async def _settle_tools(self) -> bool:
-        """Run the open step's tool calls to their end (see runtime/tool_runner.py);
+        """Run the open step's tool calls to their end (see runtime/session/tool_runner.py);
         False when the session was stopped meanwhile."""
         step, fresh = self.open_step, self.open_step.get("_fresh", False)
         self.tool_phase = phase = ToolPhase(self.tools, self, step, behind=True)
@@ -337,7 +339,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
 
     async def tool_rows_landed(self) -> None:
         """Wait for the ended rows of the last tool phase, written behind
-        (runtime/tool_runner.py): the next step's row commits alongside them and
+        (runtime/session/tool_runner.py): the next step's row commits alongside them and
         records the same results, so the step does not wait for them first.  Any
         other write that says the tool step is over (a snapshot, an error step)
         waits for them, and so does the step after, so after a crash at most the
@@ -449,7 +451,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.hooks.apply(self, observed, iteration)
         if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
                 and not (observed or {}).get("flow"):
-            self.note_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/turn_tracker.py)
+            self.note_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/record/turn_tracker.py)
         if self.finished and self.replay is not None:
             # A replay whose recording ran on from here is woken instead of ending: saving
             # its end first and waking it after lost the wake to a kill in between (a

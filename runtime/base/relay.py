@@ -118,7 +118,7 @@ class EventRelay:
 
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         """The step, then the session as that step left it.  A stepping
-        session's snapshot is saved at most once a second (runtime/session.py),
+        session's snapshot is saved at most once a second (runtime/session/agent.py),
         but watchers see its state move with every step, as before; what they
         see is what restart would rebuild from the durable step."""
         self.publish("agent_step", step["id"], dict(step, conversation_id=snapshot.get("conversation_id")))
@@ -148,7 +148,7 @@ class EventRelay:
         self.publish("action", action["id"], row)
 
     def step_delta(self, data: dict) -> None:
-        """Live-only: a step's model output so far (runtime/live_output.py); ``id``
+        """Live-only: a step's model output so far (runtime/base/live_output.py); ``id``
         is the session's.  It replaces an unsent older one of the same attempt
         (the text so far grows); an attempt's ``final`` one is the last of its key."""
         key = ("step_delta", data["session_id"], data.get("iteration"), data.get("function"), data.get("ask"),

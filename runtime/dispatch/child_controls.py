@@ -7,8 +7,8 @@ is live, kept for a failed one's resume, and a finished (``done``) one is woken
 to run again.  The item's id is its report's key, and ``add_inbox_item``
 refuses an id already queued or used, so an action applied twice after a crash
 changes nothing.  How outcomes are reported (once per generation) is
-runtime/child_sessions.py; these are the handlers the action table
-(runtime/actions.py) routes to.
+runtime/session/child_sessions.py; these are the handlers the action table
+(runtime/dispatch/actions.py) routes to.
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import logging
 from domain.errors import ActionError
 from domain.statuses import TOOL_CALL_ENDED
 from monikers.moniker_registry import MonikerRegistry
-from runtime.agent_core import holds
-from runtime.child_sessions import item_data, item_text, next_generation, wakeable
-from runtime.live_sessions import SessionRegistry
-from runtime.session import SessionAgent, SessionFactory
-from runtime.tool_runner import capped_result, now
+from runtime.base.agent_core import holds
+from runtime.session.child_sessions import item_data, item_text, next_generation, wakeable
+from runtime.session.live_sessions import SessionRegistry
+from runtime.session.agent import SessionAgent, SessionFactory
+from runtime.session.tool_runner import capped_result, now
 
 log = logging.getLogger("runtime.child_sessions")
 

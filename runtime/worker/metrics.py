@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from runtime.rate_limits import RateLimiter
-    from runtime.service import AgentService
+    from runtime.base.rate_limits import RateLimiter
+    from runtime.worker.service import AgentService
     from store import Store
 
 
@@ -38,7 +38,7 @@ class RuntimeMetrics:
         self.registry.register(_StoreCollector(service, store))
 
     def watch_rate_limits(self, limiter) -> None:
-        """Export the shared model rate limits (runtime/rate_limits.py) at scrape time."""
+        """Export the shared model rate limits (runtime/base/rate_limits.py) at scrape time."""
         self.registry.register(_RateLimitCollector(limiter))
 
     async def step_persisted(self, snapshot: dict, step: dict) -> None:

@@ -8,7 +8,7 @@ An observer is any object with some of these coroutine methods:
     async def snapshot_saved(self, snapshot: dict) -> None      # after every durable save
     async def step_persisted(self, snapshot: dict, step: dict) -> None   # after the step row is durable
     async def action_finished(self, action: dict, ok: bool, error: str | None) -> None
-    async def tool_call_updated(self, row: dict) -> None   # a tool call's new status (runtime/tool_runner.py)
+    async def tool_call_updated(self, row: dict) -> None   # a tool call's new status (runtime/session/tool_runner.py)
     async def tool_phase_loaded(self, agent, rows: list[dict]) -> None   # a step's calls, planned or recovered
 
 They are awaited in order, after the write they describe is durable.  One that
@@ -17,7 +17,7 @@ raises is logged and skipped: an observer can never break a session.
 Live-only hooks describe nothing durable and are plain functions, called at once
 with :meth:`Observers.notify_now` (they must not block):
 
-    def step_delta(self, data: dict) -> None   # a step's model output while generated (runtime/live_output.py)
+    def step_delta(self, data: dict) -> None   # a step's model output while generated (runtime/base/live_output.py)
 """
 import logging
 

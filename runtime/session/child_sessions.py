@@ -20,7 +20,7 @@ going through a session's ``save`` (a moniker gone at restart) are caught by
 :func:`report_unreported`, a scan run at every start and adoption round.
 
 **Applying, exactly once.**  The ``child_result`` handler (``ChildControls`` in
-runtime/child_controls.py) puts the outcome into the parent's inbox as a ``child_result`` item whose id is
+runtime/dispatch/child_controls.py) puts the outcome into the parent's inbox as a ``child_result`` item whose id is
 ``child:<session>:<generation>``: ``add_inbox_item`` refuses an id already
 queued or used, so the same action applied twice after a crash, or a duplicate
 report, changes nothing.  A parent that is stepping gets it at its next step, a
@@ -30,7 +30,7 @@ that failed keeps it for its resume.  When the parent waits on the child
 call instead, with the child's result.
 
 Trees (destroy / pause / resume cascades, budgets over a whole tree) are in
-runtime/session_tree.py.
+runtime/session/session_tree.py.
 """
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable
 
 from domain.statuses import SESSION_FINISHED
-from runtime import inbox as inbox_kinds
-from runtime.persistence import Persistence
+from runtime.base import inbox as inbox_kinds
+from runtime.base.persistence import Persistence
 
-if TYPE_CHECKING:  # runtime/session.py imports this module
-    from runtime.live_sessions import SessionRegistry
-    from runtime.session import SessionAgent
+if TYPE_CHECKING:  # runtime/session/agent.py imports this module
+    from runtime.session.live_sessions import SessionRegistry
+    from runtime.session.agent import SessionAgent
 
 log = logging.getLogger("runtime.child_sessions")
 

@@ -1,7 +1,7 @@
 """The action table: every action type a worker applies, and the function that applies it.
 
 Actions are how the API (app.py), other sessions and the service itself steer
-sessions: each is a row of the queue that the dispatcher (runtime/dispatcher.py)
+sessions: each is a row of the queue that the dispatcher (runtime/dispatch/dispatcher.py)
 claims and hands to :meth:`ActionTable.apply`, in order per session.  This file
 is where to look up what an action does: :meth:`ActionTable.__init__` declares
 the whole table, type by type, and says where each handler lives.
@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from domain.errors import ActionError
 from monikers.moniker_registry import MonikerRegistry
-from runtime.child_controls import ChildControls
-from runtime.dispatcher import BATCH_SESSIONS
-from runtime.handlers import SessionControls
-from runtime.live_sessions import SessionRegistry
-from runtime.questions import QuestionDesk
-from runtime.session import SessionFactory
-from runtime.tool_runner import ToolControls
+from runtime.dispatch.child_controls import ChildControls
+from runtime.dispatch.dispatcher import BATCH_SESSIONS
+from runtime.dispatch.handlers import SessionControls
+from runtime.session.live_sessions import SessionRegistry
+from runtime.dispatch.questions import QuestionDesk
+from runtime.session.agent import SessionFactory
+from runtime.session.tool_runner import ToolControls
 
 if TYPE_CHECKING:
     from store import Store
@@ -40,25 +40,25 @@ class ActionTable:
         self.lifecycle = SessionControls(sessions, monikers, factory, destroy_grace_s=destroy_grace_s)
         self.tools = ToolControls(sessions, factory.tools)
         self.children = ChildControls(sessions, monikers, factory)
-        # Also an observer (posting questions, timing them out): runtime/questions.py's attach.
+        # Also an observer (posting questions, timing them out): runtime/dispatch/questions.py's attach.
         self.questions = QuestionDesk(store, sessions, self.tools)
         self.by_type: dict[str, Handler] = {
-            # A session's life (runtime/handlers.py).
+            # A session's life (runtime/dispatch/handlers.py).
             "create": self._create,
             "pause": self.lifecycle.pause,
             "resume": self.lifecycle.resume,
             "interrupt": self.lifecycle.interrupt,
             "inbox_item": self.lifecycle.inbox_item,
             "destroy": self.lifecycle.destroy,
-            # A tool call that waits on someone (runtime/tool_runner.py, ToolControls).
+            # A tool call that waits on someone (runtime/session/tool_runner.py, ToolControls).
             "tool_approve": self.tools.approve,
             "tool_deny": self.tools.deny,
             "tool_result": self.tools.result,
             # Sub-agents: a child's outcome for its parent, a parent's follow-up
-            # for its child (runtime/child_controls.py).
+            # for its child (runtime/dispatch/child_controls.py).
             "child_result": self.children.child_result,
             "child_message": self.children.child_message,
-            # A human's answer to ask_user, or its timeout (runtime/questions.py).
+            # A human's answer to ask_user, or its timeout (runtime/dispatch/questions.py).
             "answer": self.questions.answer,
         }
         # What each type leaves behind once applied, so a redelivery can tell.

@@ -1,6 +1,6 @@
 """The handlers of the actions that start, steer and end a session: create,
 pause, resume, interrupt, inbox_item and destroy.  Which action type goes to
-which handler is declared in runtime/actions.py.
+which handler is declared in runtime/dispatch/actions.py.
 
 A handler raises :class:`ActionError` for a request that cannot be applied (it
 is then marked failed with that message); returning normally marks it done.
@@ -22,12 +22,13 @@ from domain.errors import ActionError
 from domain.session_config import CreatePayload
 from domain.statuses import SESSION_FINISHED
 from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
-from runtime import child_sessions, session_tree
-from runtime.agent_core import holds
-from runtime.fork import ForkError, fork_snapshot
-from runtime.replay import ReplayError, replay_snapshot
-from runtime.live_sessions import SessionRegistry
-from runtime.session import SessionAgent, SessionFactory
+from runtime.session import child_sessions
+from runtime.session import session_tree
+from runtime.base.agent_core import holds
+from runtime.session.fork import ForkError, fork_snapshot
+from runtime.session.replay import ReplayError, replay_snapshot
+from runtime.session.live_sessions import SessionRegistry
+from runtime.session.agent import SessionAgent, SessionFactory
 
 log = logging.getLogger("runtime.handlers")
 
@@ -56,8 +57,8 @@ class SessionControls:
                                               else await self.persist.load_snapshot(session_id)):
             log.info("session %s exists already; create action %s changes nothing", session_id, action["id"])
             return
-        fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/fork.py)
-        replay = payload.get("replay")  # POST /api/sessions/<id>/replay (runtime/replay.py)
+        fork = payload.get("fork")  # POST /api/sessions/<id>/fork (runtime/session/fork.py)
+        replay = payload.get("replay")  # POST /api/sessions/<id>/replay (runtime/session/replay.py)
         payload = {k: v for k, v in payload.items() if k not in ("fork", "replay")}
         link = child_sessions.create_fields(payload)  # a sub-agent's parent, tree and first inbox (spawn_agent)
         try:
@@ -74,7 +75,7 @@ class SessionControls:
             "conversation_id": spec.conversation_id or action.get("conversation_id"),
             "created_at": action.get("created_at"),
             "parent_agent_id": spec.parent_agent_id, "parent_session_id": spec.parent_session_id,
-            **link,  # a sub-agent's tree, generation and first inbox (runtime/child_sessions.py)
+            **link,  # a sub-agent's tree, generation and first inbox (runtime/session/child_sessions.py)
         }
         if fork is not None:
             try:
@@ -227,7 +228,7 @@ class SessionControls:
             await agent.save()  # durable before the action is marked done
 
     async def inbox_item(self, action: dict, payload: dict) -> None:
-        """Queue an inbox item of any kind (runtime/inbox.py): ``{kind, text,
+        """Queue an inbox item of any kind (runtime/base/inbox.py): ``{kind, text,
         data?, source?}``.  Internal: not offered over HTTP; parts of the service
         (and tests) enqueue it to hand a session a child's result, a note...
         Delivered twice (after a crash), it is queued once."""

@@ -32,13 +32,13 @@ worker cuts every handler it runs and only a death during a lone attempt is
 that action's doing.  An action with ``max_attempts`` attempts that ran alone
 or raised, none of which ended, is *parked*: failed with the record of how each
 attempt ended, unless the action table sees that it took effect after all
-(``took_effect``), which ends it done.  A worker whose write lease ran out (runtime/fence.py)
+(``took_effect``), which ends it done.  A worker whose write lease ran out (runtime/base/fence.py)
 may have been taken for dead and its claims handed to another worker: before
 applying or finishing such an action it checks that the claim is still its own,
 and leaves the action alone otherwise.
 
 The dispatcher hands each action to ``handle`` (the action table's apply,
-runtime/actions.py); while it runs, :data:`BATCH_SESSIONS` holds which of its
+runtime/dispatch/actions.py); while it runs, :data:`BATCH_SESSIONS` holds which of its
 batch's sessions the dispatcher found in the store.
 """
 from __future__ import annotations
@@ -54,13 +54,13 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from domain.errors import ActionError
 from domain.statuses import SESSION_FINISHED
-from runtime.fanout import Observers
-from runtime.fence import Fence, SessionLost
-from runtime.persistence import Persistence
+from runtime.base.fanout import Observers
+from runtime.base.fence import Fence, SessionLost
+from runtime.base.persistence import Persistence
 from store.actions import attempt_record, counts, cut_short, describe_attempts, started_text
 
 if TYPE_CHECKING:
-    from runtime.session import SessionAgent
+    from runtime.session.agent import SessionAgent
 
 log = logging.getLogger("runtime.dispatcher")
 
@@ -137,7 +137,7 @@ class Dispatcher:
         self.persist = persist
         self.fence = fence  # None: unfenced (a single worker in tests)
         self.handle = handle
-        self.took_effect = took_effect  # whether an action about to be parked had taken effect (runtime/actions.py)
+        self.took_effect = took_effect  # whether an action about to be parked had taken effect (runtime/dispatch/actions.py)
         self.owns = owns  # session_id -> the live session if this worker runs it
         self.max_attempts = max_attempts
         self.retry_after_s = retry_after_s  # the pause before a raising handler's next attempt, doubled each time

@@ -1,5 +1,5 @@
 """Trees of sub-agents: controls that cascade down a tree, and budgets that
-cover a whole tree (the parent/child link itself is runtime/child_sessions.py).
+cover a whole tree (the parent/child link itself is runtime/session/child_sessions.py).
 
 - ``cascade``: destroy (unless a child chose ``on_parent_destroy: abandon``),
   ``pause {tree}`` and ``resume {tree}`` are queued for each direct child, each
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from domain.statuses import SESSION_FINISHED
 
 if TYPE_CHECKING:
-    from runtime.persistence import Persistence
-    from runtime.session import SessionAgent  # which imports this module
+    from runtime.base.persistence import Persistence
+    from runtime.session.agent import SessionAgent  # which imports this module
 
 log = logging.getLogger("runtime.child_sessions")
 

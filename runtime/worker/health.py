@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 if TYPE_CHECKING:
-    from runtime.service import AgentService
+    from runtime.worker.service import AgentService
     from store import Store
 
 log = logging.getLogger("runtime.health")

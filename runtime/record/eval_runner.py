@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from domain.statuses import SESSION_FINISHED, SessionStatus
 from evals.scorers import Score, ScorerRegistry, UnknownScorer, run_scorer
-from runtime.aio import every
+from runtime.base.aio import every
 
 if TYPE_CHECKING:
     from store import Store

@@ -1,16 +1,16 @@
 """Wiring of the observers that make agents visible outside agents.py: agent
-messages in conversations (runtime/conversation_log.py) and live events relayed
-to app.py (runtime/relay.py)."""
+messages in conversations (runtime/record/conversation_log.py) and live events relayed
+to app.py (runtime/base/relay.py)."""
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
 
-from runtime.conversation_log import ConversationLog
-from runtime.relay import EventRelay
+from runtime.record.conversation_log import ConversationLog
+from runtime.base.relay import EventRelay
 
 if TYPE_CHECKING:
-    from runtime.service import AgentService
+    from runtime.worker.service import AgentService
     from store import Store
 
 EVENTS_URL_ENV = "AGENTSVC_EVENTS_URL"

@@ -16,7 +16,7 @@ can be read (and searched) without replaying its every step.
   noted in ``data.llm_error``.
 
 Summaries are upserted by id, so doing one twice (two workers, a retry)
-leaves one row.  Retention (runtime/monitor.py) calls :meth:`ensure_sessions`
+leaves one row.  Retention (runtime/worker/monitor.py) calls :meth:`ensure_sessions`
 before it removes old sessions, when it keeps their summaries.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from domain.statuses import SESSION_FINISHED
-from runtime.aio import BackgroundWork, every
+from runtime.base.aio import BackgroundWork, every
 
 if TYPE_CHECKING:
     from store import Store

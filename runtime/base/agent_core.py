@@ -102,7 +102,7 @@ class InterruptMixin:
 
     def add_inbox_item(self, action_id: str, kind: str, text: str | None, *, data=None,
                        source: dict | None = None) -> bool:
-        """Queue an inbox item of ``kind`` (runtime/inbox.py) for the next step.
+        """Queue an inbox item of ``kind`` (runtime/base/inbox.py) for the next step.
         The same action delivered again (after a crash) is refused, whether its
         item is still queued or a step has already used it; False then."""
         if self.holds(action_id):
