@@ -20,7 +20,6 @@ from runtime.base.identity import WorkerIdentity
 from domain.memory import MemoryTrimmer, tune_allocator
 from runtime.worker.metrics import RuntimeMetrics
 from runtime.worker import fanout_targets
-from runtime.dispatch import questions
 from domain.events import events_token
 from semantic.embeddings import EmbeddingSettings
 from runtime.record.record_keeping import RecordKeeping
@@ -180,14 +179,16 @@ async def serve(args: argparse.Namespace) -> None:
     service_profiles.load()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
+    record = RecordKeeping(store, tools, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
+                           every_s=args.archive_every, embedder=embedder)
     service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
                            maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
                            dead_after_s=args.dead_after, max_attempts=args.max_attempts,
                            session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
                            monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
-                                            "keep_summaries": args.retention_keep_summaries})
-    record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
-                           every_s=args.archive_every, embedder=embedder)
+                                            "keep_summaries": args.retention_keep_summaries,
+                                            "archiver": record.archiver})
+    service.observers.add(record.archiver)
     turns = TurnKeeper(store)  # runtime/record/turn_tracker.py: a row per turn, with its summary
     service.observers.add(turns)
     metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
@@ -202,7 +203,7 @@ async def serve(args: argparse.Namespace) -> None:
         health = HealthServer(service, store, asyncio.get_running_loop(), port=args.health_port,
                               registry=metrics.registry).start()
     relay = fanout_targets.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
-    questions.attach(service, store, relay)  # ask_user: post questions, apply answers, time out
+    fanout_targets.attach_questions(service, relay)  # ask_user: post questions, apply answers, time out
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -34,11 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from runtime.session.live_sessions import SessionRegistry
-    from runtime.base.persistence import Persistence  # which imports this module
+from typing import Protocol
 
 log = logging.getLogger("runtime.fence")
 
@@ -58,8 +54,33 @@ class SessionLost(Exception):
     """This worker no longer owns the session: another worker adopted it."""
 
 
+# What the fence needs of the rest of the worker, declared here so that the
+# fence (below every room) names nothing above it.  persistence.py, which
+# calls the fence, and the session registry (runtime/session/live_sessions.py)
+# are what the service passes in.
+
+class Heartbeats(Protocol):
+    async def heartbeat(self, worker_id: str) -> None: ...
+
+    async def reassert_sessions(self, session_ids: list[str], worker_id: str) -> set[str]: ...
+
+
+class Droppable(Protocol):
+    agent_id: str
+
+    def drop(self, expected_loss) -> None:
+        """Stop at once and save nothing more; ``expected_loss`` is added to a
+        save still in flight, whose SessionLost nobody else will read."""
+
+
+class HeldSessions(Protocol):
+    def unfinished_ids(self) -> list[str]: ...
+
+    def remove(self, session_id: str) -> Droppable | None: ...
+
+
 class Fence:
-    def __init__(self, worker_id: str, persist: Persistence, sessions: SessionRegistry, dead_after_s: float):
+    def __init__(self, worker_id: str, persist: Heartbeats, sessions: HeldSessions, dead_after_s: float):
         self.worker_id = worker_id
         self.persist = persist
         self.sessions = sessions
@@ -125,7 +146,7 @@ class Fence:
     async def _revalidate(self) -> None:
         sent_at = time.monotonic()
         await self.persist.heartbeat(self.worker_id)
-        held = [a.session_id for a in list(self.sessions.sessions.values()) if not a.finished]
+        held = self.sessions.unfinished_ids()
         kept = await self.persist.reassert_sessions(held, self.worker_id)
         for session_id in set(held) - kept:
             self.lose(session_id, "adopted by another worker while this one was unresponsive")
@@ -145,12 +166,6 @@ class Fence:
         self.lost.add(session_id)
         agent = self.sessions.remove(session_id)
         if agent is not None:
-            agent.lost = True  # that object saves nothing more (SessionAgent.save)
-            agent.request_stop()
-            if agent.runner is not None and agent.runner is not asyncio.current_task():
-                agent.runner.cancel()
-            saving = getattr(agent, "_saving", None)  # a save started behind the last step
-            if saving is not None:
-                saving.add_done_callback(_expected_loss)
+            agent.drop(_expected_loss)
         log.warning("worker %s lost session %s agent=%s: %s", self.worker_id, session_id,
                     agent.agent_id if agent else None, why)

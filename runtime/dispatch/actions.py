@@ -26,7 +26,7 @@ from runtime.dispatch.handlers import SessionControls
 from runtime.session.live_sessions import SessionRegistry
 from runtime.dispatch.questions import QuestionDesk
 from runtime.session.agent import SessionFactory
-from runtime.session.tool_runner import ToolControls
+from runtime.dispatch.tool_controls import ToolControls
 
 if TYPE_CHECKING:
     from store import Store
@@ -50,7 +50,7 @@ class ActionTable:
             "interrupt": self.lifecycle.interrupt,
             "inbox_item": self.lifecycle.inbox_item,
             "destroy": self.lifecycle.destroy,
-            # A tool call that waits on someone (runtime/session/tool_runner.py, ToolControls).
+            # A tool call that waits on someone (runtime/dispatch/tool_controls.py).
             "tool_approve": self.tools.approve,
             "tool_deny": self.tools.deny,
             "tool_result": self.tools.result,

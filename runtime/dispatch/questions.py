@@ -17,8 +17,8 @@ the ``answer`` action (declared in runtime/dispatch/actions.py):
   there and writes nothing: a question is posted once per conversation.
 - **Answers** arrive as ``answer`` actions (``POST /api/sessions/<id>/answer``,
   or a user's reply in a conversation the question was posted to; see
-  api/questions.py) and are applied like tool results (runtime/session/tool_runner.py,
-  ``ToolControls``): checked against the row's status when applied, the row
+  api/answers.py) and are applied like tool results (runtime/dispatch/tool_controls.py):
+  checked against the row's status when applied, the row
   keeps the deciding action's id, so an answer applies exactly once and a
   second one fails with ``conflict:``.  An answer given through the API (the
   "Needs you" page, the CLI) is echoed as a user message into the
@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from domain.errors import ActionError
 from runtime.session.live_sessions import SessionRegistry
-from runtime.session.tool_runner import ToolControls, now
+from runtime.dispatch.tool_controls import ToolControls
+from runtime.session.tool_runner import now
 from tools import ask_user
 
 if TYPE_CHECKING:
     from runtime.base.relay import EventRelay
-    from runtime.worker.service import AgentService
     from runtime.session.agent import SessionAgent
     from store import Store
 
@@ -225,15 +225,3 @@ class QuestionDesk:
 
 def _iso(when: datetime | None) -> str | None:
     return when.isoformat() if when is not None else None
-
-
-def attach(service: AgentService, store: Store | None = None, relay: EventRelay | None = None) -> QuestionDesk:
-    """Post the questions of ``ask_user`` calls and time them out: the service's
-    desk (whose ``answer`` action is in its action table) becomes an observer,
-    after those added before it (the relay publishes a call's ``tool_call``
-    event before the desk posts its question).  ``store`` is unused: the desk
-    posts through the service's store."""
-    desk = service.actions.questions
-    desk.on_message = relay.conversation_message if relay is not None else None
-    service.observers.add(desk)
-    return desk

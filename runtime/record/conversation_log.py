@@ -5,7 +5,7 @@ is idempotent; app.py usually registered it already when it accepted the
 create).  Every persisted step with text becomes an agent message in each
 conversation the session is in, carrying the step's iteration and tokens,
 written after the step row is durable.  User messages travel the other way,
-through the action queue (see api/conversations.py), not through here.
+through the action queue (see api/routes/conversations.py), not through here.
 
 Which conversations a session is in can change from app.py (POST
 .../participants), so memberships are read with one query for all sessions and

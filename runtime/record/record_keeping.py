@@ -14,26 +14,25 @@ from semantic.embedder import Embedder
 from tools import catalog, search_history
 
 if TYPE_CHECKING:
-    from runtime.worker.service import AgentService
     from store import Store
-
+    from tools.tool_registry import ToolRegistry
 
 
 class RecordKeeping:
-    def __init__(self, service: AgentService, store: Store, *, worker_id: str, quiet_s: float, every_s: float,
+    """The archive and the embedder.  agents.py wires the archiver where it is
+    needed (an observer of the service, and the monitor's: retention asks it
+    for missing summaries before removing sessions); nothing here reaches into
+    the service."""
+
+    def __init__(self, store: Store, tools: ToolRegistry, *, worker_id: str, quiet_s: float, every_s: float,
                  embedder: Embedder | None = None):
         self.store = store
         self.archiver = Archiver(store, worker_id=worker_id, quiet_s=quiet_s, every_s=every_s)
         self.embedder = embedder
-        service.observers.add(self.archiver)
-        # Retention asks the archive for missing summaries before removing sessions.
-        service.monitor.archiver = self.archiver
-        # The search_history tool, in the service's tool registry once it has one
-        # (StepFrame-v1 tool calls); a session may call it only when its
-        # config lists it in ``tools``.
-        registry = getattr(service, "tools", None)
-        if registry is not None and hasattr(registry, "register") and search_history.NAME not in registry:
-            registry.register(search_history.build(catalog.history_search(store)))
+        # The search_history tool (StepFrame-v1 tool calls); a session may call
+        # it only when its config lists it in ``tools``.
+        if search_history.NAME not in tools:
+            tools.register(search_history.build(catalog.history_search(store)))
 
     async def run(self, stopping: asyncio.Event) -> None:
         chores = [self.archiver.run(stopping)]

@@ -20,6 +20,7 @@ as ``interrupted`` by :meth:`SessionAgent.reconcile`, and the next step is told.
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -27,11 +28,9 @@ from ulid import ULID
 
 from monikers.frame import FrameIn, Moniker, StepContext
 from runtime.base import inbox as inbox_order
-from runtime.base import limits
-from runtime.base import live_output
-from runtime.session import child_sessions
-from runtime.session import session_tree
+from runtime.base import limits, live_output
 from runtime.base import usage as usage_math
+from runtime.session import child_sessions, session_tree
 from runtime.base.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from domain.session_config import SessionConfig
 from domain.statuses import SESSION_FINISHED
@@ -54,7 +53,7 @@ INTERRUPTED_NOTE = ("The previous attempt at step {step!r} was interrupted when 
 class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     # While a session steps, its snapshot is saved behind the steps at most this
     # often; a change of status is saved at once.  The steps are the record, and
-    # a crash loses nothing: reconcile folds the newer steps in (DESIGN.md §7).
+    # a crash loses nothing: reconcile folds the newer steps in (SessionAgent.reconcile).
     snapshot_every_s = 1.0
 
     def __init__(self, *, snapshot: dict, moniker: Moniker, persist: Persistence, observers: Observers | None = None,
@@ -244,6 +243,17 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.note_status(status, reason)
         await self.save()
         log.info("session %s status=%s reason=%s agent=%s", self.session_id, status, reason, self.agent_id)
+
+    def drop(self, expected_loss: Callable[[asyncio.Future], None]) -> None:
+        """Another worker adopted this session (runtime/base/fence.py): stop at
+        once, saving nothing more; the save started behind the last step gets
+        ``expected_loss`` to read the SessionLost it will end with."""
+        self.lost = True
+        self.request_stop()
+        if self.runner is not None and self.runner is not asyncio.current_task():
+            self.runner.cancel()
+        if self._saving is not None:
+            self._saving.add_done_callback(expected_loss)
 
     def replace_config(self, config: SessionConfig) -> None:
         """Change the session's config (a raised budget): a new object, never

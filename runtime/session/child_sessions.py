@@ -43,9 +43,8 @@ from domain.statuses import SESSION_FINISHED
 from runtime.base import inbox as inbox_kinds
 from runtime.base.persistence import Persistence
 
-if TYPE_CHECKING:  # runtime/session/agent.py imports this module
-    from runtime.session.live_sessions import SessionRegistry
-    from runtime.session.agent import SessionAgent
+if TYPE_CHECKING:
+    from runtime.session.view import AgentView, LiveSessions
 
 log = logging.getLogger("runtime.child_sessions")
 
@@ -87,7 +86,7 @@ def create_fields(payload: dict) -> dict:
             "subagent": link, "pending_guidance": first}
 
 
-async def parent_destroyed(persist: Persistence, sessions: SessionRegistry, link: dict) -> bool:
+async def parent_destroyed(persist: Persistence, sessions: LiveSessions, link: dict) -> bool:
     """A child whose create is applied after its parent was destroyed (the
     cascade could not see it yet) starts stopped, unless it chose ``abandon``."""
     if not link or (link.get("subagent") or {}).get("on_parent_destroy") == "abandon":
@@ -136,7 +135,7 @@ async def report(persist: Persistence, snapshot: dict) -> dict:
     return payload
 
 
-async def report_if_finished(agent: SessionAgent) -> None:
+async def report_if_finished(agent: AgentView) -> None:
     """Called by ``SessionAgent.save`` before it writes a snapshot: a finished
     child's outcome is queued (durable) before the final snapshot is."""
     snapshot = agent.snapshot()
@@ -145,7 +144,7 @@ async def report_if_finished(agent: SessionAgent) -> None:
         agent.extra["reported_generation"] = generation_of(snapshot)
 
 
-async def report_unreported(persist: Persistence, live: Callable[[str], SessionAgent | None]) -> int:
+async def report_unreported(persist: Persistence, live: Callable[[str], AgentView | None]) -> int:
     """The recovery scan: finished children whose outcome never got queued (and
     that no runner of this process holds) are reported now."""
     found = 0
@@ -160,7 +159,7 @@ async def report_unreported(persist: Persistence, live: Callable[[str], SessionA
     return found
 
 
-def next_generation(agent: SessionAgent) -> None:
+def next_generation(agent: AgentView) -> None:
     """A finished session runs again: its next outcome is a new generation."""
     if agent.extra.get("parent_session_id"):
         agent.extra["generation"] = max(int(agent.extra.get("generation") or 1),
@@ -199,11 +198,11 @@ def wakeable(status: str, reason: str | None) -> bool:
     return status == "done" and reason not in ("max_steps", "max_runtime")
 
 
-def pending_child_results(agent: SessionAgent) -> bool:
+def pending_child_results(agent: AgentView) -> bool:
     return any(inbox_kinds.kind_of(g) == "child_result" for g in agent.pending_guidance)
 
 
-async def wake_for_children(agent: SessionAgent) -> bool:
+async def wake_for_children(agent: AgentView) -> bool:
     """The runner, after its loop ended: children's results arrived while its
     last step ran, so instead of staying done it runs again (woken)."""
     if agent.stop_requested or not wakeable(agent.status, agent.status_reason) or not pending_child_results(agent):

@@ -34,6 +34,10 @@ class SessionRegistry:
     def running(self) -> list[SessionAgent]:
         return [a for a in self.sessions.values() if a.runner is not None and not a.runner.done()]
 
+    def unfinished_ids(self) -> list[str]:
+        """The sessions held here that have not finished (what the fence reasserts)."""
+        return [a.session_id for a in list(self.sessions.values()) if not a.finished]
+
     def __len__(self) -> int:
         return len(self.sessions)
 

@@ -54,7 +54,7 @@ from store.filters import InvalidId, check_id
 
 if TYPE_CHECKING:
     from runtime.base.persistence import Persistence
-    from runtime.session.agent import SessionAgent
+    from runtime.session.view import AgentView
 
 log = logging.getLogger("runtime.replay")
 
@@ -143,7 +143,7 @@ class Replayer:
 
     # ---- before each step -------------------------------------------------
 
-    async def before_step(self, agent: SessionAgent) -> bool:
+    async def before_step(self, agent: AgentView) -> bool:
         """Stop the replay at a divergence (``recorded``) or past
         ``to_iteration``; otherwise queue what the recording's step of this
         iteration consumed from outside.  True when no step may run."""
@@ -160,7 +160,7 @@ class Replayer:
             await agent.save()  # queued durably, like any inbox item, before the step consumes it
         return False
 
-    async def wake(self, agent: SessionAgent) -> bool:
+    async def wake(self, agent: AgentView) -> bool:
         """The replay has finished ``done``: when its recording ran on (it was
         woken by what its next step consumed: a child's result, a follow-up),
         queue those items and run again, as the recording did.  True when woken."""
@@ -182,7 +182,7 @@ class Replayer:
         return True
 
     @staticmethod
-    def _deliver(agent: SessionAgent, items: list) -> bool:
+    def _deliver(agent: AgentView, items: list) -> bool:
         known = set(agent.used_guidance) | {g.get("action_id") for g in agent.pending_guidance}
         fresh = [dict(item) for item in items if isinstance(item, dict)
                  and (item.get("kind") or "guidance") in OUTSIDE_KINDS and item.get("action_id") not in known]
@@ -191,7 +191,7 @@ class Replayer:
 
     # ---- tool calls ---------------------------------------------------------
 
-    async def serve_calls(self, agent: SessionAgent, iteration: int, rows: list[dict],
+    async def serve_calls(self, agent: AgentView, iteration: int, rows: list[dict],
                           planned: list[dict]) -> list[dict]:
         """``rows`` (a step's, in call order) with the ``planned`` ones (not yet
         written) given their recorded outcome, or marked as diverging.  Rows read
@@ -224,7 +224,7 @@ class Replayer:
                           f"(step {self.spec.get('diverged_at')}: {self.spec.get('divergence')}); "
                           "this call was not run")
 
-    def _serve(self, agent: SessionAgent, row: dict, recorded: dict | None) -> dict:
+    def _serve(self, agent: AgentView, row: dict, recorded: dict | None) -> dict:
         mismatch = _mismatch(row, recorded)
         if mismatch is None:
             log.info("tool call %s %s replayed from %s session=%s iteration=%d", row["id"], row["name"],
@@ -241,7 +241,7 @@ class Replayer:
                  row["session_id"])
         return dict(row, status="failed", error=f"{DIVERGED}{mismatch}", finished_at=row["created_at"])
 
-    def _note_divergence(self, agent: SessionAgent, iteration: int, what: str) -> None:
+    def _note_divergence(self, agent: AgentView, iteration: int, what: str) -> None:
         self.spec.update(diverged_at=iteration, divergence=what)
         agent.extra["replay"] = dict(self.spec)
 

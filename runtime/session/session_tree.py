@@ -20,7 +20,7 @@ from domain.statuses import SESSION_FINISHED
 
 if TYPE_CHECKING:
     from runtime.base.persistence import Persistence
-    from runtime.session.agent import SessionAgent  # which imports this module
+    from runtime.session.view import AgentView
 
 log = logging.getLogger("runtime.child_sessions")
 
@@ -61,7 +61,7 @@ def _budget_problem(config: dict, used: dict, next_: dict) -> str | None:
     return None
 
 
-async def tree_over_budget(agent: SessionAgent) -> tuple[str, dict] | None:
+async def tree_over_budget(agent: AgentView) -> tuple[str, dict] | None:
     """Whether this session's next step would cross the budget of one of its
     ancestors (or its own, counting its descendants).  Returns the reason and
     the session whose budget it is, or None.  Reads the tree only for sessions
@@ -106,7 +106,7 @@ def _descends(session_id: str, ancestor: str, parents: dict) -> bool:
     return False
 
 
-async def pause_for_tree_budget(agent: SessionAgent) -> bool:
+async def pause_for_tree_budget(agent: AgentView) -> bool:
     """Before a step: pause (reason ``budget``) when it would cross a tree's
     budget, and queue a pause of the whole subtree whose budget it is."""
     found = await tree_over_budget(agent)

@@ -18,7 +18,7 @@ After the runner has persisted a step whose frame_out asked for tools, a
    Results over the cap are truncated with a note.
 3. **Wait.**  While calls wait for approval or a result, the session's status
    is ``waiting`` (reason ``approval`` or ``tool_result``) and no step runs.
-   Approve / deny / result arrive as actions (:class:`ToolControls`), which
+   Approve / deny / result arrive as actions (runtime/dispatch/tool_controls.py), which
    write the row first and then hand it to the phase.
 4. **End.**  Each call's ended row is durable before the phase ends (or, with
    ``behind``, commits alongside the next step's row, below); the results (in
@@ -90,9 +90,8 @@ from runtime.base.persistence import Persistence
 from tools import schema
 from tools.tool_registry import Deferred, ToolContext, ToolRegistry
 
-if TYPE_CHECKING:  # runtime/session/agent.py imports this module (and live_sessions imports session)
-    from runtime.session.live_sessions import SessionRegistry
-    from runtime.session.agent import SessionAgent
+if TYPE_CHECKING:
+    from runtime.session.view import AgentView
 
 log = logging.getLogger("runtime.tools")
 
@@ -172,7 +171,7 @@ class ToolRunner:
 
     # ---- planning -------------------------------------------------------
 
-    def plan(self, agent: SessionAgent, iteration: int, calls: list[dict], created_at=None) -> list[dict]:
+    def plan(self, agent: AgentView, iteration: int, calls: list[dict], created_at=None) -> list[dict]:
         """Rows for a step's calls (``[{id, call_id, name, args}]`` as on the
         step row), each with the status it starts in.  ``created_at``: the step
         row's, so a call planned again after a crash keeps its time (the
@@ -187,7 +186,7 @@ class ToolRunner:
             rows.append(row)
         return rows
 
-    async def settle_after_restart(self, agent: SessionAgent, newer_steps: list[dict]) -> list[dict]:
+    async def settle_after_restart(self, agent: AgentView, newer_steps: list[dict]) -> list[dict]:
         """On adoption: when the newest step (persisted past the snapshot)
         consumed tool results, the ended rows of the step before it, written
         behind it, may not have landed (runtime/session/agent.py ``tool_rows_landed``
@@ -202,7 +201,7 @@ class ToolRunner:
             return []
         return await self.settle_from_next(agent, before, newest)
 
-    async def settle_from_next(self, agent: SessionAgent, step: dict, next_step: dict) -> list[dict]:
+    async def settle_from_next(self, agent: AgentView, step: dict, next_step: dict) -> list[dict]:
         """After a crash: ``next_step`` consumed the results of ``step``'s calls
         but their ended rows, written behind it, may not have landed.  Write
         each call's ended row that is missing from its result there (status,
@@ -225,7 +224,7 @@ class ToolRunner:
                         agent.session_id, len(rows), step["iteration"], next_step["iteration"])
         return rows
 
-    async def end_unended(self, agent: SessionAgent, step: dict) -> list[dict]:
+    async def end_unended(self, agent: AgentView, step: dict) -> list[dict]:
         """Destroy: every call of ``step`` that has not ended, ends now, and one
         that never got a row gets one, so no row is left waiting, running or
         missing.  A non-idempotent call a dead worker left ``running`` may have
@@ -304,7 +303,7 @@ class ToolRunner:
 
     # ---- running one call -----------------------------------------------
 
-    async def execute(self, agent: SessionAgent, row: dict, stored: bool = True,
+    async def execute(self, agent: AgentView, row: dict, stored: bool = True,
                       landing: list[asyncio.Future] | None = None) -> dict:
         """Run one pending call to its end; returns the ended row, durable unless
         ``landing`` is given: then its write is started and added there.
@@ -348,7 +347,7 @@ class ToolRunner:
                  row["duration_ms"], row["session_id"], row["iteration"])
         return row
 
-    async def _call(self, tool, agent: SessionAgent, row: dict):
+    async def _call(self, tool, agent: AgentView, row: dict):
         args = tool.args_model.model_validate(row["args"]) if tool.args_model is not None else dict(row["args"])
         created = row.get("created_at")
         if isinstance(created, str):
@@ -402,7 +401,7 @@ async def _written(shown: _RunningRow | None, stored: bool) -> bool:
     return stored or written
 
 
-def _blank_row(agent: SessionAgent, iteration: int, seq: int, call: dict, created_at) -> dict:
+def _blank_row(agent: AgentView, iteration: int, seq: int, call: dict, created_at) -> dict:
     """A call's row as planned, before its status is decided."""
     return {"id": call["id"], "created_at": _as_time(created_at) or now(), "agent_id": agent.agent_id,
             "session_id": agent.session_id, "iteration": iteration, "seq": seq, "call_id": call.get("call_id"),
@@ -420,7 +419,7 @@ def _as_time(value) -> datetime | None:
 class ToolPhase:
     """The calls of one step, from their rows to their results."""
 
-    def __init__(self, runner: ToolRunner, agent: SessionAgent, step: dict, behind: bool = False):
+    def __init__(self, runner: ToolRunner, agent: AgentView, step: dict, behind: bool = False):
         """``behind``: ended rows are written behind the results (see the module
         docstring for what the session then owes)."""
         self.runner = runner
@@ -639,81 +638,3 @@ class ToolPhase:
                  for r in self.rows.values() if r["status"] not in TOOL_CALL_ENDED]
         if ended:
             await asyncio.shield(self.runner.write(ended))
-
-
-class ToolControls:
-    """Approve, deny and post results: handlers of the ``tool_approve``,
-    ``tool_deny`` and ``tool_result`` actions.
-
-    Each checks the call's current status and refuses (the action ends
-    ``failed`` with a ``conflict`` message) when it does not accept the
-    request, so of two approvals racing through the queue the second fails
-    cleanly.  The row is written first, then handed to the session's phase.
-    The action id is kept on the row (``decided_by``): an action applied
-    again after a crash finds its own decision there and changes nothing.
-    """
-
-    def __init__(self, sessions: SessionRegistry, runner: ToolRunner):
-        self.sessions = sessions
-        self.runner = runner
-
-    async def row_of(self, action: dict) -> tuple[SessionAgent | None, dict]:
-        """The live session (None when not running here) and the current row of
-        the call the action names; ActionError when the session has no such call."""
-        tool_call_id = action["payload"].get("tool_call_id")
-        if not isinstance(tool_call_id, str):
-            raise ActionError("payload names no tool_call_id")
-        agent = self.sessions.get(action["session_id"])
-        row = agent.tool_phase.row(tool_call_id) if agent and agent.tool_phase else None
-        if row is None:
-            row = await self.runner.persist.get_tool_call(tool_call_id)
-        if row is None or row["session_id"] != action["session_id"]:
-            raise ActionError(f"unknown tool call {tool_call_id} in session {action['session_id']}")
-        return agent, row
-
-    async def took_effect(self, action: dict) -> bool:
-        """Whether the action decided its call already: the row names it in ``decided_by``."""
-        try:
-            _, row = await self.row_of(action)
-        except ActionError:
-            return False
-        return row.get("decided_by") == action["id"]
-
-    async def decide(self, action: dict, expected: str, verb: str, change: Callable[[dict], dict]) -> None:
-        """Write ``change(row)`` to a call in status ``expected``, marked as decided
-        by this action, then hand the row to the session's phase."""
-        agent, row = await self.row_of(action)
-        if row.get("decided_by") == action["id"]:
-            return  # applied already (this action again, after a crash)
-        if row["status"] != expected:
-            raise ActionError(f"conflict: cannot {verb} tool call {row['id']}: it is {row['status']}")
-        if agent is None or agent.finished:
-            status = agent.status if agent else "not running here"
-            raise ActionError(f"cannot {verb} tool call {row['id']}: its session is {status}")
-        row = dict(row, decided_by=action["id"], **change(row))
-        await self.runner.write([row])
-        if agent.tool_phase is not None:
-            agent.tool_phase.deliver(row)
-        log.info("tool call %s %s -> %s action=%s session=%s", row["id"], verb, row["status"], action["id"],
-                 row["session_id"])
-
-    async def approve(self, action: dict, payload: dict) -> None:
-        def change(row):
-            tool = self.runner.registry.get(row["name"]) if row["name"] in self.runner.registry else None
-            return {"status": "waiting_result" if tool is not None and tool.external else "pending"}
-        await self.decide(action, "waiting_approval", "approve", change)
-
-    async def deny(self, action: dict, payload: dict) -> None:
-        reason = payload.get("reason")
-        text = "denied by a human" + (f": {reason}" if isinstance(reason, str) and reason else "")
-        await self.decide(action, "waiting_approval", "deny",
-                           lambda row: {"status": "denied", "error": text[:4000], "finished_at": now()})
-
-    async def result(self, action: dict, payload: dict) -> None:
-        error = payload.get("error")
-        if error is not None:
-            change = {"status": "failed", "error": str(error)[:4000]}
-        else:
-            change = {"status": "success", "result": capped_result(payload.get("result"))}
-        await self.decide(action, "waiting_result", "post the result of",
-                           lambda row: dict(change, finished_at=now()))

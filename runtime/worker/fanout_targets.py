@@ -1,6 +1,7 @@
 """Wiring of the observers that make agents visible outside agents.py: agent
-messages in conversations (runtime/record/conversation_log.py) and live events relayed
-to app.py (runtime/base/relay.py)."""
+messages in conversations (runtime/record/conversation_log.py), live events relayed
+to app.py (runtime/base/relay.py), and the questions of ``ask_user`` calls posted
+to conversations (runtime/dispatch/questions.py)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ from runtime.record.conversation_log import ConversationLog
 from runtime.base.relay import EventRelay
 
 if TYPE_CHECKING:
+    from runtime.dispatch.questions import QuestionDesk
     from runtime.worker.service import AgentService
     from store import Store
 
@@ -31,3 +33,14 @@ def attach(service: AgentService, store: Store, *, events_url: str | None, token
         service.observers.add(relay)
         relay.start()
     return relay
+
+
+def attach_questions(service: AgentService, relay: EventRelay | None = None) -> QuestionDesk:
+    """Post the questions of ``ask_user`` calls and time them out: the service's
+    desk (whose ``answer`` action is in its action table) becomes an observer,
+    after those added before it (the relay publishes a call's ``tool_call``
+    event before the desk posts its question)."""
+    desk = service.actions.questions
+    desk.on_message = relay.conversation_message if relay is not None else None
+    service.observers.add(desk)
+    return desk

@@ -42,7 +42,7 @@ class HealthMonitor:
         self.retention_s = retention_s
         self.stop_grace_s = stop_grace_s
         self.keep_summaries = keep_summaries
-        self.archiver = archiver  # runtime.record.archive.Archiver, set by runtime/record/record_keeping.py
+        self.archiver = archiver  # runtime/record/archive.py, passed in by agents.py
 
     async def run(self, stopping: asyncio.Event) -> None:
         await every(stopping, self.every_s, self.check, "health check")
