@@ -53,7 +53,7 @@ TOKEN_ENV = "AGENTSVC_EVENTS_TOKEN"
 TOKEN_FILE = "events.token"
 EVENTS = ("agent_state", "agent_step", "conversation_message", "action", "tool_call", "step_delta")
 # ``step_delta`` is live-only: a step's model output while it is generated
-# (runtime/step_stream.py), never stored; the step row that follows is the record.
+# (runtime/base/live_output.py), never stored; the step row that follows is the record.
 EPHEMERAL = ("step_delta",)
 GAP = "gap"  # events were lost between agents.py and app.py: catch up (see the docstring)
 

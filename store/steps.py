@@ -91,7 +91,7 @@ class StepLog:
                      recent: bool = False) -> list[dict]:
         """One page of a session's steps, without sorting the session.
 
-        A session's iterations have no gaps and no repeats (DESIGN.md §7), so the
+        A session's iterations have no gaps and no repeats (each is the step token of one step), so the
         page ``offset``..``offset + limit`` counted from ``min_iteration`` (or back
         from ``last_iteration``, newest first) *is* a range of iterations, and one
         range of the BTREE index on ``session_iteration`` finds exactly its rows
