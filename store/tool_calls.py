@@ -21,11 +21,7 @@ TIMES = ("created_at", "updated_at", "started_at", "finished_at")
 
 
 def _times(row: dict) -> dict:
-    """Rows read back carry ISO-8601 strings; written again, they must be timestamps."""
-    for key in TIMES:
-        if isinstance(row.get(key), str):
-            row[key] = datetime.fromisoformat(row[key].replace("Z", "+00:00"))
-    return row
+    return codec.with_times(row, TIMES)
 
 
 class ToolCallTable:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from domain.statuses import SESSION_FINISHED
 from runtime.base.aio import BackgroundWork, every
+from store.codec import parse_time
 
 if TYPE_CHECKING:
     from store import Store
@@ -257,4 +258,4 @@ def _extractive_conversation(thread: dict, messages: list[dict], count: int, sen
 def _parse(value) -> datetime:
     if isinstance(value, datetime):
         return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return parse_time(str(value))

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from domain.statuses import SESSION_FINISHED, SessionStatus
 from evals.scorers import Score, ScorerRegistry, UnknownScorer, run_scorer
 from runtime.base.aio import every
+from store.codec import parse_time
 
 if TYPE_CHECKING:
     from store import Store
@@ -77,7 +78,7 @@ class EvalRunner:
         """Whether this worker drives the run now: renewed only when half the lease is gone."""
         until = run.get("lease_until")
         if run.get("owner") == self.worker_id and until:
-            left = datetime.fromisoformat(until.replace("Z", "+00:00")) - datetime.now(timezone.utc)
+            left = parse_time(until) - datetime.now(timezone.utc)
             if left > timedelta(seconds=self.lease_s / 2):
                 return True
         return await asyncio.to_thread(self.evals.claim_run, run["id"], self.worker_id, self.lease_s)

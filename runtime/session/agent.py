@@ -42,6 +42,7 @@ from runtime.base.stepcall import call_moniker
 from runtime.session.tool_runner import ToolPhase, ToolRunner
 from tools.tool_registry import ToolRegistry
 from profiles import hooks as profile_hooks
+from store.codec import parse_time
 
 log = logging.getLogger("runtime.session")
 
@@ -590,5 +591,5 @@ def _as_datetime(value) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if isinstance(value, str):
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_time(value)
     return datetime.now(timezone.utc)

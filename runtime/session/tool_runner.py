@@ -77,18 +77,17 @@ import json
 import logging
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
-from ulid import ULID
 
-from domain.errors import ActionError
 from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_WAITING
 from runtime.base.fanout import Observers
 from runtime.base.fence import SessionLost
 from runtime.base.persistence import Persistence
 from tools import schema
 from tools.tool_registry import Deferred, ToolContext, ToolRegistry
+from store.codec import parse_time
 
 if TYPE_CHECKING:
     from runtime.session.view import AgentView
@@ -350,8 +349,7 @@ class ToolRunner:
     async def _call(self, tool, agent: AgentView, row: dict):
         args = tool.args_model.model_validate(row["args"]) if tool.args_model is not None else dict(row["args"])
         created = row.get("created_at")
-        if isinstance(created, str):
-            created = datetime.fromisoformat(created.replace("Z", "+00:00"))
+        created = parse_time(created)
         ctx = ToolContext(tool_call_id=row["id"], agent_id=row["agent_id"], session_id=row["session_id"],
                           iteration=row["iteration"], config=agent.config.model_dump(), attempt=row["attempts"],
                           created_at=created)
@@ -411,8 +409,7 @@ def _blank_row(agent: AgentView, iteration: int, seq: int, call: dict, created_a
 
 
 def _as_time(value) -> datetime | None:
-    if isinstance(value, str):
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    value = parse_time(value)
     return value if isinstance(value, datetime) else None
 
 

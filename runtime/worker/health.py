@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from store.codec import parse_time
+
 if TYPE_CHECKING:
     from runtime.worker.service import AgentService
     from store import Store
@@ -79,7 +81,7 @@ class HealthServer:
             return 503, {**body, "status": "not_ready", "reason": f"database unreachable: {type(exc).__name__}"}
         beat = (rows.get(self.service.worker_id) or {}).get("heartbeat_at")
         age = None if not beat else (datetime.now(timezone.utc)
-                                     - datetime.fromisoformat(beat.replace("Z", "+00:00"))).total_seconds()
+                                     - parse_time(beat)).total_seconds()
         body["heartbeat_age_s"] = None if age is None else round(age, 3)
         if age is None or age > self.stale_after_s:
             return 503, {**body, "status": "not_ready", "reason": "heartbeat missing or stale"}

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from store.codec import parse_time
+
 if TYPE_CHECKING:
     from runtime.base.rate_limits import RateLimiter
     from runtime.worker.service import AgentService
@@ -57,7 +59,7 @@ class RuntimeMetrics:
         self.actions.labels(action.get("type") or "unknown", "done" if ok else "failed").inc()
         created = action.get("created_at")
         if isinstance(created, str):
-            accepted = datetime.fromisoformat(created.replace("Z", "+00:00"))
+            accepted = parse_time(created)
             self.action_seconds.observe((datetime.now(timezone.utc) - accepted).total_seconds())
 
 
