@@ -37,7 +37,7 @@ from profiles.template import render
 
 log = logging.getLogger("profiles.hooks")
 
-USER_KINDS = frozenset({"guidance", "message", "answer"})
+USER_KINDS = frozenset({"guidance", "message"})
 WAIT_REASONS = {"user": USER_KINDS, "idle": None}  # reason -> inbox kinds that end the wait (None: any)
 _OBSERVERS = TypeAdapter(list[Observer])
 _FLOW = TypeAdapter(list[FlowRule])

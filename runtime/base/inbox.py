@@ -1,7 +1,7 @@
 """The session's inbox: what reaches an agent between two steps, in priority order.
 
 Everything that arrives for a session while it is not stepping (user guidance,
-conversation messages, a child's result, a user's answer, an observer's note,
+conversation messages, a child's result, an observer's note,
 the runner's note about an interrupted step) is an *inbox item*.  Items are kept
 durably in the session snapshot (``pending_guidance``) until the step that
 consumes them is persisted, and each carries the id of the action (or event)
@@ -11,14 +11,14 @@ twice.
 The next ``frame_in.inbox`` hands them to the moniker in priority order: a
 lower number comes first, and items of one priority keep their arrival order.
 Tool results are not inbox items (they have their own ``frame_in.tool_results``,
-which always come first).  A profile may override the priorities per kind.
+which always come first), and neither is the answer to an ``ask_user`` question:
+it is that call's result (runtime/dispatch/questions.py).  A profile may override the priorities per kind.
 """
 from typing import Any
 
 # Priority per kind: lower first.  Unknown kinds sort with user messages.
 DEFAULT_PRIORITIES: dict[str, int] = {
     "child_result": 10,      # a sub-agent finished, failed or was stopped
-    "answer": 20,            # a human answered an ask_user question
     "interrupted_step": 30,  # the runner: the previous step died with its worker
     "observer_note": 30,     # an observer's reminder
     "parent_context": 30,    # the parent's transcript, in a child's first step
