@@ -95,11 +95,6 @@ class InterruptMixin:
         self.pending_guidance: list[dict] = []
         self.used_guidance: list[str] = []
 
-    def add_guidance(self, action_id: str, text: str, source: dict | None = None) -> bool:
-        """Queue a user's guidance; ``source`` says where it came from (e.g. a
-        conversation message) and is kept with it on the step row that uses it."""
-        return self.add_inbox_item(action_id, "guidance", text, source=source)
-
     def add_inbox_item(self, action_id: str, kind: str, text: str | None, *, data=None,
                        source: dict | None = None) -> bool:
         """Queue an inbox item of ``kind`` (runtime/base/inbox.py) for the next step.
@@ -120,7 +115,7 @@ class InterruptMixin:
 
     def holds(self, action_id: str) -> bool:
         """Whether the action's item is queued or used, or the control was applied."""
-        return action_id in self.used_guidance or any(g["action_id"] == action_id for g in self.pending_guidance)
+        return seen(self.used_guidance, self.pending_guidance, action_id)
 
     def note_applied(self, action_id: str) -> None:
         """Remember that a control action changed this session (saved with the change)."""
@@ -136,7 +131,13 @@ class InterruptMixin:
         self.used_guidance = (self.used_guidance + [g["action_id"] for g in used])[-self.USED_KEPT:]
 
 
+def seen(used: list[str], pending: list[dict], action_id: str) -> bool:
+    """The inbox's "already seen" check, the one place it is written: an action
+    whose item is queued (``pending``) or was used by a step, or whose control
+    was applied (``used``), must not be delivered again."""
+    return action_id in used or any(isinstance(g, dict) and g.get("action_id") == action_id for g in pending)
+
+
 def holds(snapshot: dict, action_id: str) -> bool:
     """:meth:`InterruptMixin.holds` for a session's snapshot (one not running here)."""
-    return action_id in (snapshot.get("used_guidance") or []) or any(
-        isinstance(g, dict) and g.get("action_id") == action_id for g in snapshot.get("pending_guidance") or [])
+    return seen(snapshot.get("used_guidance") or [], snapshot.get("pending_guidance") or [], action_id)

@@ -22,6 +22,7 @@ from runtime.base.agent_core import holds
 from runtime.session.child_sessions import item_data, item_text, next_generation, wakeable
 from runtime.session.live_sessions import SessionRegistry
 from runtime.session.agent import SessionAgent, SessionFactory
+from runtime.dispatch.tool_controls import record_decision
 from runtime.session.tool_runner import capped_result, now
 
 log = logging.getLogger("runtime.child_sessions")
@@ -79,8 +80,7 @@ class ChildControls:
         snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(session_id)
         if snapshot is None:
             raise ActionError(f"unknown session {session_id}")
-        if key in (snapshot.get("used_guidance") or []) or any(
-                g.get("action_id") == key for g in snapshot.get("pending_guidance") or []):
+        if holds(snapshot, key):
             return "duplicate"
         status = snapshot["status"]
         if status == "stopped":
@@ -142,10 +142,7 @@ class ChildControls:
                                                "data": payload.get("data"), "usage": payload.get("usage")})}
         else:
             change = {"status": "failed", "error": item_text(payload)[:4000]}
-        row = dict(row, decided_by=key, finished_at=now(), **change)
-        await agent.tools.write([row])
-        if agent.tool_phase is not None:
-            agent.tool_phase.deliver(row)
+        row = await record_decision(agent.tools, agent, row, key, dict(change, finished_at=now()))
         log.info("tool call %s (spawn_agent, wait) ended %s by child %s", call_id, row["status"],
                  payload["child_session_id"])
         return True

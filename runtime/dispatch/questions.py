@@ -47,7 +47,6 @@ from runtime.session.tool_runner import now
 from tools import ask_user
 
 if TYPE_CHECKING:
-    from runtime.base.relay import EventRelay
     from runtime.session.agent import SessionAgent
     from store import Store
 

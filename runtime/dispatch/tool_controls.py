@@ -16,6 +16,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("runtime.tools")
 
 
+async def record_decision(runner: ToolRunner, agent, row: dict, decided_by: str, change: dict) -> dict:
+    """The one way a decision reaches a tool call, whoever made it (an approval,
+    a denial, a posted result, an answer, a child's outcome ending a waiting
+    ``spawn_agent``): the row, changed and marked ``decided_by`` the action (or
+    outcome key) that decided it, is written durably, then handed to the
+    session's open phase.  Applied again after a crash, the caller finds its
+    own id in ``decided_by`` and stops before this."""
+    row = dict(row, decided_by=decided_by, **change)
+    await runner.write([row])
+    if agent.tool_phase is not None:
+        agent.tool_phase.deliver(row)
+    return row
+
+
 class ToolControls:
     """Approve, deny and post results: handlers of the ``tool_approve``,
     ``tool_deny`` and ``tool_result`` actions.
@@ -65,10 +79,7 @@ class ToolControls:
         if agent is None or agent.finished:
             status = agent.status if agent else "not running here"
             raise ActionError(f"cannot {verb} tool call {row['id']}: its session is {status}")
-        row = dict(row, decided_by=action["id"], **change(row))
-        await self.runner.write([row])
-        if agent.tool_phase is not None:
-            agent.tool_phase.deliver(row)
+        row = await record_decision(self.runner, agent, row, action["id"], change(row))
         log.info("tool call %s %s -> %s action=%s session=%s", row["id"], verb, row["status"], action["id"],
                  row["session_id"])
 

@@ -183,9 +183,8 @@ class Replayer:
 
     @staticmethod
     def _deliver(agent: AgentView, items: list) -> bool:
-        known = set(agent.used_guidance) | {g.get("action_id") for g in agent.pending_guidance}
         fresh = [dict(item) for item in items if isinstance(item, dict)
-                 and (item.get("kind") or "guidance") in OUTSIDE_KINDS and item.get("action_id") not in known]
+                 and (item.get("kind") or "guidance") in OUTSIDE_KINDS and not agent.holds(item.get("action_id"))]
         agent.pending_guidance.extend(fresh)
         return bool(fresh)
 

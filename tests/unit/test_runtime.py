@@ -26,7 +26,7 @@ def test_mixins_chain_their_init():
         pass
     agent = Agent()
     assert not agent.pause_requested and not agent.stop_requested and agent.pending_guidance == []
-    assert agent.add_guidance("a1", "x") and not agent.add_guidance("a1", "x")  # same action twice: once
+    assert agent.add_inbox_item("a1", "guidance", "x") and not agent.add_inbox_item("a1", "guidance", "x")  # once
 
 
 def test_actions_of_one_session_apply_in_the_order_accepted(store):
