@@ -30,7 +30,7 @@ from monikers.frame import FrameIn, Moniker, StepContext
 from runtime.base import inbox as inbox_order
 from runtime.base import limits, live_output
 from runtime.base import usage as usage_math
-from runtime.session import child_sessions, session_tree
+from runtime.session import child_sessions, intercept, session_tree
 from runtime.base.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
 from domain.session_config import SessionConfig
 from domain.statuses import SESSION_FINISHED
@@ -95,6 +95,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.extra = {k: snapshot.get(k) for k in ("parent_agent_id", "parent_session_id", "forked_from", "name",
                                                    "replayed_from", "replay", *child_sessions.LINK_KEYS)}
         self.replay = Replayer.of(persist, snapshot)  # a replay of a recorded session (runtime/session/replay.py)
+        self.intercept = intercept.chain(self.replay)  # around the step and its tool phase (runtime/session/intercept.py)
         self.runner: asyncio.Task | None = None
         self._save_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the runner's snapshot save still in flight
@@ -308,9 +309,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         """Whether to run again once the loop ended: a replay whose recording
         was woken here (runtime/session/replay.py), or children's results that came in
         as the session finished (runtime/session/child_sessions.py)."""
-        if self.replay is not None and await self.replay.wake(self):
-            return True
-        return await child_sessions.wake_for_children(self)
+        return await self.intercept.woken(self)
 
     async def _steps(self) -> None:
         while not self.finished:
@@ -319,10 +318,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.wait_while_paused()
             if self.stop_requested:
                 return
-            if await self._must_wait() or (self.replay is not None and await self.replay.before_step(self)):
-                continue  # (a replay queues what its recording was given here before the hooks look)
-            if await self.hooks.before_step(self):
-                continue
+            if await self._must_wait() or await self.intercept.before_step(self):
+                continue  # (runtime/session/intercept.py: a replay, then the profile's hooks)
             if not await self._step_once() or self.finished or self.stop_requested:
                 return
             if self.open_step is None:  # after tool calls, the next step follows their results at once
@@ -463,11 +460,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         if not calls and not done and self.status == "running" and self.config.when_idle == "wait" \
                 and not (observed or {}).get("flow"):
             self.note_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/record/turn_tracker.py)
-        if self.finished and self.replay is not None:
-            # A replay whose recording ran on from here is woken instead of ending: saving
-            # its end first and waking it after lost the wake to a kill in between (a
-            # finished session is not adopted again).
-            await self.replay.wake(self)
+        if self.finished:
+            await self.intercept.finished(self)  # a replay whose recording ran on is woken instead
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)

@@ -481,8 +481,8 @@ class ToolPhase:
                 self.agent.session_id, self.iteration)}
             self.stored = set(stored)
             rows, changed = self.recover(stored)
-        if self.agent.replay is not None:
-            rows, changed = await self._replayed(rows, changed)
+        # a replay serves recorded outcomes here (runtime/session/intercept.py)
+        rows, changed = await self.agent.intercept.calls_loaded(self.agent, self.iteration, rows, changed, self.stored)
         self.rows = {r["id"]: r for r in rows}
         self.rows.update({k: v for k, v in self.delivered.items() if k in self.rows})
         self.loaded = True
@@ -495,14 +495,6 @@ class ToolPhase:
         await self.runner.announce(pending)
         # e.g. runtime/dispatch/questions.py: post open questions a crash left unposted, arm their timeouts
         await self.runner.observers.notify("tool_phase_loaded", self.agent, list(self.rows.values()))
-
-    async def _replayed(self, rows: list[dict], changed: list[dict]) -> tuple[list[dict], list[dict]]:
-        """A replay's rows: the unwritten ones given their recorded outcome or
-        marked as diverging (runtime/session/replay.py)."""
-        unwritten = [r for r in changed if r["id"] not in self.stored]
-        rows = await self.agent.replay.serve_calls(self.agent, self.iteration, rows, unwritten)
-        changed_ids = {r["id"] for r in changed}
-        return rows, [r for r in rows if r["id"] in changed_ids]
 
     def recover(self, stored: dict[str, dict]) -> tuple[list[dict], list[dict]]:
         """The step's rows after a restart: the stored ones, and the calls with no

@@ -11,18 +11,18 @@ new reach into the session is a line added to this file, in review.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from domain.session_config import SessionConfig
     from runtime.base.persistence import Persistence
 
 
-class ServesCalls(Protocol):
-    """A replay's tool phase hook (runtime/session/replay.py ``Replayer``)."""
+class CallsLoaded(Protocol):
+    """The tool phase's point of the session's interceptors (runtime/session/intercept.py)."""
 
-    async def serve_calls(self, agent: AgentView, iteration: int, rows: list[dict],
-                          planned: list[dict]) -> list[dict]: ...
+    async def calls_loaded(self, agent: AgentView, iteration: int, rows: list[dict], changed: list[dict],
+                           stored: set[str]) -> tuple[list[dict], list[dict]]: ...
 
 
 class AgentView(Protocol):
@@ -42,7 +42,8 @@ class AgentView(Protocol):
     pending_guidance: list[dict]
     used_guidance: list[str]
     # its tool phase
-    replay: ServesCalls | None
+    intercept: CallsLoaded
+    hooks: Any  # the profile's (profiles/hooks.py SessionHooks)
     tool_slots: asyncio.Semaphore
 
     @property

@@ -15,6 +15,7 @@ from ulid import ULID
 from domain.session_config import SessionConfig
 from runtime.base.fanout import Observers
 from runtime.base.persistence import Persistence
+from runtime.session import intercept
 from runtime.session.tool_runner import ToolPhase, ToolRunner
 from store import Store
 from tools.tool import Tool
@@ -43,7 +44,7 @@ class Agent:
         self.config = SessionConfig.model_validate({"tools": tools, "tool_concurrency": concurrency})
         self.tool_slots = asyncio.Semaphore(concurrency)
         self.stop_requested, self.status = False, "running"
-        self.replay = None  # not a replay (runtime/session/replay.py)
+        self.intercept = intercept.chain(None)  # not a replay (runtime/session/intercept.py)
         self._stopped = asyncio.Event()
 
     async def reflect_waiting(self, reason):
