@@ -15,21 +15,22 @@ from prometheus_client import start_http_server
 import settings
 from domain.plugin_registry import plugin_modules
 from monikers import default_registry, endpoints, llm_gate
-from runtime.aio import run_bounded
-from runtime.identity import WorkerIdentity
-from runtime.memory import MemoryTrimmer, tune_allocator
-from runtime.metrics import RuntimeMetrics
-from runtime import fanout_targets, questions
+from runtime.base.aio import run_bounded
+from runtime.base.identity import WorkerIdentity
+from domain.memory import MemoryTrimmer, tune_allocator
+from runtime.worker.metrics import RuntimeMetrics
+from runtime.worker import fanout_targets
 from domain.events import events_token
 from semantic.embeddings import EmbeddingSettings
-from runtime.record_keeping import RecordKeeping
-from runtime.eval_runner import EvalRunner
+from runtime.record.record_keeping import RecordKeeping
+from runtime.record.eval_runner import EvalRunner
 from evals.scorers import default_registry as default_scorers
 from semantic import semantic_search
-from runtime.health import HealthServer
-from runtime.rate_limits import RateLimiter, load_config as load_rate_limits
-from runtime.service import AgentService
-from runtime.turn_tracker import TurnKeeper
+from runtime.worker.health import HealthServer
+from runtime.base.rate_limits import RateLimiter, load_config as load_rate_limits
+from runtime.worker.chores import Chore, Chores
+from runtime.worker.service import AgentService
+from runtime.record.turn_tracker import TurnKeeper
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog
@@ -142,7 +143,7 @@ async def start_tools(args: argparse.Namespace, store: Store, worker_id: str, mo
 
 
 def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> RateLimiter | None:
-    """The shared per-model rate limits (runtime/rate_limits.py), installed as the
+    """The shared per-model rate limits (runtime/base/rate_limits.py), installed as the
     gate of every model call; None (no limits) when none are configured.  A bad
     file or flag stops the start, saying why."""
     config = load_rate_limits(args.rate_limits, args.rate_limit, endpoint_limits=endpoints.catalog().rate_limits())
@@ -156,6 +157,73 @@ def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> Rate
     return limiter
 
 
+def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chore]:
+    """What agents.py runs around its service, each with what it needs
+    (runtime/worker/chores.py starts them in an order that satisfies the needs,
+    keeping this list's order otherwise: observers hear events in the order
+    they were added, and the relay must publish a call's ``tool_call`` event
+    before the question desk posts its question)."""
+
+    def service(p):
+        return AgentService(p["store"], monikers, tools=p["tools"], worker_id=p["worker_id"],
+                            destroy_grace_s=args.destroy_grace, maintainer=maintainer, watch_s=args.watch_interval,
+                            full_poll_s=args.full_poll, dead_after_s=args.dead_after, max_attempts=args.max_attempts,
+                            session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
+                            monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
+                                             "keep_summaries": args.retention_keep_summaries,
+                                             # retention asks the archive for missing summaries first
+                                             "archiver": p["record-keeping"].archiver})
+
+    def observing(p, observer):
+        p["service"].observers.add(observer)
+        return observer
+
+    def metrics(p):
+        if not (args.metrics_port or args.health_port):
+            return None
+        found = observing(p, RuntimeMetrics(p["service"], p["store"]))
+        if p["limiter"] is not None:
+            found.watch_rate_limits(p["limiter"])
+        if args.metrics_port:
+            start_http_server(args.metrics_port, addr="127.0.0.1", registry=found.registry)
+        return found
+
+    def health(p):
+        if not args.health_port:
+            return None
+        return HealthServer(p["service"], p["store"], asyncio.get_running_loop(), port=args.health_port,
+                            registry=p["metrics"].registry).start()
+
+    return [
+        # summaries and embeddings (runtime/record/record_keeping.py); registers the search_history tool
+        Chore("record-keeping", needs=("store", "tools", "worker_id", "embedder"),
+              start=lambda p: RecordKeeping(p["store"], p["tools"], worker_id=p["worker_id"],
+                                            quiet_s=args.archive_quiet, every_s=args.archive_every,
+                                            embedder=p["embedder"]),
+              run=lambda record, stopping: record.run(stopping), close=lambda record: record.close()),
+        Chore("service", needs=("store", "tools", "worker_id", "record-keeping"), start=service),
+        Chore("archive-observer", needs=("service", "record-keeping"),
+              start=lambda p: observing(p, p["record-keeping"].archiver)),
+        # a row per turn, with its summary (runtime/record/turn_tracker.py)
+        Chore("turns", needs=("service", "store"), start=lambda p: observing(p, TurnKeeper(p["store"])),
+              close=lambda turns: turns.close()),
+        Chore("metrics", needs=("service", "store", "limiter"), start=metrics),
+        Chore("health", needs=("service", "store", "metrics"), start=health, close=lambda server: server.close()),
+        # agent messages in conversations, and live events relayed to app.py
+        Chore("relay", needs=("service", "store"),
+              start=lambda p: fanout_targets.attach(p["service"], p["store"], events_url=args.events_url,
+                                                    token=events_token(args.data_dir)),
+              close=lambda relay: relay.close()),
+        # ask_user: post questions, apply answers, time out (after the relay: see above)
+        Chore("questions", needs=("service", "relay"),
+              start=lambda p: fanout_targets.attach_questions(p["service"], p["relay"])),
+        # eval runs (issue 29): replay a set's sessions through the queue and score them
+        Chore("eval-runs", needs=("store", "worker_id"),
+              start=lambda p: EvalRunner(p["store"], default_scorers(), worker_id=p["worker_id"]),
+              run=lambda runner, stopping: runner.run(stopping)),
+    ]
+
+
 async def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
         os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
@@ -165,7 +233,7 @@ async def serve(args: argparse.Namespace) -> None:
     embedding = EmbeddingSettings.from_env()
     store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)
     embedder = semantic_search(store, embedding)
-    trimmer = MemoryTrimmer(args.trim_memory_every).start()  # runtime/memory.py: RSS follows what is in use
+    trimmer = MemoryTrimmer(args.trim_memory_every).start()  # domain/memory.py: RSS follows what is in use
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(
         None if "://" in uri else args.data_dir)
     monikers = default_registry()
@@ -179,29 +247,10 @@ async def serve(args: argparse.Namespace) -> None:
     service_profiles.load()
     maintainer = (Maintainer(store, every_versions=args.maintain_every_versions, keep_versions_s=args.keep_versions)
                   if args.maintain_every_versions > 0 else None)
-    service = AgentService(store, monikers, tools=tools, worker_id=identity.worker_id, destroy_grace_s=args.destroy_grace,
-                           maintainer=maintainer, watch_s=args.watch_interval, full_poll_s=args.full_poll,
-                           dead_after_s=args.dead_after, max_attempts=args.max_attempts,
-                           session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
-                           monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
-                                            "keep_summaries": args.retention_keep_summaries})
-    record = RecordKeeping(service, store, worker_id=identity.worker_id, quiet_s=args.archive_quiet,
-                           every_s=args.archive_every, embedder=embedder)
-    turns = TurnKeeper(store)  # runtime/turn_tracker.py: a row per turn, with its summary
-    service.observers.add(turns)
-    metrics = RuntimeMetrics(service, store) if args.metrics_port or args.health_port else None
-    if metrics is not None:
-        service.observers.add(metrics)
-        if limiter is not None:
-            metrics.watch_rate_limits(limiter)
-    if args.metrics_port:
-        start_http_server(args.metrics_port, addr="127.0.0.1", registry=metrics.registry)
-    health = None
-    if args.health_port:
-        health = HealthServer(service, store, asyncio.get_running_loop(), port=args.health_port,
-                              registry=metrics.registry).start()
-    relay = fanout_targets.attach(service, store, events_url=args.events_url, token=events_token(args.data_dir))
-    questions.attach(service, store, relay)  # ask_user: post questions, apply answers, time out
+    parts = {"store": store, "tools": tools, "worker_id": identity.worker_id, "limiter": limiter,
+             "embedder": embedder}
+    chores = Chores(declared_chores(args, monikers, maintainer), parts)
+    service = chores.start()["service"]
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -209,24 +258,13 @@ async def serve(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGHUP, service_profiles.load)
     log.info("agents.py started: db=%s monikers=%s tools=%s plugins=%s", store.uri, ",".join(monikers.names()),
              ",".join(tools.names()), ",".join(plugin_modules()) or "-")
-    record_task = asyncio.create_task(record.run(stopping), name="record-keeping")
-    # eval runs (issue 29): replay a set's sessions through the queue and score them
-    evals_task = asyncio.create_task(EvalRunner(store, default_scorers(), worker_id=identity.worker_id).run(stopping),
-                                     name="eval-runs")
+    chores.run(stopping)
     try:
         await service.run(stopping)
     finally:
-        record_task.cancel()
-        evals_task.cancel()
-        await asyncio.gather(record_task, evals_task, return_exceptions=True)
-        await record.close()
-        await turns.close()
+        await chores.close()
         if limiter is not None:
             await limiter.close()
-        if health is not None:
-            health.close()
-        if relay is not None:
-            await relay.close()
         if mcp_bridge is not None:
             await mcp_bridge.close()
         trimmer.close()
@@ -243,7 +281,7 @@ def stop(service: AgentService, stopping: asyncio.Event) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
+    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: domain/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
     settings.private_files(args.data_dir)

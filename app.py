@@ -31,7 +31,7 @@ from api.routes.tools import EXTENSION as TOOLS
 from api.storage_health import StorageCollector, StorageHealth
 from monikers import default_registry
 from semantic.embeddings import EmbeddingSettings
-from runtime.memory import MemoryTrimmer, tune_allocator
+from domain.memory import MemoryTrimmer, tune_allocator
 from domain.events import events_token
 from semantic import semantic_search
 from store import Store, lance_log
@@ -94,7 +94,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build(args: argparse.Namespace) -> Flask:
     settings.check_exposure(args)  # first: never serve an open API off loopback
-    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: runtime/memory.py
+    malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: domain/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
     settings.private_files(args.data_dir)

@@ -8,7 +8,7 @@ import json
 import logging
 import os
 
-from runtime.memory import MMAP_THRESHOLD_MAX_KIB
+from domain.memory import MMAP_THRESHOLD_MAX_KIB
 
 DEFAULT_DATA_DIR = "./data"
 DEFAULT_HOST = "127.0.0.1"
@@ -57,9 +57,9 @@ def add_storage_args(parser: argparse.ArgumentParser, index_cache_mb: int | None
                              "[AGENTSVC_LANCE_INDEX_CACHE_MB, app.py 16, agents.py --cache-mb]")
     parser.add_argument("--trim-memory-every", type=float, default=env_float("AGENTSVC_TRIM_MEMORY_S", 30.0),
                         help="return freed native memory to the system this often (glibc's malloc_trim; "
-                             "runtime/memory.py), seconds, 0 = never [AGENTSVC_TRIM_MEMORY_S, 30]")
+                             "domain/memory.py), seconds, 0 = never [AGENTSVC_TRIM_MEMORY_S, 30]")
     parser.add_argument("--malloc-arenas", type=int, default=env_int("AGENTSVC_MALLOC_ARENAS", 2),
-                        help="most heaps glibc's malloc keeps for all threads (runtime/memory.py); fewer heaps "
+                        help="most heaps glibc's malloc keeps for all threads (domain/memory.py); fewer heaps "
                              "keep RSS flat, 0 = glibc's default of 8 per core; a MALLOC_ARENA_MAX in the "
                              "environment wins [AGENTSVC_MALLOC_ARENAS, 2]")
     # A string default: argparse checks it with ``type`` too, so a bad variable is a usage error.
@@ -67,7 +67,7 @@ def add_storage_args(parser: argparse.ArgumentParser, index_cache_mb: int | None
                         default=os.environ.get("AGENTSVC_MALLOC_MMAP_THRESHOLD_KB") or "128",
                         help="glibc's malloc serves blocks of this many KiB or more from mappings of their own, "
                              "and stops raising the threshold, so large buffers do not stay in its heaps "
-                             f"(runtime/memory.py), at most {MMAP_THRESHOLD_MAX_KIB}, 0 = glibc's moving threshold; a "
+                             f"(domain/memory.py), at most {MMAP_THRESHOLD_MAX_KIB}, 0 = glibc's moving threshold; a "
                              "MALLOC_MMAP_THRESHOLD_ in the environment wins [AGENTSVC_MALLOC_MMAP_THRESHOLD_KB, 128]")
     parser.add_argument("--commit-interval", type=float, default=env_float("AGENTSVC_COMMIT_INTERVAL_S", 0.05),
                         help="least time between two commits of one table while writes keep coming (the queue "

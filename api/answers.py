@@ -3,7 +3,7 @@
 question was posted to (api/routes/conversations.py).
 
 An answer is queued as an action (type ``answer``) that the session's worker
-applies (runtime/questions.py).  A 409 is decided at accept time (no open
+applies (runtime/dispatch/questions.py).  A 409 is decided at accept time (no open
 question, the call was answered or timed out, or an answer to it is already
 queued) and again when the action is applied, so of two racing answers
 exactly one applies and the other's action ends ``failed`` with

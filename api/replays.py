@@ -2,7 +2,7 @@
 
 Shared by ``POST /api/sessions/<id>/replay`` (api/routes/replay.py) and the
 eval runs, which replay every session of a set under one set of overrides.
-The agent service does the replaying (runtime/replay.py); this module only
+The agent service does the replaying (runtime/session/replay.py); this module only
 checks the request against the source session and the installed monikers and
 profiles, so a bad override is a 400 here rather than a failed action later.
 """

@@ -61,7 +61,7 @@ def duplicates(store: Store) -> int:
 
 def run(sessions: int, chunk: int | None = None, indexed: bool = True, timeout_s: float = 600) -> dict:
     """Seed ``sessions`` orphans, start a worker, time adoption and first steps."""
-    import runtime.service as service_module
+    import runtime.worker.service as service_module
 
     default_chunk, service_module.ADOPT_CHUNK = service_module.ADOPT_CHUNK, chunk or service_module.ADOPT_CHUNK
     try:

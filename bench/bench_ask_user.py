@@ -22,7 +22,7 @@ import tempfile
 
 from bench.common import emit, machine, progress, run_in_process, summary, ts, wait_until
 from monikers import default_registry
-from runtime import questions
+from runtime.worker import fanout_targets
 from store import Store
 
 
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         result = {"bench": "ask_user", "machine": machine(), "sessions": args.sessions}
 
         async def scenario(service):
-            questions.attach(service, store)
+            fanout_targets.attach_questions(service)
             kinds = {"human": ("human", "tool_result", conversation), "ask_user": ("ask_user", "answer", conversation),
                      "ask_user_no_conversation": ("ask_user", "answer", None)}
             sessions = {kind: create(store, args.sessions, tool, conv) for kind, (tool, _, conv) in kinds.items()}

@@ -121,7 +121,7 @@ def runtime_footprint(n: int) -> dict:
     import tracemalloc
 
     from bench.common import NOOP
-    from runtime.session import SessionAgent
+    from runtime.session.agent import SessionAgent
 
     async def build():
         gc.collect()

@@ -8,7 +8,7 @@ the store's committer calls (store/writer.py ``_write``), with the real table
 schemas (store/schemas.py) and the rows the service really writes.  Those rows
 are captured first from a few steps of one no-op session run by AgentService
 in this process (``captured``), then replayed with a new id, iteration and
-state per step, so the figures follow what runtime/session.py writes.
+state per step, so the figures follow what runtime/session/agent.py writes.
 
 Figures, each on a fresh database directory (each commit adds a fragment and
 a version, so a longer run gets slower; ``fragments_after`` says how many):

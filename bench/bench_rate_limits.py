@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import emit, machine, progress  # noqa: E402
-from runtime.rate_limits import ModelLimit, ModelLimiter  # noqa: E402
+from runtime.base.rate_limits import ModelLimit, ModelLimiter  # noqa: E402
 from store import Store  # noqa: E402
 
 

@@ -16,7 +16,7 @@ commit from the writer's own counters; the process's CPU time per step (all
 threads, Python and LanceDB's native code), which says whether the machine's
 two cores, rather than waiting, are the limit.
 
-``--relay`` also relays every step's live events (runtime/relay.py, on the
+``--relay`` also relays every step's live events (runtime/base/relay.py, on the
 step's path through the observers) to a real app.py started for the run, as
 agents.py does, and reports what the relay sent, coalesced and dropped.
 """
@@ -58,7 +58,7 @@ def start_app(root: str) -> tuple[subprocess.Popen, str, str]:
 def measure(n: int, seconds: float, warmup_s: float, relay: bool = False) -> dict:
     """Steps/s and commit waits for n no-op agents, on a fresh store (``relay``:
     their live events relayed to a real app.py)."""
-    from runtime.relay import EventRelay
+    from runtime.base.relay import EventRelay
 
     with tempfile.TemporaryDirectory() as root:
         store = Store(f"{root}/db")

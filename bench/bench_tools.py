@@ -10,7 +10,7 @@ With ``interval_s: 0`` the time from one moniker call to the next of the same
 session is the whole cost of a step: for ``noop`` the step row's commit; for
 ``noop_tool`` that plus the tool phase and the call's ended row (the bench's
 tool is idempotent, so it has no ``running`` row to wait for, and its ended
-row commits beside the next step's row; see runtime/tool_runner.py for which
+row commits beside the next step's row; see runtime/session/tool_runner.py for which
 rows a step waits for).
 
 Figures, all in one run on one machine:

@@ -2,7 +2,7 @@
 two ways of running the service (real subprocesses, or AgentService in-process).
 
 Every benchmark prints exactly one JSON object on stdout so its figures can be
-diffed and checked by tests/test_bench_smoke.py; progress goes to stderr.
+diffed and checked by tests/service/test_bench_smoke.py; progress goes to stderr.
 """
 import asyncio
 import json

@@ -3,7 +3,7 @@
 
 Every function here takes the API's answer as it came and prints it; none
 calls the service, so each is tested on a document alone
-(tests/unit/test_cli_render_evals.py)."""
+(tests/unit/test_cli_evals.py)."""
 import json
 
 from rich.table import Table

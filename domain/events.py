@@ -53,7 +53,7 @@ TOKEN_ENV = "AGENTSVC_EVENTS_TOKEN"
 TOKEN_FILE = "events.token"
 EVENTS = ("agent_state", "agent_step", "conversation_message", "action", "tool_call", "step_delta")
 # ``step_delta`` is live-only: a step's model output while it is generated
-# (runtime/step_stream.py), never stored; the step row that follows is the record.
+# (runtime/base/live_output.py), never stored; the step row that follows is the record.
 EPHEMERAL = ("step_delta",)
 GAP = "gap"  # events were lost between agents.py and app.py: catch up (see the docstring)
 
@@ -183,7 +183,7 @@ class ConfigChanges:
     built: a sender keeps one and asks :meth:`changed` for each snapshot.
 
     It holds the config each session was last seen with.  A session's config
-    is replaced whole, never changed in place (runtime/session.py
+    is replaced whole, never changed in place (runtime/session/agent.py
     ``replace_config``), and snapshots share its values, so the comparison is
     one identity check per key; a config read from the store compares by value.
     A finished session is forgotten (if it is woken, its config is sent again)."""

@@ -30,7 +30,7 @@ class RetryPolicy(BaseModel):
 
 
 class InheritConfig(BaseModel):
-    """What a sub-agent sees of its parent when it starts (runtime/child_sessions.py)."""
+    """What a sub-agent sees of its parent when it starts (runtime/session/child_sessions.py)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -64,7 +64,7 @@ class SessionConfig(BaseModel):
                                 "the turn and wait (wait: status waiting, reason idle, until anything reaches the "
                                 "inbox: a message, guidance, a child's result, an answer); a profile's flow rules "
                                 "decide instead when they match")
-    # sub-agents (spawn_agent / message_agent, runtime/child_sessions.py)
+    # sub-agents (spawn_agent / message_agent, runtime/session/child_sessions.py)
     inherit: InheritConfig | None = Field(None, description="a sub-agent's view of its parent at its first step")
     on_parent_destroy: Literal["destroy", "abandon"] = Field(
         "destroy", description="a sub-agent: destroyed with its parent (default), or left running")
@@ -86,7 +86,7 @@ class CreatePayload(BaseModel):
     task: str = Field("", max_length=20_000)
     config: SessionConfig = Field(default_factory=SessionConfig)
     conversation_id: str | None = None
-    # a sub-agent's create (spawn_agent, runtime/child_sessions.py; ask_user's tests too): plain creates leave them out
+    # a sub-agent's create (spawn_agent, runtime/session/child_sessions.py; ask_user's tests too): plain creates leave them out
     parent_agent_id: str | None = Field(None, max_length=128)
     parent_session_id: str | None = Field(None, max_length=128)
     subagent: dict | None = None  # {depth, max_depth, wait_call, on_parent_destroy}
@@ -111,7 +111,7 @@ def within_parent(parent: dict, child: dict) -> dict:
     approved in the child too (added, not refused); and an ``llm.endpoint`` or
     ``llm.model`` it names must be the parent's (a child that names none gets the
     service's default, as any session does).  Depth, children and the tree's
-    budget are bounded elsewhere (tools/spawn_agent.py, runtime/session_tree.py)."""
+    budget are bounded elsewhere (tools/spawn_agent.py, runtime/session/session_tree.py)."""
     child = dict(child)
     allowed = list(parent.get("tools") or [])
     extra = [t for t in child.get("tools") or [] if t not in allowed]

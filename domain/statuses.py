@@ -54,7 +54,7 @@ class ToolCallStatus(StrEnum):
     FAILED = "failed"
     DENIED = "denied"
     UNKNOWN = "unknown"  # it was running when its worker died and is not safe to run again
-    REPLAYED = "replayed"  # a replay served the recorded outcome (runtime/replay.py); it did not run
+    REPLAYED = "replayed"  # a replay served the recorded outcome (runtime/session/replay.py); it did not run
 
 
 TOOL_CALL_STATUSES = _values(*ToolCallStatus)

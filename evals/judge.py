@@ -81,9 +81,6 @@ def final_answer(record: dict) -> str:
     return "\n".join(p for p in parts if p) or NO_ANSWER
 
 
-    return value
-
-
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
 

@@ -28,7 +28,7 @@ from domain.plugin_registry import PluginRegistry, UnknownName
 from evals import judge
 from evals.diff import first_divergence
 
-DIVERGED = "diverged from the recording"  # how a diverging tool call's error starts (runtime/replay.py)
+DIVERGED = "diverged from the recording"  # how a diverging tool call's error starts (runtime/session/replay.py)
 
 
 @dataclass

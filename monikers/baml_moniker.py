@@ -53,7 +53,7 @@ from monikers.llm_settings import LLMConfig, resolve_settings  # noqa: F401 (res
 log = logging.getLogger("monikers.baml")
 
 REASK_CHARS = 600  # how much of a parse error is shown to the model when re-asking
-GUIDANCE_KINDS = ("guidance", "message")  # already joined into frame.guidance (runtime/inbox.py)
+GUIDANCE_KINDS = ("guidance", "message")  # already joined into frame.guidance (runtime/base/inbox.py)
 
 
 class BamlConfig(BaseModel):

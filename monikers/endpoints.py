@@ -135,7 +135,7 @@ class EndpointsFile(BaseModel):
 
     @model_validator(mode="after")
     def _one_limit_per_model(self) -> "EndpointsFile":
-        """Rate limits are kept per model (runtime/rate_limits.py): one model limited
+        """Rate limits are kept per model (runtime/base/rate_limits.py): one model limited
         by two endpoints would be one budget with two limits."""
         seen: dict[str, str] = {}
         for name, endpoint in self.endpoints.items():

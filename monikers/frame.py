@@ -16,9 +16,9 @@ working unchanged.
   with ``status`` success | failed | denied | unknown (``unknown``: the worker
   died while the tool ran; check before repeating it).
 - ``frame_in.inbox`` holds everything else that arrived between two steps
-  (child results, answers, notes from observers or the runner such as
+  (child results, notes from observers or the runner such as
   ``interrupted_step``, user guidance and messages), in priority order
-  (runtime/inbox.py); user guidance is also joined into ``guidance`` for v0
+  (runtime/base/inbox.py); user guidance is also joined into ``guidance`` for v0
   monikers.
 
 ``step``/``next_step`` are string tokens chosen by the moniker ("3",
@@ -62,9 +62,9 @@ class ToolResult(BaseModel):
 
 class InboxItem(BaseModel):
     """Something that arrived for the agent between two steps.  ``kind`` says
-    what (runtime/inbox.py lists the kinds and their priorities): ``guidance``
+    what (runtime/base/inbox.py lists the kinds and their priorities): ``guidance``
     (a user's), ``interrupted_step`` (a note from the runner), ``child_result``,
-    ``answer``, ``observer_note``, ``parent_context``..."""
+    ``observer_note``, ``parent_context``... (an ``ask_user`` answer is a tool result)"""
 
     model_config = ConfigDict(extra="forbid")
 

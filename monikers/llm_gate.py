@@ -9,7 +9,7 @@ ended, with its tokens and its HTTP status and ``Retry-After``:
     gate().release(permit, tokens=used, status=200)          # or status=429, retry_after=2.0
 
 The default gate lets everything through at once.  agents.py installs the
-shared rate limiter (runtime/rate_limits.py: requests and tokens per minute per
+shared rate limiter (runtime/base/rate_limits.py: requests and tokens per minute per
 model, across every worker on one database) with :func:`install`.  Monikers
 know nothing of where the limits are kept: this module is their whole contract
 with it.  :func:`baml_call` in monikers/baml_moniker.py is the one place the

@@ -1,5 +1,5 @@
 """What a profile does to a running session, as a few hook calls from the runner
-(runtime/session.py), so the runner itself knows nothing of profiles.
+(runtime/session/agent.py), so the runner itself knows nothing of profiles.
 
 Everything comes from ``config.profile`` (resolved when the session was
 created, profiles/resolve.py): the file is never read again, so editing it
@@ -37,7 +37,7 @@ from profiles.template import render
 
 log = logging.getLogger("profiles.hooks")
 
-USER_KINDS = frozenset({"guidance", "message", "answer"})
+USER_KINDS = frozenset({"guidance", "message"})
 WAIT_REASONS = {"user": USER_KINDS, "idle": None}  # reason -> inbox kinds that end the wait (None: any)
 _OBSERVERS = TypeAdapter(list[Observer])
 _FLOW = TypeAdapter(list[FlowRule])

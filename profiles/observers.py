@@ -1,6 +1,6 @@
 """Profile observers: declared in a profile, run before and after each step.
 
-(Not to be confused with ``runtime/fanout.py``, the fan-out of runtime
+(Not to be confused with ``runtime/base/fanout.py``, the fan-out of runtime
 events to live clients and metrics.)
 
 An observer has a ``when`` (``before_step`` | ``after_step``), a condition

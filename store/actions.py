@@ -11,7 +11,7 @@ action's *handler started* (:meth:`ActionQueue.start_attempt`, or the claim
 itself for an action whose handler starts the moment it is claimed), and each
 start is durable before the handler can have any effect: a handler that kills
 its process is counted, and parked after a few tries instead of killing every
-worker that picks it up (runtime/dispatcher.py).
+worker that picks it up (runtime/dispatch/dispatcher.py).
 
 While an action is unfinished, ``error`` holds the record of its attempts,
 one line each: ``started by <worker> at <time>`` (``started alone by ...`` for
@@ -39,8 +39,8 @@ from store import codec, filters, query
 from store.watch import watch_commits
 
 TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "tool_deny", "tool_result",
-         "child_result", "child_message",  # sub-agents (runtime/child_sessions.py)
-         "answer", "inbox_item"}  # inbox_item: internal (runtime/handlers.py), not offered over HTTP
+         "child_result", "child_message",  # sub-agents (runtime/session/child_sessions.py)
+         "answer", "inbox_item"}  # inbox_item: internal (runtime/dispatch/handlers.py), not offered over HTTP
 STATUSES = ACTION_STATUSES
 MAX_REQUEST_ROWS = 1000  # one request queues at most this many actions (a bulk control's cap)
 PENDING = filters.eq_word("status", "pending", STATUSES)

@@ -65,6 +65,24 @@ def iso(value):
     return value
 
 
+def parse_time(value):
+    """The datetime of an ISO-8601 time as :func:`iso` writes it ("Z" for UTC);
+    a datetime or None is returned as it is.  (Python 3.11's fromisoformat reads
+    "Z" itself; the replace keeps the reading exact on any 3.x.)"""
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value
+
+
+def with_times(row: dict, keys) -> dict:
+    """``row`` with its ``keys`` as datetimes: rows read back carry ISO-8601
+    strings, and a row written again must carry timestamps."""
+    for key in keys:
+        if isinstance(row.get(key), str):
+            row[key] = parse_time(row[key])
+    return row
+
+
 def encode(table: str, row: dict) -> dict:
     """A row as the table stores it: JSON columns as text, with the values of
     secret-named keys redacted (domain/redact.py: nothing secret reaches the disk)."""

@@ -163,7 +163,7 @@ class Conversations:
         """Messages in (created_at, message_id) order, strictly after the ``after`` message."""
         where = filters.eq_id("conversation_id", conversation_id)
         if after is not None:
-            when = datetime.fromisoformat(after["created_at"].replace("Z", "+00:00"))
+            when = codec.parse_time(after["created_at"])
             later = filters.ts_cmp("created_at", ">", when)
             same_instant = filters.all_of(filters.ts_cmp("created_at", ">=", when),
                                           filters.ts_cmp("created_at", "<=", when),

@@ -17,7 +17,7 @@
 
 "/" cannot occur in an id (store/filters.py), so these keys are unambiguous.
 """
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from ulid import ULID
 
@@ -38,11 +38,7 @@ def score_id(run_id: str, source_session_id: str, scorer: str) -> str:
 
 
 def _times(row: dict) -> dict:
-    """Rows read back carry ISO-8601 strings; written again, they must be timestamps."""
-    for key in TIMES:
-        if isinstance(row.get(key), str):
-            row[key] = datetime.fromisoformat(row[key].replace("Z", "+00:00"))
-    return row
+    return codec.with_times(row, TIMES)
 
 
 class EvalTables:

@@ -1,6 +1,6 @@
 """rate_ledger: each rate-limited model's budget, shared out among the workers.
 
-One row per model (runtime/rate_limits.py decides what goes in it).  A row is
+One row per model (runtime/base/rate_limits.py decides what goes in it).  A row is
 created by an append; should two workers create one at once, both rows exist
 and everyone uses the one with the smallest id, so a creation never overwrites
 a row in use.  Every change is a compare-and-swap: a conditional update that

@@ -61,11 +61,11 @@ AGENT_STATE = _schema(
     ("step_started_at", TS, True),  # set while a long step is in flight
     ("heartbeat_at", TS, True),  # refreshed while that step runs
     ("forked_from", pa.string(), True),  # {"session_id", "iteration"} when this session is a fork
-    # a replay (runtime/replay.py): {"session_id", "from_iteration"}, and how it replays and where it diverged
+    # a replay (runtime/session/replay.py): {"session_id", "from_iteration"}, and how it replays and where it diverged
     ("replayed_from", pa.string(), True),
     ("replay", pa.string(), True),
     ("tool_step", pa.int64(), True),  # iteration whose tool results no step has consumed yet
-    # sub-agents (runtime/child_sessions.py): the tree a child belongs to, and which of
+    # sub-agents (runtime/session/child_sessions.py): the tree a child belongs to, and which of
     # its outcomes (one per activation, its "generation") reached its parent
     ("root_session_id", pa.string(), True),  # the tree's root; null for a root
     ("generation", pa.int64(), True),  # activations of a child: 1 at create, +1 per reactivation
@@ -180,7 +180,7 @@ CONVERSATION_MESSAGES = _schema(
     ("notes", pa.string(), True),
 )
 
-# One row per archived session or quiet conversation (runtime/archive.py); its
+# One row per archived session or quiet conversation (runtime/record/archive.py); its
 # id is "session:<session_id>" or "conversation:<conversation_id>", upserted so
 # a session summarised again (resumed and finished anew) keeps one row.
 SUMMARIES = _schema(
@@ -208,7 +208,7 @@ TOOL_CATALOG = _schema(
     ("tools", pa.string(), True),  # JSON list of tool descriptions
 )
 
-# One row per turn of a session (runtime/turn_tracker.py): the steps from a trigger (the
+# One row per turn of a session (runtime/record/turn_tracker.py): the steps from a trigger (the
 # create, a user message, a child's result, an answer) until the agent waits or
 # finishes.  Written twice per turn, when it starts and when it ends (with its
 # summary); id "<session_id>:<turn>", upserted.
@@ -234,7 +234,7 @@ TURNS = _schema(
     ("updated_at", TS, False),
 )
 
-# Shared model rate limits (runtime/rate_limits.py): one row per rate-limited
+# Shared model rate limits (runtime/base/rate_limits.py): one row per rate-limited
 # model, holding each worker's share of the model's budget.  Changed only by a
 # conditional update on ``version`` (compare-and-swap), when a share changes,
 # a lease is renewed or a 429 slows the model down: never per model call.

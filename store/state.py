@@ -46,13 +46,6 @@ RESUMABLE_CHUNK = 500  # ids in one filter of the second read
 TIME_COLUMNS = ("created_at", "updated_at", "status_changed_at", "step_started_at", "heartbeat_at")
 
 
-def _as_time(value):
-    """Rows come back with ISO-8601 times (store/codec.py); saving one again needs them as datetimes."""
-    if isinstance(value, str):
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return value
-
-
 def _at(when) -> str:
     """``updated_at`` equal to ``when`` (to the microsecond)."""
     return filters.all_of(filters.ts_cmp("updated_at", ">=", when), filters.ts_cmp("updated_at", "<=", when))
@@ -67,7 +60,7 @@ def _unchanged_since_read(rows: list[dict]) -> str:
         groups.setdefault((row.get("owner"), row.get("updated_at") is not None), []).append(row)
     clauses = []
     for (owner, timed), group in groups.items():
-        times = sorted({_as_time(r["updated_at"]) for r in group}) if timed else []
+        times = sorted({codec.parse_time(r["updated_at"]) for r in group}) if timed else []
         clauses.append(filters.all_of(
             filters.in_ids("session_id", [r["session_id"] for r in group]),
             "owner IS NULL" if owner is None else filters.eq_id("owner", owner),
@@ -93,7 +86,7 @@ class StateTable:
         of its commit was refused because another worker owns that session
         (store/writer.py UPSERT_CONDITIONS: the caller then checks its own).
         An asyncio future of ``loop`` when the caller gives its event loop."""
-        row = {k: _as_time(v) if k in TIME_COLUMNS else v for k, v in snapshot.items()}  # a read row saved again
+        row = {k: codec.parse_time(v) if k in TIME_COLUMNS else v for k, v in snapshot.items()}  # a read row saved again
         row["updated_at"] = codec.utcnow()
         return self.writer.submit_upsert(self.name, self.key, [row], loop=loop)
 
@@ -141,11 +134,7 @@ class StateTable:
         """
         if sort not in AGENT_SORTS:
             raise ValueError(f"sort must be one of {sorted(AGENT_SORTS)}")
-        latest: dict[str, dict] = {}
-        for row in query.rows(self.table, self.name, None, columns=LIST_COLUMNS,
-                              order=[("created_at", False), ("session_id", False)]):
-            latest.setdefault(row["agent_id"], row)
-        rows = [r for r in latest.values() if _matches(r, moniker, text)]
+        rows = [r for r in self._latest_per_agent(None) if _matches(r, moniker, text)]
         counts: dict[str, int] = {}
         for r in rows:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -156,6 +145,15 @@ class StateTable:
         full = {r["session_id"]: r for r in query.rows(self.table, self.name, filters.in_ids("session_id", page),
                                                        limit=len(page), columns=columns)} if page else {}
         return {"agents": [full[s] for s in page if s in full], "total": len(rows), "counts": counts}
+
+    def _latest_per_agent(self, where: str | None) -> list[dict]:
+        """Each agent's latest session (the newest created, ties broken by
+        session_id) among the rows ``where`` keeps, as narrow rows (``LIST_COLUMNS``)."""
+        latest: dict[str, dict] = {}
+        for row in query.rows(self.table, self.name, where, columns=LIST_COLUMNS,
+                              order=[("created_at", False), ("session_id", False)]):
+            latest.setdefault(row["agent_id"], row)
+        return list(latest.values())
 
     def latest_matching(self, *, status: str | None = None, moniker: str | None = None, text: str | None = None,
                         agent_ids=None, profile: str | None = None, model: str | None = None) -> list[dict]:
@@ -168,11 +166,8 @@ class StateTable:
         if agent_ids is not None and not agent_ids:
             return []
         where = filters.in_ids("agent_id", agent_ids) if agent_ids is not None else None
-        latest: dict[str, dict] = {}
-        for row in query.rows(self.table, self.name, where, columns=LIST_COLUMNS,
-                              order=[("created_at", False), ("session_id", False)]):
-            latest.setdefault(row["agent_id"], row)
-        rows = [r for r in latest.values() if _matches(r, moniker, text) and (not status or r["status"] == status)]
+        rows = [r for r in self._latest_per_agent(where)
+                if _matches(r, moniker, text) and (not status or r["status"] == status)]
         if profile is not None or model is not None:
             configs = {}
             for at in range(0, len(rows), 500):
@@ -220,7 +215,7 @@ class StateTable:
         ``owner``, so that an adoption which read them before (and so expects
         the old ``updated_at``) fails; a read-back names the rows it matched only
         when some were not (adopted meanwhile).  A worker calls this after it
-        may have been taken for dead (runtime/fence.py)."""
+        may have been taken for dead (runtime/base/fence.py)."""
         session_ids = list(dict.fromkeys(session_ids))
         if not session_ids:
             return set()
@@ -241,7 +236,7 @@ class StateTable:
                                filters.ts_cmp("status_changed_at", ">=", when))
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
-    # ---- sub-agent trees (runtime/child_sessions.py) ----------------------------
+    # ---- sub-agent trees (runtime/session/child_sessions.py) ----------------------------
 
     def children(self, parent_session_id: str, limit: int = 1000) -> list[dict]:
         """The direct children of a session, oldest first."""
@@ -295,4 +290,4 @@ def _created(row: dict) -> datetime:
     """A row's created_at as a time (decoded rows hold ISO text, which does not
     sort as times when one has no fraction of a second)."""
     value = row.get("created_at")
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else datetime.min.replace(tzinfo=timezone.utc)
+    return codec.parse_time(value) if value else datetime.min.replace(tzinfo=timezone.utc)

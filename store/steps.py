@@ -91,14 +91,14 @@ class StepLog:
                      recent: bool = False) -> list[dict]:
         """One page of a session's steps, without sorting the session.
 
-        A session's iterations have no gaps and no repeats (DESIGN.md §7), so the
+        A session's iterations have no gaps and no repeats (each is the step token of one step), so the
         page ``offset``..``offset + limit`` counted from ``min_iteration`` (or back
         from ``last_iteration``, newest first) *is* a range of iterations, and one
         range of the BTREE index on ``session_iteration`` finds exactly its rows
         (store/schemas.py), however long the session; only those are sorted,
         here.  Newest first needs the session's last iteration: its snapshot's,
         and the steps saved past it are looked up (the snapshot is saved behind
-        the steps, runtime/session.py; one read of their iterations).  ``recent``
+        the steps, runtime/session/agent.py; one read of their iterations).  ``recent``
         says the page lies at the session's newest end (a live catch-up): its
         rows are read from the whole table at once (see :meth:`_read_window`).
         """

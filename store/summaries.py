@@ -36,10 +36,6 @@ class SummaryTable:
     def save(self, row: dict) -> None:
         self.submit(row).result()
 
-    def for_session(self, session_id: str) -> dict | None:
-        return query.first(self.table, self.name, filters.eq_id("session_id", session_id),
-                           order=[("created_at", False)])
-
     def for_conversation(self, conversation_id: str) -> dict | None:
         where = filters.all_of(filters.eq_id("conversation_id", conversation_id),
                                filters.eq_word("kind", "conversation", KINDS))

@@ -1,7 +1,7 @@
 """tool_calls: one row per tool call a step asked for (StepFrame-v1).
 
 A row is written once the step that made it is durable (when and in which
-status: runtime/tool_runner.py), appended the first time and rewritten whole at
+status: runtime/session/tool_runner.py), appended the first time and rewritten whole at
 each later change of status by the worker that owns the session (an upsert on
 the declared primary key ``id``; app.py never writes here, it queues actions).  Reads decode the JSON
 columns (``args``, ``result``, ``usage``).
@@ -21,11 +21,7 @@ TIMES = ("created_at", "updated_at", "started_at", "finished_at")
 
 
 def _times(row: dict) -> dict:
-    """Rows read back carry ISO-8601 strings; written again, they must be timestamps."""
-    for key in TIMES:
-        if isinstance(row.get(key), str):
-            row[key] = datetime.fromisoformat(row[key].replace("Z", "+00:00"))
-    return row
+    return codec.with_times(row, TIMES)
 
 
 class ToolCallTable:

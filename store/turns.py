@@ -1,4 +1,4 @@
-"""turns: one row per turn of a session (runtime/turn_tracker.py keeps them).
+"""turns: one row per turn of a session (runtime/record/turn_tracker.py keeps them).
 
 A row is upserted by ``id`` ("<session_id>:<turn>") twice in a turn's life:
 when it starts (``status`` open, its trigger and first iteration) and when it
@@ -7,7 +7,6 @@ per step.  Reads decode the JSON columns (``trigger_ids``, ``usage``,
 ``summary_data``).
 """
 from concurrent.futures import Future
-from datetime import datetime
 
 from store import codec, filters, query
 
@@ -20,11 +19,7 @@ def turn_id(session_id: str, turn: int) -> str:
 
 
 def _times(row: dict) -> dict:
-    """Rows read back carry ISO-8601 strings; written again, they must be timestamps."""
-    for key in TIMES:
-        if isinstance(row.get(key), str):
-            row[key] = datetime.fromisoformat(row[key].replace("Z", "+00:00"))
-    return row
+    return codec.with_times(row, TIMES)
 
 
 class TurnTable:

@@ -77,11 +77,11 @@ UNPACED_TABLES = ("actions",)
 # Upserts that replace a matched row only when it satisfies a condition
 # (``target.`` = the stored row, ``source.`` = the new one).  agent_state is
 # fenced by its owner: a worker's snapshot save never overwrites a session
-# another worker has adopted (runtime/fence.py).  A row refused this way is
+# another worker has adopted (runtime/base/fence.py).  A row refused this way is
 # reported to its writers: their futures resolve to True ("some row was refused").
 UPSERT_CONDITIONS = {
     # A finished session runs nowhere: any worker may take it over by saving it
-    # (a sub-agent's result or a resume wakes it, runtime/child_sessions.py).
+    # (a sub-agent's result or a resume wakes it, runtime/session/child_sessions.py).
     "agent_state": ("target.owner IS NULL OR source.owner IS NULL OR target.owner = source.owner"
                     " OR target.status IN ('stopped', 'done', 'error')"),
 }
@@ -132,7 +132,7 @@ class _Request:
     into one commit (the upsert key, or the update's column and values).
     ``guard``, when given, is asked right before the commit: False drops the
     request (its future raises :class:`Fenced`), e.g. a step row of a worker
-    whose write lease ran out while the row waited (runtime/fence.py)."""
+    whose write lease ran out while the row waited (runtime/base/fence.py)."""
 
     __slots__ = ("kind", "rows", "key", "future", "guard", "loop")
 

@@ -5,7 +5,7 @@ import asyncio
 from ulid import ULID
 
 from monikers import default_registry
-from runtime.service import AgentService
+from runtime.worker.service import AgentService
 from store import Store
 
 TERMINAL = ("done", "error", "stopped")

@@ -12,7 +12,7 @@ SHOTS = os.environ.get("AGENTSVC_SCREENSHOTS")  # a directory (e.g. docs) to sav
 
 def refused_by_policy(message) -> bool:
     """Whether chromium refused something the page did because of its
-    Content-Security-Policy (api/dashboard.py): it says so on the console."""
+    Content-Security-Policy (api/routes/dashboard.py): it says so on the console."""
     return message.type == "error" and "Content Security Policy" in message.text
 
 

@@ -224,8 +224,8 @@ def run_in_process(store, scenario, monikers=None, **options):
     """Run ``scenario(service)`` while an AgentService polls ``store`` in this
     process; returns what the scenario returns."""
     from monikers import default_registry
-    from runtime.aio import run_bounded
-    from runtime.service import AgentService
+    from runtime.base.aio import run_bounded
+    from runtime.worker.service import AgentService
 
     async def main():
         service = AgentService(store, monikers or default_registry(), **options)

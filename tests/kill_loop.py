@@ -494,7 +494,7 @@ class KillLoop:
 
     The long lives keep the loop from being all restarts on a loaded machine,
     where agents.py may take seconds to start.  (Before the storage upkeep
-    started with the worker, runtime/service.py, a worker killed within
+    started with the worker, runtime/worker/service.py, a worker killed within
     seconds of every start never ran it: fragments piled up and each start took
     longer than the last, 0.8 s to polling at the first restart, 46 s at the
     tenth.)"""

@@ -1,6 +1,6 @@
 """Sub-agent trees for the crash harness: children finish while agents.py is
 killed, and afterwards every child's outcome must have reached its parent
-exactly once (runtime/child_sessions.py).
+exactly once (runtime/session/child_sessions.py).
 
 Three parents, all ``scripted``:
 - a *stepping* parent spawns two children every 9 steps (4 waves) and keeps working;

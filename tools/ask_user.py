@@ -5,7 +5,7 @@ An *external* tool (no function runs): the call's row waits in
 person answers (``POST /api/sessions/<id>/answer``, a reply in a conversation
 the question was posted to, or the "Needs you" page) or ``timeout_s`` passes.
 Posting the question, routing answers and the timeout are the runtime's
-(runtime/questions.py) and the API's (api/questions.py); this module holds
+(runtime/dispatch/questions.py) and the API's (api/answers.py); this module holds
 what both sides must agree on: the args, and the shape of the result the
 model receives.
 

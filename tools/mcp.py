@@ -26,7 +26,6 @@ a call, so a call whose outcome was lost with its connection ends ``failed``.
 import asyncio
 import json
 import logging
-import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -407,6 +406,3 @@ class McpBridge:
             self._retry.cancel()
         await asyncio.gather(*(s.disconnect() for s in self.servers.values()), return_exceptions=True)
 
-
-def config_path(environ=os.environ) -> str | None:
-    return environ.get("AGENTSVC_MCP_CONFIG") or None

@@ -1,6 +1,6 @@
 """The built-in tools ``spawn_agent`` and ``message_agent``: an agent starts
 sub-agents and sends them follow-ups (the runtime side, delivering each
-child's outcome to its parent exactly once, is runtime/child_sessions.py).
+child's outcome to its parent exactly once, is runtime/session/child_sessions.py).
 
 ``spawn_agent {task, moniker | profile, config?, name?, wait?}`` appends a
 ``create`` action for a child session that names its parent; nothing is run

@@ -3,7 +3,7 @@ context a running tool sees, and what a tool returns when its result comes later
 
 A tool is what a moniker may ask the runner to do for it (``frame_out.tool_calls``).
 The runner, not the moniker, runs it, so every call is a durable row that
-survives crashes (runtime/tool_runner.py runs them); tools/tool_registry.py finds them by name.
+survives crashes (runtime/session/tool_runner.py runs them); tools/tool_registry.py finds them by name.
 """
 from dataclasses import dataclass, field
 from datetime import datetime

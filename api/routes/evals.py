@@ -8,7 +8,7 @@ settings and score each replay against its recording.
   here, once, and each session's replay create payload is built here
   (api/replays.py ``replay_payload``) with a pre-assigned replay session id,
   then stored with the run.  The agents service drives it from there
-  (runtime/eval_runner.py): it only enqueues those payloads, at most
+  (runtime/record/eval_runner.py): it only enqueues those payloads, at most
   ``concurrency`` unfinished at once, and scores each finished pair.
 - ``GET /api/evalsets/<id>/runs`` compares the set's runs (summary per scorer,
   a per-session table, the sessions that got better or worse from one run to

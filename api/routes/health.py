@@ -2,7 +2,7 @@
 store's tables are holding up (api/storage_health.py); ``GET /readyz``: whether
 an agents.py worker polls the queue now.
 
-``/readyz`` is on app.py's port (agents.py's own ``/readyz``, runtime/health.py,
+``/readyz`` is on app.py's port (agents.py's own ``/readyz``, runtime/worker/health.py,
 is off unless ``--health-port`` is given, and answers for one worker only), so
 an operator or a test harness can tell from one place whether the service is
 serving or still recovering: 200 while some worker's heartbeat is fresh (at

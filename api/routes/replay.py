@@ -5,7 +5,7 @@ goes through the queue, is idempotent by ``session_id`` and resumes after a
 crash), that re-runs the source's steps from ``from_iteration`` with the
 overrides applied, with recorded tool results served instead of run and what
 arrived from outside delivered at the iteration it arrived then
-(runtime/replay.py).  The source session is only read.
+(runtime/session/replay.py).  The source session is only read.
 """
 from flask import Blueprint
 from ulid import ULID

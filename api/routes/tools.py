@@ -3,7 +3,7 @@
 Reads come from the store; approve, deny and result are controls like any
 other: they append an action to the queue and answer 202 with its id, and the
 worker that owns the session applies them in order with the session's other
-actions (runtime/tool_runner.py, ``ToolControls``).
+actions (runtime/dispatch/tool_controls.py).
 
 Where a 409 is decided: twice.  Here, at accept time, from the row's current
 status (approve/deny need ``waiting_approval``, result needs

@@ -1,4 +1,4 @@
-"""``GET /api/sessions/<id>/turns``: a session's turns (runtime/turn_tracker.py).
+"""``GET /api/sessions/<id>/turns``: a session's turns (runtime/record/turn_tracker.py).
 
 A turn is the run of steps from a trigger (the create, a user's message or
 guidance, a child's result, an answer) until the agent waits or finishes; each

@@ -13,7 +13,7 @@ a disjoint share; and the bulk update keeps the single adoption's guards
 import asyncio
 from collections import Counter
 
-from runtime.aio import run_bounded
+from runtime.base.aio import run_bounded
 from tests import orphans
 from tests.harness import until
 
@@ -52,7 +52,7 @@ def assert_each_iteration_once(store, last: dict[str, int]) -> None:
 def test_orphans_are_adopted_in_chunks_and_step_on_once_each(tmp_path, monkeypatch):
     """1,500 orphans of a dead worker: one update and one steps read per chunk,
     all adopted by the new worker, each stepping on from its newest step."""
-    import runtime.service as service_module
+    import runtime.worker.service as service_module
     from store import Store
     from tests.harness import run_in_process
 
@@ -83,9 +83,9 @@ def test_two_workers_racing_for_the_same_orphans_take_each_once(tmp_path, monkey
     """Two workers (each with its own Store, as two processes would) start at
     once on 900 orphans, in small chunks so their rounds interleave: each
     session ends up owned and run by exactly one, and no iteration runs twice."""
-    import runtime.service as service_module
+    import runtime.worker.service as service_module
     from monikers import default_registry
-    from runtime.service import AgentService
+    from runtime.worker.service import AgentService
     from store import Store
 
     monkeypatch.setattr(service_module, "ADOPT_CHUNK", 100)

@@ -277,7 +277,7 @@ def test_a_baml_agent_asks_and_no_model_is_called_until_the_answer(shared_servic
     steps_script = scripted(reply(text="I need to know the city", tool_calls=[ask]),
                             reply(text="Planning Rome", done=True))
 
-    def respond(request):  # a turn's or the session's summary (runtime/turn_tracker.py, the archive) is not a step
+    def respond(request):  # a turn's or the session's summary (runtime/record/turn_tracker.py, the archive) is not a step
         if "archive entry" in request.prompt:
             return Reply(json.dumps({"summary": "asked which city", "key_points": []}))
         return steps_script(request)

@@ -28,7 +28,7 @@ def _frozen_between_commits(svc, proc, sid: str) -> int:
     """SIGSTOP ``proc`` right after a new step row of ``sid`` lands: its steps
     take 2 s, so no step commit of it is under way at the freeze (a commit
     already in flight at a freeze is the one thing fencing cannot stop; see
-    runtime/fence.py).  Returns the step count at the freeze."""
+    runtime/base/fence.py).  Returns the step count at the freeze."""
     seen = len(svc.steps(sid))
     count = wait_for(lambda: (n := len(svc.steps(sid))) > seen and n, timeout=90, interval=0.02,
                      what=f"a new step of {sid}")

@@ -10,7 +10,7 @@ one step.
 The child result is injected as an ``inbox_item`` action (kind
 ``child_result``) appended to the queue through the store: the internal
 action type that parts of the service use to hand a session an item
-(runtime/handlers.py); it is not offered over HTTP.
+(runtime/dispatch/handlers.py); it is not offered over HTTP.
 """
 from store import Store
 from tests.harness import wait_for

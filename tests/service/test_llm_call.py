@@ -30,7 +30,7 @@ import requests
 from monikers import baml_moniker, llm_call, output_schemas
 from monikers.frame import MAX_TOOL_CALLS, FrameIn, InboxItem, StepContext, StepError
 from monikers.orchestrator import orchestrator_step
-from runtime import usage as usage_math
+from runtime.base import usage as usage_math
 from tests import fake_openai
 from tests.fake_openai import FakeOpenAI, Reply, scripted
 from tests.harness import Service, wait_for

@@ -1,4 +1,4 @@
-"""runtime/memory: glibc's malloc keeps at most N heaps, and large blocks in mappings of their own.
+"""domain/memory: glibc's malloc keeps at most N heaps, and large blocks in mappings of their own.
 
 Each test runs in a fresh interpreter, because the limit must be set before
 threads allocate and is fixed for the life of a process.  Sixteen threads
@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from runtime import memory
+from domain import memory
 
 pytestmark = pytest.mark.skipif(not memory.can_release(), reason="glibc is needed")
 
@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 PROGRAM = textwrap.dedent("""
     import ctypes, os, sys, threading
-    from runtime import memory
+    from domain import memory
     print(memory.limit_arenas(int(sys.argv[1])))
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -80,13 +80,13 @@ def test_an_operators_malloc_arena_max_wins(tmp_path):
     assert heaps > 2
 
 
-# runtime/memory.fix_mmap_threshold: large blocks keep coming from mappings of
+# domain/memory.fix_mmap_threshold: large blocks keep coming from mappings of
 # their own.  glibc, left alone, raises its threshold to the size of a mapped
 # block when that is freed: a second block of half that size then comes from
 # the heap, where it stays after free.
 THRESHOLD_PROGRAM = textwrap.dedent("""
     import ctypes, sys
-    from runtime import memory
+    from domain import memory
     print(memory.fix_mmap_threshold(int(sys.argv[1])))
 
     class MallInfo2(ctypes.Structure):

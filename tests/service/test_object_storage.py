@@ -78,7 +78,7 @@ def test_two_workers_on_object_storage_and_a_kill(service):
     # a worker is declared dead only after 10 s of silence, so a slow heartbeat
     # is not mistaken for a death (tests/service/test_workers.py uses 3 s on local disk).
     # With 3 s here the test passes too (fencing keeps a worker wrongly taken for
-    # dead from running or saving what it lost, runtime/fence.py), but on a loaded
+    # dead from running or saving what it lost, runtime/base/fence.py), but on a loaded
     # machine live workers are then taken for dead now and then, their claims
     # requeued (attempts 2) and sessions moved: 10 s keeps ``attempts == 1`` exact.
     svc.agents_args = ["--dead-after", "10", "--watch-interval", "0.1"]

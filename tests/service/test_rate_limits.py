@@ -148,7 +148,7 @@ def test_three_sessions_on_two_workers_share_one_limit(cluster):
 
 
 def test_limits_come_from_a_file_and_flags_and_bad_ones_are_refused(tmp_path):
-    from runtime.rate_limits import load_config
+    from runtime.base.rate_limits import load_config
 
     path = tmp_path / "limits.toml"
     path.write_text('[models."Qwen/Qwen2.5-7B"]\nrequests_per_minute = 60\n\n[models.gpt-4o]\n'
@@ -168,7 +168,7 @@ def test_limits_come_from_a_file_and_flags_and_bad_ones_are_refused(tmp_path):
 
 
 def test_shares_split_fairly_and_never_drop_below_what_is_in_use():
-    from runtime.rate_limits import ModelLimiter
+    from runtime.base.rate_limits import ModelLimiter
 
     target = ModelLimiter._target
     # alone and wanting: all that the others leave
@@ -197,7 +197,7 @@ def test_a_call_reported_only_through_record_usage_counts_against_the_limit():
 
     from monikers import llm_gate
     from monikers.frame import StepContext
-    from runtime.rate_limits import RateLimitConfig, RateLimiter
+    from runtime.base.rate_limits import RateLimitConfig, RateLimiter
 
     async def scenario():
         limiter = RateLimiter(RateLimitConfig(models={"m": {"requests_per_minute": 1}}), ledger=None,

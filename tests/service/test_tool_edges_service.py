@@ -5,7 +5,7 @@ MCP server's tool is called by a session, and the ``baml`` moniker calls a
 slow tool against the fake LLM (no LLM request while the
 tool runs; afterwards exactly one, whose prompt holds the tool's result).
 
-The session tests need the runner's tool execution (``runtime/tool_runner.py``,
+The session tests need the runner's tool execution (``runtime/session/tool_runner.py``,
 the StepFrame-v1 core); without it they are skipped.
 """
 import json
@@ -20,7 +20,7 @@ from tests.fake_openai import FakeOpenAI, Reply, Received
 from tests.harness import Service, wait_for
 
 try:
-    import runtime.tool_runner  # noqa: F401
+    import runtime.session.tool_runner  # noqa: F401
     HAS_RUNNER = True
 except ImportError:
     HAS_RUNNER = False

@@ -88,7 +88,7 @@ def test_a_tool_call_runs_and_its_result_reaches_the_next_step(shared_service):
         assert results_of(steps[2]) == []  # consumed once
         assert svc.get(f"/api/tool-calls/{row['id']}").json() == row
         # Live: the row's changes, in order, in the agent's room, ending with the last.  The
-        # relay may coalesce a change still unsent into the newer one (runtime/relay.py), so
+        # relay may coalesce a change still unsent into the newer one (runtime/base/relay.py), so
         # an earlier status can be missing, never out of order or repeated.
         wait_for(lambda: watcher.statuses(row["id"])[-1:] == ["success"], what="live tool_call events")
         seen = watcher.statuses(row["id"])

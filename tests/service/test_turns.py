@@ -133,7 +133,7 @@ def test_a_turn_cut_by_kill_9_is_whole_after_recovery(service):
 def test_rows_lost_to_a_crash_are_rebuilt_from_the_steps(tmp_path):
     """The keeper in this process, on a store whose turn writes were lost: a
     missing start, a missing end, and an older turn left open."""
-    from runtime.turn_tracker import TurnKeeper
+    from runtime.record.turn_tracker import TurnKeeper
     from store import Store
 
     store = Store(str(tmp_path / "db"))

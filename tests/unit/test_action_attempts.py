@@ -1,5 +1,5 @@
-"""Attempts count what was tried (runtime/dispatcher.py, store/actions.py), and
-an action applied again after it took effect ends done (runtime/handlers.py).
+"""Attempts count what was tried (runtime/dispatch/dispatcher.py, store/actions.py), and
+an action applied again after it took effect ends done (runtime/dispatch/handlers.py).
 
 Issue 37: a claim added 1 to ``attempts`` for every action of its batch while
 a lane applied them one at a time, so after a few restarts a backlog was parked
@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-from runtime.dispatcher import Dispatcher
-from runtime.persistence import Persistence
+from runtime.dispatch.dispatcher import Dispatcher
+from runtime.base.persistence import Persistence
 from store import Store, filters
 from tests.harness import finished, until
 

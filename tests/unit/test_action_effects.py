@@ -1,5 +1,5 @@
-"""An action applied again after it took effect ends done (runtime/handlers.py,
-runtime/actions.py ``took_effect``), also when its session has finished since,
+"""An action applied again after it took effect ends done (runtime/dispatch/handlers.py,
+runtime/dispatch/actions.py ``took_effect``), also when its session has finished since,
 and also when its attempts ran out: parking asks first.
 
 Issue 37 saw answers, approvals, destroys, resumes and guidance reported

@@ -1,5 +1,5 @@
 """Every tool-call row ends, also for a session destroyed while the step that
-asked for the calls ran (runtime/handlers.py destroy, SessionAgent.end_open_calls).
+asked for the calls ran (runtime/dispatch/handlers.py destroy, SessionAgent.end_open_calls).
 
 Issue 37: a destroyed session's last step left calls with no row at all.  A
 destroy asks the runner to stop; the runner persisted the step in flight

@@ -1,4 +1,4 @@
-"""The eval runner (runtime/eval_runner.py) on a real store, without an agent
+"""The eval runner (runtime/record/eval_runner.py) on a real store, without an agent
 service: the replays' finishing is played by saving their snapshots.  What a
 crash or a second worker could break: the concurrency cap, one create per
 replay, one score row per (session, scorer), one worker driving a run, and a
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from evals.scorers import builtin_registry
-from runtime.eval_runner import EvalRunner
+from runtime.record.eval_runner import EvalRunner
 from store import Store
 from store.codec import utcnow
 

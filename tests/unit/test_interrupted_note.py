@@ -1,4 +1,4 @@
-"""The "step was interrupted" note is not lost (runtime/session.py ``reconcile``).
+"""The "step was interrupted" note is not lost (runtime/session/agent.py ``reconcile``).
 
 When a worker dies during a long step, the next worker records the step as
 ``interrupted`` and queues a note telling the model.  Issue 37: the
@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from runtime.session import SessionAgent
+from runtime.session.agent import SessionAgent
 from store import Store
 from tests.harness import run_in_process, until
 

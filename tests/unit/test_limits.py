@@ -132,7 +132,7 @@ def test_monitor_fails_a_session_stuck_in_a_step_past_its_timeout():
     from datetime import timedelta
 
     from domain.session_config import SessionConfig
-    from runtime.monitor import HealthMonitor
+    from runtime.worker.monitor import HealthMonitor
 
     saved = []
 

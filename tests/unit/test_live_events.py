@@ -2,7 +2,7 @@
 
 The shapes (domain/events.py): what an ``agent_state`` carries, the size bound
 of every event, the config sent only when it changed.  The relay's buffer
-(runtime/relay.py), driven without a network: a session's newer state replaces
+(runtime/base/relay.py), driven without a network: a session's newer state replaces
 its unsent older one in place, steps are never replaced, and what it must drop
 (a full buffer, a batch not acknowledged) it tells app.py in a ``gap`` event.
 And app.py's side (api/live.py): a ``gap`` reaches every browser, whatever its rooms."""
@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from app import create_app
 from domain.events import (EVENT_MAX_BYTES, GAP, INGEST_NAMESPACE, ROUTING_KEYS, STATE_MAX_BYTES, ConfigChanges,
                            bounded, json_size, make_event, session_summary)
-from runtime.relay import BATCH_BYTES, EventRelay
+from runtime.base.relay import BATCH_BYTES, EventRelay
 from store import Store
 
 BIG = "x" * 200_000

@@ -10,7 +10,7 @@ import pytest
 import settings
 from monikers.endpoints import DEFAULT, EndpointCatalog, EndpointError, load_file
 from monikers.llm_gate import ModelLimit
-from runtime.rate_limits import load_config
+from runtime.base.rate_limits import load_config
 
 
 def write(path, endpoints: dict) -> str:

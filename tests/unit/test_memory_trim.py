@@ -1,4 +1,4 @@
-"""runtime/memory.py: freed native memory goes back to the system.
+"""domain/memory.py: freed native memory goes back to the system.
 
 glibc keeps what native code frees inside its heaps; a process whose native
 buffers once peaked keeps that RSS.  These tests free memory the way LanceDB's
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from runtime import memory
+from domain import memory
 from tests.harness import wait_for
 
 pytestmark = pytest.mark.skipif(not memory.can_release(), reason="glibc's malloc_trim is needed")

@@ -11,7 +11,7 @@ from profiles.conditions import Facts, holds
 from profiles.loader import ProfileLibrary, parse
 from profiles.model import Condition
 from profiles.resolve import ResolveError, base_config, resolve
-from runtime import inbox
+from runtime.base import inbox
 from domain.session_config import SessionConfig
 from tools.catalog import installed_registry
 
@@ -89,7 +89,7 @@ def test_the_shipped_profiles_load_and_the_orchestrator_says_what_it_lacks():
 
 def test_a_profile_sets_the_sessions_inbox_priorities():
     from monikers.builtin import BUILTINS
-    from runtime.session import SessionAgent
+    from runtime.session.agent import SessionAgent
 
     config = SessionConfig(profile={"name": "p", "inbox_priorities": {"message": 1}}).model_dump()
     agent = SessionAgent(snapshot={"agent_id": "a", "session_id": "s", "status": "running", "iteration": -1,

@@ -1,11 +1,11 @@
-"""runtime/questions.py and tools/ask_user.py in one process, on a real store:
+"""runtime/dispatch/questions.py and tools/ask_user.py in one process, on a real store:
 posting a question is idempotent (what a restart relies on when a crash came
 between the row and its messages), the root is found through parent links,
 and the result shapes the model receives."""
 import asyncio
 from datetime import datetime, timezone
 
-from runtime.questions import QuestionDesk
+from runtime.dispatch.questions import QuestionDesk
 from store import Store
 from tools import ask_user
 

@@ -1,4 +1,4 @@
-"""A replay with tools ``recorded`` never runs a tool (runtime/replay.py), in one
+"""A replay with tools ``recorded`` never runs a tool (runtime/session/replay.py), in one
 process, asserted on the counting tool's own file (tests/plugins.py).
 
 Issue 37: once the first call of a step diverged, ``serve_calls`` neither

@@ -1,5 +1,5 @@
 """A replay of a parent that was woken after ``done`` runs on as its recording
-did (runtime/replay.py ``Replayer.wake``).
+did (runtime/session/replay.py ``Replayer.wake``).
 
 Issue 37: the recording's parent finished ``done``, was woken by its child's
 result and consumed it in one more step; its replay stopped at the first

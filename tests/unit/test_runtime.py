@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from runtime.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
-from runtime.session import SessionAgent
+from runtime.base.agent_core import AgentBase, InterruptMixin, PauseMixin, StopMixin
+from runtime.session.agent import SessionAgent
 from store import Store
 from tests.harness import finished, run_in_process, until
 
@@ -26,7 +26,7 @@ def test_mixins_chain_their_init():
         pass
     agent = Agent()
     assert not agent.pause_requested and not agent.stop_requested and agent.pending_guidance == []
-    assert agent.add_guidance("a1", "x") and not agent.add_guidance("a1", "x")  # same action twice: once
+    assert agent.add_inbox_item("a1", "guidance", "x") and not agent.add_inbox_item("a1", "guidance", "x")  # once
 
 
 def test_actions_of_one_session_apply_in_the_order_accepted(store):
@@ -487,13 +487,13 @@ class GatedToolRows(CountedSnapshots):
 
 
 def test_a_tool_steps_ended_rows_land_beside_the_next_step_and_before_any_snapshot_after_it():
-    """runtime/session.py tool_rows_landed: the step after a tool call commits
+    """runtime/session/agent.py tool_rows_landed: the step after a tool call commits
     without waiting for the call's ended row, and no snapshot that says the tool
     step is over is written before that row landed."""
     from pydantic import BaseModel
 
     from monikers.frame import FrameOut, Moniker
-    from runtime.tool_runner import ToolRunner
+    from runtime.session.tool_runner import ToolRunner
     from tools.tool import Tool
     from tools.tool_registry import ToolRegistry
 

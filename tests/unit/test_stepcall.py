@@ -1,10 +1,10 @@
-"""runtime/stepcall.py's wait on a moniker's step: the fast path of a step that
+"""runtime/base/stepcall.py's wait on a moniker's step: the fast path of a step that
 never waits, the timeout, the heartbeats, and cancellation from outside."""
 import asyncio
 
 import pytest
 
-from runtime.stepcall import _with_heartbeats
+from runtime.base.stepcall import _with_heartbeats
 
 
 async def _no_beat(started: float) -> None:

@@ -1,4 +1,4 @@
-"""runtime/tool_runner.py: which rows a tool step writes, and that a phase
+"""runtime/session/tool_runner.py: which rows a tool step writes, and that a phase
 rebuilt after a crash at any point of it runs every call as the contract says
 (a call with no row or a pending row never ran; a running one is re-run when
 idempotent, else ``unknown``), with one row per call and no duplicates.
@@ -13,9 +13,10 @@ from pydantic import BaseModel
 from ulid import ULID
 
 from domain.session_config import SessionConfig
-from runtime.fanout import Observers
-from runtime.persistence import Persistence
-from runtime.tool_runner import ToolPhase, ToolRunner
+from runtime.base.fanout import Observers
+from runtime.base.persistence import Persistence
+from runtime.session import intercept
+from runtime.session.tool_runner import ToolPhase, ToolRunner
 from store import Store
 from tools.tool import Tool
 from tools.tool_registry import ToolRegistry
@@ -43,7 +44,7 @@ class Agent:
         self.config = SessionConfig.model_validate({"tools": tools, "tool_concurrency": concurrency})
         self.tool_slots = asyncio.Semaphore(concurrency)
         self.stop_requested, self.status = False, "running"
-        self.replay = None  # not a replay (runtime/replay.py)
+        self.intercept = intercept.chain(None)  # not a replay (runtime/session/intercept.py)
         self._stopped = asyncio.Event()
 
     async def reflect_waiting(self, reason):

@@ -1,4 +1,4 @@
-"""Every tool-call row ends (runtime/session.py ``tool_rows_landed``).
+"""Every tool-call row ends (runtime/session/agent.py ``tool_rows_landed``).
 
 A tool step's ended rows are written behind the next step's row; nothing that
 says the tool step is over (a snapshot) may be saved before they land, or a
@@ -15,10 +15,10 @@ import pytest
 from pydantic import BaseModel
 
 from monikers.scripted import SCRIPTED
-from runtime.fanout import Observers
-from runtime.persistence import Persistence
-from runtime.session import SessionAgent
-from runtime.tool_runner import ToolPhase, ToolRunner
+from runtime.base.fanout import Observers
+from runtime.base.persistence import Persistence
+from runtime.session.agent import SessionAgent
+from runtime.session.tool_runner import ToolPhase, ToolRunner
 from store import Store
 from tools.tool import Tool
 from tools.tool_registry import ToolRegistry

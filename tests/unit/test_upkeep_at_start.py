@@ -1,5 +1,5 @@
 """Storage upkeep starts with the worker, beside the adoption
-(runtime/service.py), not after it.
+(runtime/worker/service.py), not after it.
 
 Found by the kill loop (tests/kill_loop.py): with agents.py killed a few
 seconds after each start, upkeep (which began only once adoption was over)
@@ -11,9 +11,9 @@ import threading
 
 import pytest
 
-from runtime.service import AgentService
+from runtime.worker.service import AgentService
 from monikers import default_registry
-from runtime.aio import run_bounded
+from runtime.base.aio import run_bounded
 from store import Store
 
 

@@ -2,7 +2,7 @@
 // iteration.  Pure logic, no DOM (tests/js/step_window.test.mjs drives it in node).
 //
 // The window is one contiguous run of iterations [lo, hi]: a session's
-// iterations have no gaps (DESIGN.md §7), so "the steps shown equal the
+// iterations have no gaps (store/steps.py), so "the steps shown equal the
 // record's for the shown range" is "every iteration in [lo, hi] is shown once".
 // Steps that arrive ahead of the window (a live step after a missed one, a
 // catch-up page newer than a gap) wait in `pending` until the steps between are

@@ -94,7 +94,7 @@ function confirmDestroy() {
 }
 
 // The dialog says what goes with it: destroy cascades down the sub-agent tree
-// (runtime/session_tree.py), to every unfinished session below this one except
+// (runtime/session/session_tree.py), to every unfinished session below this one except
 // those started with on_parent_destroy "abandon".
 async function showDoomedChildren(id) {
   const line = ui.dialog.querySelector("[data-testid=destroy-children]");
