@@ -40,7 +40,8 @@ from store.watch import watch_commits
 
 TYPES = {"create", "pause", "resume", "interrupt", "destroy", "tool_approve", "tool_deny", "tool_result",
          "child_result", "child_message",  # sub-agents (runtime/session/child_sessions.py)
-         "answer", "inbox_item"}  # inbox_item: internal (runtime/dispatch/handlers.py), not offered over HTTP
+         "wake",  # a parent a crash left done with children's results unread (runtime/dispatch/child_controls.py)
+         "answer", "inbox_item"}  # inbox_item (runtime/dispatch/handlers.py) and wake: internal, not offered over HTTP
 STATUSES = ACTION_STATUSES
 MAX_REQUEST_ROWS = 1000  # one request queues at most this many actions (a bulk control's cap)
 PENDING = filters.eq_word("status", "pending", STATUSES)

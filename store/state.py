@@ -258,6 +258,14 @@ class StateTable:
                                "COALESCE(reported_generation, 0) < COALESCE(generation, 1)")
         return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
 
+    def done_with_child_results(self, limit: int = 500) -> list[dict]:
+        """Sessions that finished ``done`` still holding a child's result in their
+        inbox: the runner wakes such a session right after saving its end, and a
+        crash in between leaves it so (runtime/session/child_sessions.py ``wake_left_done``)."""
+        where = filters.all_of(filters.eq_word("status", "done", STATUSES),
+                               "pending_guidance LIKE '%\"kind\":\"child_result\"%'")  # a constant: the codec's JSON
+        return query.rows(self.table, self.name, where, order=[("status_changed_at", True)], limit=limit)
+
     def delete_sessions(self, session_ids: list[str]) -> None:
         if session_ids:
             self.writer.delete(self.name, filters.in_ids("session_id", session_ids))

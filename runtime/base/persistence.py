@@ -205,6 +205,9 @@ class Persistence:
     async def unreported_outcomes(self) -> list[dict]:
         return await asyncio.to_thread(self.store.states.unreported_outcomes)
 
+    async def done_with_child_results(self) -> list[dict]:
+        return await asyncio.to_thread(self.store.states.done_with_child_results)
+
     # retention
     async def finished_sessions_before(self, when) -> list[dict]:
         return await asyncio.to_thread(self.store.states.finished_before, when)

@@ -58,6 +58,8 @@ class ActionTable:
             # for its child (runtime/dispatch/child_controls.py).
             "child_result": self.children.child_result,
             "child_message": self.children.child_message,
+            # A parent a crash left done with children's results unread (the recovery scan).
+            "wake": self.children.wake,
             # A human's answer to ask_user, or its timeout (runtime/dispatch/questions.py).
             "answer": self.questions.answer,
         }
@@ -69,6 +71,7 @@ class ActionTable:
             "tool_approve": tools, "tool_deny": tools, "tool_result": tools,
             "answer": tools,  # the call's row names the deciding action in decided_by
             "child_result": children, "child_message": children,  # the item's key in the session
+            "wake": self.children.woken,  # nothing left unread while done
         }
 
     async def apply(self, action: dict) -> None:

@@ -19,7 +19,7 @@ from domain.errors import ActionError
 from domain.statuses import TOOL_CALL_ENDED
 from monikers.moniker_registry import MonikerRegistry
 from runtime.base.agent_core import holds
-from runtime.session.child_sessions import item_data, item_text, next_generation, wakeable
+from runtime.session.child_sessions import has_child_results, item_data, item_text, next_generation, wakeable
 from runtime.session.live_sessions import SessionRegistry
 from runtime.session.agent import SessionAgent, SessionFactory
 from runtime.dispatch.tool_controls import record_decision
@@ -146,6 +146,39 @@ class ChildControls:
         log.info("tool call %s (spawn_agent, wait) ended %s by child %s", call_id, row["status"],
                  payload["child_session_id"])
         return True
+
+    # ---- wake ---------------------------------------------------------------
+
+    async def wake(self, action: dict, payload: dict) -> None:
+        """A parent that a crash left ``done`` with children's results unread
+        (queued by the recovery scan, runtime/session/child_sessions.py ``wake_left_done``)
+        runs again.  Applied in the session's lane, after any ``child_result``
+        before it; nothing to do when the session is live or has nothing unread."""
+        session_id = action["session_id"]
+        agent = self.sessions.get(session_id)
+        if agent is not None and agent.finished and agent.runner is not None and not agent.runner.done():
+            await asyncio.gather(agent.runner, return_exceptions=True)  # it may wake itself as it ends
+        if agent is not None and not agent.finished:
+            return
+        snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(session_id)
+        if snapshot is None:
+            raise ActionError(f"unknown session {session_id}")
+        if not (wakeable(snapshot["status"], snapshot.get("status_reason")) and has_child_results(snapshot)):
+            return
+        agent = self._session_from(snapshot, agent)
+        next_generation(agent)
+        agent.note_status("running", "woken")
+        await agent.save()
+        self.sessions.add(agent)
+        agent.start()
+        log.info("session %s woken by the children's results a crash left unread (action %s)", session_id,
+                 action["id"])
+
+    async def woken(self, action: dict) -> bool:
+        """``wake``'s effect: the session holds no unread child result while done."""
+        agent = self.sessions.get(action["session_id"])
+        snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(action["session_id"])
+        return snapshot is None or snapshot["status"] != "done" or not has_child_results(snapshot)
 
     # ---- child_message ----------------------------------------------------
 

@@ -25,7 +25,10 @@ runtime/dispatch/child_controls.py) puts the outcome into the parent's inbox as 
 queued or used, so the same action applied twice after a crash, or a duplicate
 report, changes nothing.  A parent that is stepping gets it at its next step, a
 paused one after resume, a ``done`` one is *woken* (back to ``running``), one
-that failed keeps it for its resume.  When the parent waits on the child
+that failed keeps it for its resume.  A ``done`` parent wakes itself when
+results came in while its last step ran (:func:`wake_for_children`); a crash
+between its end and that wake is caught by :func:`wake_left_done` at the next
+start or adoption round, which queues a ``wake`` for its lane.  When the parent waits on the child
 (``spawn_agent {wait: true}``), the first generation's outcome ends that tool
 call instead, with the child's result.
 
@@ -159,6 +162,33 @@ async def report_unreported(persist: Persistence, live: Callable[[str], AgentVie
     return found
 
 
+async def wake_left_done(persist: Persistence, live: Callable[[str], AgentView | None],
+                         others_alive: set[str]) -> int:
+    """The recovery scan's other half.  A session that finished ``done`` while
+    children's results came in is woken by its runner right after its end is
+    saved (:func:`wake_for_children`); a crash in between leaves it done with
+    the results unread.  For each such session that no runner of this process
+    holds and no other live worker owns, a ``wake`` action is queued: it is
+    applied in the session's lane (runtime/dispatch/child_controls.py), so it cannot race
+    a ``child_result`` that wakes the same session (waking it here directly did:
+    two runners, one iteration written twice).  Returns how many were queued."""
+    found = 0
+    for row in await persist.done_with_child_results():
+        if live(row["session_id"]) is not None or row.get("owner") in others_alive:
+            continue
+        if wakeable(row["status"], row.get("status_reason")) and has_child_results(row):
+            await persist.enqueue("wake", agent_id=row["agent_id"], session_id=row["session_id"],
+                                  payload={"reason": "child_results"})
+            found += 1
+    if found:
+        log.warning("queued a wake for %d sessions that a crash had left done with children's results unread", found)
+    return found
+
+
+def has_child_results(snapshot: dict) -> bool:
+    return any(inbox_kinds.kind_of(g) == "child_result" for g in snapshot.get("pending_guidance") or [])
+
+
 def next_generation(agent: AgentView) -> None:
     """A finished session runs again: its next outcome is a new generation."""
     if agent.extra.get("parent_session_id"):
@@ -199,7 +229,7 @@ def wakeable(status: str, reason: str | None) -> bool:
 
 
 def pending_child_results(agent: AgentView) -> bool:
-    return any(inbox_kinds.kind_of(g) == "child_result" for g in agent.pending_guidance)
+    return has_child_results({"pending_guidance": agent.pending_guidance})
 
 
 async def wake_for_children(agent: AgentView) -> bool:

@@ -162,8 +162,9 @@ class AgentService:
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
         if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
-            try:  # finished sub-agents whose outcome a crash left unreported
+            try:  # finished sub-agents whose outcome a crash left unreported, and parents left unwoken
                 await child_sessions.report_unreported(self.persist, self.sessions.get)
+                await child_sessions.wake_left_done(self.persist, self.sessions.get, alive - {self.worker_id})
                 self._scanned = True
             except Exception:
                 log.exception("the scan for unreported sub-agent outcomes failed; retried next round")
