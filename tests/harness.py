@@ -74,7 +74,9 @@ class Service:
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
-        wait_for(lambda: self._healthy() or self.app.poll() is not None, timeout=60,
+        # Generous: beside the suite (two workers on two cores) and at nice 10, a
+        # start took over 60 s (the long kill loop failed there twice).
+        wait_for(lambda: self._healthy() or self.app.poll() is not None, timeout=180,
                  what="app.py to answer /api/health")
         if self.app.poll() is not None:
             raise AssertionError(f"app.py exited with {self.app.returncode}:\n{self.logs()}")
