@@ -15,8 +15,24 @@ def browser():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs it (apt-get install chromium)")
     with playwright_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        b.new_context = patient(b.new_context)
         yield b
         b.close()
+
+
+# Playwright's own waits (navigation, clicks, wait_for_url) give up after 30 s:
+# beside the suite and a kill loop (load ~15 on two cores) a login's redirect
+# took longer.  Every context of the tier waits as long as the suite's other
+# deadlines; what a test waits for is a condition, not a time.
+PATIENT_MS = 90_000
+
+
+def patient(new_context):
+    def make(*args, **kwargs):
+        context = new_context(*args, **kwargs)
+        context.set_default_timeout(PATIENT_MS)
+        return context
+    return make
 
 
 @pytest.fixture
