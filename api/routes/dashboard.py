@@ -5,7 +5,7 @@ all served by the app itself so that a browser never fetches anything from
 another host."""
 import os
 
-from flask import Blueprint, render_template
+from flask import Blueprint, render_template, request
 
 # What the browser may load and run on these pages: only the app's own files, so
 # the browser itself refuses anything from another host, and any inline script
@@ -27,8 +27,13 @@ bp = Blueprint("dashboard", __name__, template_folder=os.path.join(WEB, "templat
                static_folder=os.path.join(WEB, "static"), static_url_path="/assets")
 
 
-@bp.after_request
+@bp.after_app_request
 def _secure(response):
+    """Every page of the app (the dashboard, the API reference, /login: any
+    HTML answer) and the dashboard's own files carry the policy; a page served
+    by another blueprint once had none, so nothing stopped it loading from a CDN."""
+    if request.blueprint != bp.name and response.mimetype != "text/html":
+        return response
     response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     return response

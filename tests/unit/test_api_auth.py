@@ -205,3 +205,12 @@ def test_a_message_retried_with_its_key_is_posted_and_delivered_once(app):
     assert [m["text"] for m in messages] == ["hello"]
     interrupts = client.get("/api/actions?session_id=s-conv&type=interrupt", headers=h).json["actions"]
     assert len(interrupts) == 1
+
+
+def test_the_login_page_loads_only_the_apps_own_files(app):
+    """/login (another blueprint than the dashboard's) carries the same
+    Content-Security-Policy: without it, nothing stopped the page loading from a CDN."""
+    from api.routes.dashboard import CONTENT_SECURITY_POLICY
+    for r in (app.test_client().get("/login"), app.test_client().post("/login", data={"token": "nope"})):
+        assert r.mimetype == "text/html" and r.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert "Content-Security-Policy" not in app.test_client().get("/api/health").headers  # JSON: not a page
