@@ -209,12 +209,15 @@ class EndpointCatalog:
         if stamp != self._stamp:
             with self._lock:
                 if stamp != self._stamp:
-                    self._stamp = stamp
                     try:
                         self._file = load_file(self.path)
                         log.info("endpoints file %s read again: %s", self.path, ", ".join(self._file) or "none")
                     except EndpointError as exc:
                         log.error("%s; keeping the endpoints read before (%s)", exc, ", ".join(self._file) or "none")
+                    # Marked read only now: a request that sees the new stamp while another
+                    # reads the file waits on the lock for what it reads, never returns the old
+                    # endpoints (a test's create was refused an endpoint it had just added).
+                    self._stamp = stamp
         return self._file
 
     def endpoints(self, environ=None) -> dict[str, Endpoint]:

@@ -96,6 +96,39 @@ def test_the_file_is_read_again_when_it_changes_and_a_bad_change_keeps_the_last_
     assert list(catalog.endpoints()) == ["default", "local"]
 
 
+def test_a_lookup_while_another_thread_reads_the_changed_file_gets_the_new_endpoints(tmp_path, monkeypatch):
+    """app.py answers requests on several threads: one that sees the file changed while
+    another is reading it must wait for that read, not answer from the old endpoints
+    (a create was refused the endpoint its test had just added: "no endpoint 'fake-…':
+    the operator's endpoints are default, fake-…")."""
+    import threading
+    import monikers.endpoints as endpoints_module
+
+    path = write(tmp_path / "e.json", {"openai": OPENAI})
+    catalog = EndpointCatalog(path)
+    write(path, {"openai": OPENAI, "local": {"base_url": "http://127.0.0.1:8081/v1", "models": ["smol"]}})
+    reading, release = threading.Event(), threading.Event()
+    real_load = endpoints_module.load_file
+
+    def slow_load(p):
+        reading.set()
+        assert release.wait(30)
+        return real_load(p)
+
+    monkeypatch.setattr(endpoints_module, "load_file", slow_load)
+    first = threading.Thread(target=catalog.endpoints)
+    first.start()
+    assert reading.wait(30)  # the first lookup is reading the changed file
+    seen = []
+    second = threading.Thread(target=lambda: seen.append(catalog.get("local")))
+    second.start()
+    second.join(0.5)  # it waits for the read (a positive control: it finishes below)
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert [e.base_url for e in seen] == ["http://127.0.0.1:8081/v1"]
+
+
 def test_a_bad_or_missing_file_stops_the_start(tmp_path):
     args = argparse.Namespace(llm_endpoints=str(tmp_path / "missing.toml"))
     with pytest.raises(SystemExit, match="--llm-endpoints: endpoints file .*missing.toml"):
