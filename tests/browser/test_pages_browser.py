@@ -165,10 +165,22 @@ def test_a_page_load_requests_each_api_url_once(browser, shared_service, pages):
         context.close()
 
 
-def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_service):
+# Holds the page's read of the steps back for 2 s, so live steps and states arrive
+# while the page is still reading: what a loaded machine does at random.
+SLOW_STEPS_READ = """
+const realFetch = window.fetch;
+window.fetch = (url, ...rest) => String(url).includes("/api/agent-steps")
+  ? new Promise((done) => setTimeout(done, 2000)).then(() => realFetch(url, ...rest))
+  : realFetch(url, ...rest);
+"""
+
+
+@pytest.mark.parametrize("slow_steps_read", [False, True], ids=["as_it_comes", "steps_read_slowly"])
+def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_service, slow_steps_read):
     """With steps arriving live, the session page still reads the session, its
     turns, tool calls and actions once: a live state that says what the page
-    read (running) is no reason to read again (the turns were read twice)."""
+    read (running) is no reason to read again (the turns were read twice), nor is
+    one that comes while the page is still reading (the turns' read comes after it)."""
     expect = playwright_api.expect
     svc = shared_service
     made = svc.create("joke", "owls", config={"interval_s": 0.3})
@@ -179,6 +191,8 @@ def test_the_page_of_a_stepping_session_reads_its_record_once(browser, shared_se
     wait_for(lambda: svc.get(f"/api/sessions/{sid}/turns").json()["turns"], timeout=90, what="the turn's row")
     context = browser.new_context(viewport={"width": 1400, "height": 800})
     context.add_init_script(f"window.AGENTSVC_CONNECT_WAIT_MS = {PATIENT_CONNECT_S * 1000}")
+    if slow_steps_read:
+        context.add_init_script(SLOW_STEPS_READ)
     pg = context.new_page()
     sent = []
     pg.on("request", lambda r: "/api/" in r.url and "/socket.io" not in r.url and r.method == "GET"

@@ -16,8 +16,9 @@ import { registerLiveEvent, registerSessionHook, registerTimelineHook } from "..
 const RETRY_MS = [500, 1500, 3000, 6000];
 
 // loaded: the turns were read once for this session (before that, every step is "unknown")
-const view = { sessionId: null, list: null, turns: [], loaded: false, collapsed: new Set(), status: null, readAt: null,
-  retry: 0, timer: null };
+// hooked: the page's read of the session reached this component (its turns are read after that)
+const view = { sessionId: null, list: null, turns: [], loaded: false, hooked: false, collapsed: new Set(), status: null,
+  readAt: null, retry: 0, timer: null };
 
 function triggerWords(turn) {
   const quoted = turn.trigger_text ? ` “${turn.trigger_text}”` : "";
@@ -106,8 +107,8 @@ function later() {
 function follow(sessionId) {
   if (sessionId === view.sessionId) return;
   clearTimeout(view.timer);
-  Object.assign(view, { sessionId, turns: [], loaded: false, collapsed: new Set(), status: null, readAt: null, retry: 0,
-    timer: null });
+  Object.assign(view, { sessionId, turns: [], loaded: false, hooked: false, collapsed: new Set(), status: null,
+    readAt: null, retry: 0, timer: null });
 }
 
 registerTimelineHook(({ list, sessionId }) => {
@@ -118,6 +119,7 @@ registerTimelineHook(({ list, sessionId }) => {
 
 registerSessionHook(async (sessionId, snapshot) => {
   follow(sessionId);
+  view.hooked = true;
   view.retry = 0;
   view.readAt = snapshot ? snapshot.status : null;
   await load(sessionId);
@@ -129,6 +131,9 @@ registerLiveEvent("agent_state", (snapshot) => {
   // running session's every step) is no change, and reading again is a double.
   if (snapshot.status !== (view.status ?? view.readAt)) {
     view.status = snapshot.status;
+    // Before the page's read of the session reaches the session hook, its read of the
+    // turns is still to come, after this event: reading now as well is a double.
+    if (!view.hooked) return;
     view.retry = 0;
     load(view.sessionId);
   }
