@@ -61,6 +61,7 @@ import requests
 from ulid import ULID
 
 from domain.statuses import SESSION_FINISHED, TOOL_CALL_ENDED
+from runtime.base import inbox
 from store import Store, filters, query
 from tests.harness import Service, wait_for
 from tests.plugins import read_count
@@ -387,9 +388,15 @@ class Trees(Work):
 
     def quiet(self, parent: dict) -> bool:
         """Done, and nothing can wake it again: its children are done and
-        reported, and no action for it waits in the queue."""
+        reported, no child's result waits unread in its inbox (a kill between a
+        result's delivery and the wake leaves it done with one, and the restart's
+        recovery scan wakes it for another step), and no action for it waits in
+        the queue."""
         sid = parent["session_id"]
-        if self.status(sid) != "done":
+        state = self.store.states.get(sid)
+        if not state or state["status"] != "done":
+            return False
+        if any(inbox.kind_of(item) == "child_result" for item in state.get("pending_guidance") or []):
             return False
         children = self.store.states.children(sid)
         if len(children) < 2 or any(c["status"] != "done" or c.get("reported_generation") != c.get("generation")
