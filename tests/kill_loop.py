@@ -60,7 +60,7 @@ from datetime import datetime, timezone
 import requests
 from ulid import ULID
 
-from domain.statuses import SESSION_FINISHED, TOOL_CALL_ENDED
+from domain.statuses import ACTION_STATUSES, SESSION_FINISHED, TOOL_CALL_ENDED
 from runtime.base import inbox
 from store import Store, filters, query
 from tests.harness import Service, wait_for
@@ -622,18 +622,31 @@ class KillLoop:
         self.print_figures(figures, time.monotonic() - started)
         return figures
 
-    def settle(self, works: list[Work], timeout: float = 300) -> None:
-        """Wait until every stream has nothing left that needs it; say what is stuck if not."""
-        deadline = time.monotonic() + timeout
+    def settle(self, works: list[Work], timeout: float = 300, limit: float = 1800) -> None:
+        """Wait until every stream has nothing left that needs it; say what is stuck if not.
+
+        Stuck means no progress for ``timeout`` s (what is left, or what the queue
+        has finished, did not change), not a slow machine: under a load of 18 the
+        queue drained a backlog of answers at 5-37 s an action, and the last
+        question settled a minute after a fixed 300 s.  ``limit`` bounds the whole wait."""
+        started = time.monotonic()
+        progress, deadline = None, started + timeout
         while True:
             left = {w.name: w.unsettled() for w in works if not w.error}
             if not any(left.values()):
                 return
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            seen = (left, self._finished_count())
+            if seen != progress:
+                progress, deadline = seen, now + timeout
+            if now > deadline or now - started > limit:
                 stuck = [f"{name}: {line}" for name, lines in left.items() for line in lines]
-                raise AssertionError(f"stuck: the work started did not finish within {timeout}s:\n"
-                                     + "\n".join(stuck[:40]))
+                raise AssertionError(f"stuck: the work started did not finish (no progress for {timeout}s, "
+                                     f"{now - started:.0f}s in all):\n" + "\n".join(stuck[:40]))
             time.sleep(1.0)
+
+    def _finished_count(self) -> int:
+        return self.store.actions.table.count_rows(filters.in_words("status", ANSWERED, ACTION_STATUSES))
 
     def finished_actions(self, timeout: float = 240) -> list[dict]:
         def all_finished():
