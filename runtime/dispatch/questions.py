@@ -155,10 +155,27 @@ class QuestionDesk:
         current = await asyncio.to_thread(self.store.tool_calls.get, row["id"])
         if current is None or current["status"] != "waiting_result":
             return
+        queued = await asyncio.to_thread(self._time_out_queued, row)
+        if queued is not None:  # armed again by a restart before the queue reached it
+            log.info("question %s of session %s timed out; its action %s is queued already", row["id"],
+                     row["session_id"], queued["id"])
+            return
         action = await asyncio.to_thread(
             self.store.actions.enqueue, "answer", agent_id=row["agent_id"], session_id=row["session_id"],
             payload={"tool_call_id": row["id"], "timed_out": True})
         log.info("question %s of session %s timed out; action %s", row["id"], row["session_id"], action["id"])
+
+    def _time_out_queued(self, row: dict) -> dict | None:
+        """The time-out action of this question still in the queue, if any.  Each
+        restart arms the timer again; with a backlog (a loaded worker restarted
+        again and again) every one of them queued another, and the backlog grew."""
+        for status in ("pending", "processing"):
+            for action in self.store.actions.search(session_id=row["session_id"], type="answer", status=status,
+                                                    limit=1000):
+                payload = action.get("payload") or {}
+                if payload.get("tool_call_id") == row["id"] and payload.get("timed_out") is True:
+                    return action
+        return None
 
     # ---- the answer action --------------------------------------------------
 

@@ -97,3 +97,29 @@ def test_answers_choices_and_timeouts_as_the_model_sees_them():
     assert out["status"] == "failed" and out["error"].startswith("unanswered:")
     assert ask_user.deadline({"args": {"question": "no timeout"}, "created_at": "2026-01-01T00:00:00Z"}) is None
     assert ask_user.parse_args({"question": "  "}) is None and ask_user.parse_args({"question": "x", "y": 1}) is None
+
+
+def test_a_timeout_armed_again_by_a_restart_queues_no_second_action(tmp_path):
+    """Each restart arms a question's timer again; one that fires while the
+    first life's time-out action still waits in the queue adds none (a loaded
+    worker restarted ten times queued ten per question).  Once that action has
+    been applied and the question is still open, a new one is queued."""
+    store = Store(str(tmp_path / "db"))
+    question = row("01QUESTIONCALL0000000000001", "S1", "A1", timeout_s=1)
+    question["created_at"] = datetime(2026, 1, 1, tzinfo=timezone.utc)  # long past its deadline
+    store.tool_calls.save([{**question, "seq": 0, "call_id": None, "result": None, "error": None, "attempts": 0,
+                            "started_at": None, "finished_at": None, "duration_ms": None, "usage": None,
+                            "decided_by": None}])
+
+    def time_outs():
+        return [a for a in store.actions.search(session_id="S1", type="answer")
+                if (a.get("payload") or {}).get("timed_out")]
+
+    for _life in range(3):  # the first life and two restarts
+        desk = QuestionDesk(store, Sessions(), controls=None)
+        asyncio.run(desk._expire(question, ask_user.deadline(question)))
+    assert len(time_outs()) == 1
+    (first,) = time_outs()
+    store.actions.finish(first["id"], ok=True)  # applied (say a control that did not close it)
+    asyncio.run(QuestionDesk(store, Sessions(), controls=None)._expire(question, ask_user.deadline(question)))
+    assert len(time_outs()) == 2
