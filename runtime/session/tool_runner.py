@@ -525,6 +525,11 @@ class ToolPhase:
         the session was stopped first."""
         try:
             while True:
+                # Cleared before the rows are looked at, not in the wait: a control
+                # delivered while this loop awaits (the status save just below)
+                # must still wake the wait (cleared there, an approval was missed
+                # and its call stayed pending).
+                self.changed.clear()
                 self._start_pending()
                 if self.agent.stop_requested:
                     if self._destroyed():
@@ -586,7 +591,6 @@ class ToolPhase:
         self.rows[ended["id"]] = ended
 
     async def _wait_for_change(self) -> None:
-        self.changed.clear()
         waiters = {asyncio.ensure_future(self.changed.wait())}
         if not self.agent.stop_requested:  # once stopping, only the running tools are waited for
             waiters.add(asyncio.ensure_future(self.agent.stopped()))

@@ -345,3 +345,34 @@ def test_calls_planned_again_after_a_crash_keep_their_seq(store):
     assert [r["status"] for r in results] == ["unknown", "success", "unknown"]
     rows = sorted(rows_of(store, agent), key=lambda r: r["seq"])
     assert [(r["seq"], r["call_id"]) for r in rows] == [(0, "c0"), (1, "c1"), (2, "c2")]
+
+
+def test_an_approval_delivered_while_the_phase_saves_its_status_is_not_missed(store):
+    """The phase's loop awaits the session's status save (``reflect_waiting``)
+    between looking at its rows and waiting for a change.  An approval delivered
+    during that await set the change signal, which the wait then cleared: the
+    approved call stayed ``pending`` and nothing ran it (the long kill loop
+    ended with sessions stuck so; whether this was their cause is not known)."""
+    tools = Tools(store)
+    runner = ToolRunner(tools.registry, Persistence(store))
+    agent = Agent(["once"])
+    agent.config = SessionConfig.model_validate({"tools": ["once"], "approve": ["once"], "tool_concurrency": 4})
+    step = step_with(store, agent, ["once"])
+
+    async def scenario():
+        phase = ToolPhase(runner, agent, step)
+        approved = []
+
+        async def reflect_waiting(reason):  # the approval arrives while the status is being saved
+            if reason == "approval" and not approved:
+                row = next(iter(phase.rows.values()))
+                approved.append(row["id"])
+                phase.deliver(dict(row, status="pending", decided_by="approve-1"))
+            await asyncio.sleep(0)
+        agent.reflect_waiting = reflect_waiting
+        await phase.load(fresh=True)
+        return await asyncio.wait_for(phase.run(), timeout=30)
+
+    results = asyncio.run(scenario())
+    assert [(r["name"], r["status"]) for r in results] == [("once", "success")]
+    assert tools.runs == {"once": 1}
