@@ -85,6 +85,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.created_at = _as_datetime(snapshot.get("created_at"))
         self.owner = owner or snapshot.get("owner")
         self.lost = False  # another worker adopted it: this object saves nothing more (runtime/base/fence.py)
+        self.crashed = False  # its runner crashed: the worker starts it again (runtime/worker/revival.py)
         self.step_started_at: datetime | None = None  # set while a long step is in flight
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
@@ -293,17 +294,25 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             raise
         except SessionLost:  # another worker adopted it: write nothing more (runtime/base/fence.py)
             return
-        except Exception as exc:  # storage failed under us: record it if we still can
+        except Exception as exc:  # the store failed under it: the worker starts it again from its record
             log.exception("session %s runner crashed agent=%s", self.session_id, self.agent_id)
             self.last_error = f"runner: {type(exc).__name__}: {exc}"
-            try:
-                await self.flush_saves()
-            except Exception:
-                pass  # the same failure, most likely; it was logged above
-            try:
-                await self.set_status("error", "runner")
-            except Exception:
-                log.exception("session %s could not record its error", self.session_id)
+            self.crashed = True  # runtime/worker/revival.py
+
+    async def record_crash(self) -> bool:
+        """End the session in ``error``: its runner crashed again and again
+        (runtime/worker/revival.py).  Whether the error was recorded."""
+        try:
+            await self.flush_saves()
+        except Exception:
+            pass  # the failure that crashed it, most likely; it was logged then
+        try:
+            await self.set_status("error", "runner")
+        except Exception:
+            log.exception("session %s could not record its error", self.session_id)
+            return False
+        self.crashed = False
+        return True
 
     async def _woken(self) -> bool:
         """Whether to run again once the loop ended: a replay whose recording

@@ -34,6 +34,10 @@ class SessionRegistry:
     def running(self) -> list[SessionAgent]:
         return [a for a in self.sessions.values() if a.runner is not None and not a.runner.done()]
 
+    def crashed(self) -> list[SessionAgent]:
+        """The sessions whose runner crashed (runtime/worker/revival.py starts them again)."""
+        return [a for a in list(self.sessions.values()) if a.crashed]
+
     def unfinished_ids(self) -> list[str]:
         """The sessions held here that have not finished (what the fence reasserts)."""
         return [a.session_id for a in list(self.sessions.values()) if not a.finished]

@@ -38,6 +38,7 @@ from runtime.base.fanout import Observers
 from runtime.base.fence import Fence
 from runtime.session.live_sessions import SessionRegistry
 from runtime.worker.monitor import HealthMonitor
+from runtime.worker.revival import Revivals
 from runtime.base.persistence import Persistence
 from runtime.session.agent import SessionAgent, SessionFactory
 from runtime.session.tool_runner import ToolRunner
@@ -77,6 +78,7 @@ class AgentService:
                                       heartbeat_s=session_heartbeat_s)
         self.fence = Fence(self.worker_id, self.persist, self.sessions, dead_after_s)
         self.persist.fence = self.fence
+        self.revivals = Revivals(self.sessions, self.fence)
         # What each action type does: runtime/dispatch/actions.py
         self.actions = ActionTable(self.sessions, monikers, self.factory, store, destroy_grace_s=destroy_grace_s)
         self.dispatcher = Dispatcher(self.persist, self.actions.apply, worker_id=self.worker_id,
@@ -131,10 +133,14 @@ class AgentService:
         (a sub-agent's result, a resume after error), so its actions go through
         the store's view of who runs it."""
         agent = self.sessions.get(session_id)
-        return agent if agent is not None and not agent.finished else None
+        # One whose runner crashed is taken back from its record at the next
+        # adoption round: its actions wait for that (runtime/worker/revival.py).
+        return agent if agent is not None and not agent.finished and not agent.crashed else None
 
     async def adopt(self) -> int:
-        """Release dead workers' claims and take over sessions nobody alive runs."""
+        """Release dead workers' claims and take over sessions nobody alive runs,
+        this worker's own whose runner crashed among them (runtime/worker/revival.py)."""
+        await self.revivals.revive_crashed()
         alive = await self.persist.alive_workers(self.dead_after_s) | {self.worker_id}
         dead = await self.persist.claimants() - alive
         if dead and (released := await self.persist.release_claims_of(dead)):
