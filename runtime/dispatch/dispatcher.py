@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runtime.dispatcher")
 
+MAX_QUEUE_RETRY_S = 5.0  # the longest pause of a lane whose action the queue could not record
+
 # Set while an action's handler runs: the sessions of its poll batch found in
 # the store (one query for the batch instead of one per create), or None when
 # the batch had nothing to look up.
@@ -292,23 +294,30 @@ class Dispatcher:
         action = claimed.action
         action_id = action["id"]
         started = time.perf_counter()
-        try:
-            if not await self._still_claimed(claimed):
+        pause = self.retry_after_s
+        while True:
+            try:
+                if not await self._still_claimed(claimed):
+                    self.in_flight.discard(action_id)
+                    return
+                ok, error = await self._attempts(claimed)
+                break
+            except SessionLost:  # adopted by another worker meanwhile: its action now
+                log.warning("action %s left to the new owner of session %s", action_id, action.get("session_id"))
                 self.in_flight.discard(action_id)
                 return
-            ok, error = await self._attempts(claimed)
-        except SessionLost:  # adopted by another worker meanwhile: its action now
-            log.warning("action %s left to the new owner of session %s", action_id, action.get("session_id"))
-            self.in_flight.discard(action_id)
-            return
-        except asyncio.CancelledError:
-            raise  # shutting down: the lease will hand the action back
-        except Exception:  # the queue could not record an attempt: untried, it must not fail
-            log.exception("action %s (%s) could not be attempted (its attempt was not recorded); its lease "
-                          "will hand it back agent=%s session=%s", action_id, action.get("type"),
-                          action.get("agent_id"), action.get("session_id"))
-            self.in_flight.discard(action_id)
-            return
+            except asyncio.CancelledError:
+                raise  # shutting down: the lease will hand the action back
+            except Exception:
+                # The queue could not record an attempt (the store is failing): untried, it
+                # must not fail, and the session's later actions must not overtake it (left to
+                # its lease, it was applied after a pause accepted later), so its lane waits
+                # and tries again.  Another worker that took it meanwhile wins (_still_claimed).
+                log.exception("action %s (%s) could not be attempted (the queue did not record it); its lane "
+                              "tries again in %.1f s agent=%s session=%s", action_id, action.get("type"), pause,
+                              action.get("agent_id"), action.get("session_id"))
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_QUEUE_RETRY_S)
         try:
             if not await self._still_claimed(claimed):
                 return

@@ -180,10 +180,12 @@ def test_an_action_whose_attempts_never_ended_but_took_effect_is_done_not_parked
     assert parked["status"] == "failed" and parked["error"].startswith("parked after 5 attempts: #1 started alone by w0")
 
 
-def test_an_action_whose_attempt_could_not_be_recorded_is_not_failed(store):
-    """The queue refused to record the start (storage failing): the handler
-    must not run, and the action is left to its lease, not failed untried."""
-    (first, second) = backlog(store, 2)
+def test_an_action_whose_attempt_could_not_be_recorded_is_not_failed_nor_overtaken(store):
+    """The queue refused to record the start (storage failing): the handler must
+    not run, the action is not failed untried, and the session's later actions
+    wait behind it (left to its lease, it was applied after a pause accepted
+    later): its lane tries again until the queue records it."""
+    (first, second, third) = backlog(store, 3)
     ran = []
 
     async def handle(action):
@@ -191,16 +193,23 @@ def test_an_action_whose_attempt_could_not_be_recorded_is_not_failed(store):
 
     async def main():
         persist = Persistence(store)
+        start_attempt, refusals = persist.start_attempt, []
 
-        async def refused(action_id, worker_id, alone=False):
-            raise OSError("the store went away")
+        async def refused_twice(action_id, worker_id, alone=False):
+            if action_id == second and len(refusals) < 2:
+                refusals.append(action_id)
+                raise OSError("the store went away")
+            return await start_attempt(action_id, worker_id, alone)
 
-        persist.start_attempt = refused  # the second's start is its own commit (the first's rides on the claim)
-        dispatcher = Dispatcher(persist, handle, worker_id="w")
+        persist.start_attempt = refused_twice  # the second's start is its own commit (the first's rides on the claim)
+        dispatcher = Dispatcher(persist, handle, worker_id="w", retry_after_s=0.05)
         await dispatcher.poll_once()
-        await until(lambda: finished(store, first) and not dispatcher.in_flight, what="the lane to end")
+        await until(lambda: all(finished(store, i) for i in (first, second, third)) and not dispatcher.in_flight,
+                    timeout=60, what="the lane to end")
+        return refusals
 
-    asyncio.run(main())
-    assert ran == [first]
-    left = store.actions.get(second)
-    assert (left["status"], left["attempts"], left["claimed_by"]) == ("processing", 0, "w"), left
+    assert asyncio.run(main()) == [second, second]
+    assert ran == [first, second, third]
+    for action_id in (first, second, third):
+        done = store.actions.get(action_id)
+        assert (done["status"], done["attempts"]) == ("done", 1), done
