@@ -95,25 +95,61 @@ class SeaweedProc(Proc):
     process (no children to reap).
     """
 
-    def __init__(self, name: str, argv: list[str], log_dir: str, sockets: list[str]):
+    def __init__(self, name: str, argv: list[str], log_dir: str, sockets: list[str], endpoint: str,
+                 filer_port: int):
         super().__init__(name, argv, log_dir)
-        self.sockets = sockets
+        self.argv, self.log_dir, self.sockets = argv, log_dir, sockets
+        self.endpoint, self.filer_port = endpoint, filer_port
+        self.starts = 1
 
     def stop(self, timeout: float = 3) -> int | None:
         try:
             return super().stop(timeout=timeout)
         finally:
-            for path in self.sockets:
-                try:
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
+            self._remove_sockets()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash of the machine's S3 server would end it."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self._remove_sockets()
+
+    def start_again(self) -> None:
+        """The same server (ports, data) started again, once it takes writes."""
+        self.starts += 1
+        self.log_path = os.path.join(self.log_dir, f"{self.name}.{self.starts}.log")
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.wait_writable()
+
+    def wait_writable(self) -> None:
+        try:
+            # Buckets are created through the filer: only once it listens (before, a
+            # create can fail or hang). The probe then writes an object, which needs
+            # the volume server registered with the master.
+            wait_for(lambda: _listens(self.filer_port) or _exited(self), timeout=120, interval=0.2,
+                     what="SeaweedFS's filer to listen")
+            wait_for(lambda: _s3_writable(self.endpoint) or _exited(self), timeout=120, interval=0.2,
+                     what="SeaweedFS's S3 gateway to take a write")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"weed server exited with {self.proc.returncode}\n{self.log()}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _remove_sockets(self) -> None:
+        for path in self.sockets:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
 
 
 def seaweedfs_s3(log_dir: str) -> tuple[SeaweedProc, str]:
     """SeaweedFS (``weed server``: master, volume server, filer and S3 gateway in
     one process) on 127.0.0.1 with its data under ``log_dir``; returns it and its
-    S3 endpoint URL once a bucket can be created and written to.
+    S3 endpoint URL once a bucket can be created and written to.  ``kill()`` and
+    ``start_again()`` crash and restart it on the same ports and data.
 
     Every port is a free one, the gRPC ones too (they default to port + 10000,
     which may be taken); the Iceberg and Lance catalog ports it opens by default
@@ -138,21 +174,9 @@ def seaweedfs_s3(log_dir: str) -> tuple[SeaweedProc, str]:
             "-master.telemetry=false"]
     sockets = [f"/tmp/seaweedfs-{role.replace('.', '-')}-{port}.sock" for role, port in ports.items()
                if role.endswith(".grpc")] + [f"/tmp/seaweedfs-{role}-{ports[role]}.sock" for role in ("filer", "s3")]
-    proc = SeaweedProc("seaweedfs", argv, log_dir, sockets)
     endpoint = f"http://127.0.0.1:{ports['s3']}"
-    try:
-        # Buckets are created through the filer: only once it listens (before, a
-        # create can fail or hang). The probe then writes an object, which needs
-        # the volume server registered with the master.
-        wait_for(lambda: _listens(ports["filer"]) or _exited(proc), timeout=120, interval=0.2,
-                 what="SeaweedFS's filer to listen")
-        wait_for(lambda: _s3_writable(endpoint) or _exited(proc), timeout=120, interval=0.2,
-                 what="SeaweedFS's S3 gateway to take a write")
-        if proc.proc.poll() is not None:
-            raise AssertionError(f"weed server exited with {proc.proc.returncode}\n{proc.log()}")
-    except BaseException:
-        proc.stop()
-        raise
+    proc = SeaweedProc("seaweedfs", argv, log_dir, sockets, endpoint, ports["filer"])
+    proc.wait_writable()
     return proc, endpoint
 
 

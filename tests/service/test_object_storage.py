@@ -24,9 +24,10 @@ import time
 import uuid
 
 import pytest
+import requests
 
 from store import Store
-from tests.chaos_client import (ControlStream, assert_actions_match_model, assert_applied_in_order,
+from tests.chaos_client import (ControlStream, Sent, assert_actions_match_model, assert_applied_in_order,
                                 assert_contiguous, delivered, model, wait_actions_finished, wait_new_steps)
 from tests.harness import Service, wait_for
 from tests.servers import s3_client, seaweedfs_s3
@@ -57,6 +58,7 @@ def service(tmp_path_factory):
         env = {**S3_ENV, "AGENTSVC_DB_URI": uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(options)}
         svc = Service(str(root / "data"), str(root / "logs"), env=env)
         svc.s3 = (uri, options)
+        svc.seaweedfs = seaweedfs
         yield svc
         svc.stop()
     finally:
@@ -194,3 +196,89 @@ def test_kill_9_and_restart_under_controls_on_object_storage(service, monkeypatc
                 assert used == 1, f"guidance of {s.action_id} never reached a step of running session {sid}"
             elif m.status == "paused":
                 assert used == 1 or s.action_id in pending, f"guidance of {s.action_id} lost in {sid}"
+
+
+class RetryingControlStream(ControlStream):
+    """What a careful client does while the service's object store is down: a
+    POST that got no answer, or a 5xx, is sent again with the same
+    ``Idempotency-Key`` until it gets a real answer (api/idempotency.py), so a
+    control is accepted once however many tries it took.  Only controls over
+    HTTP (the inbox items of the plain stream go straight to the store)."""
+
+    WEIGHTS = {verb: weight for verb, weight in ControlStream.WEIGHTS.items() if verb != "inbox"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retries = 0
+
+    def send_one(self) -> None:
+        agent = self.rng.choice(self.agents)
+        verb = ("destroy" if self.attempted in self.destroy_at
+                else self.rng.choices(list(self.WEIGHTS), list(self.WEIGHTS.values()))[0])
+        self.attempted += 1
+        body, guidance = {"session_id": agent["session_id"]}, None
+        if verb == "interrupt":
+            guidance = body["guidance"] = f"tell jokes about topic-{len(self.sent)}-{self.rng.randrange(10**6)}"
+        key, deadline = uuid.uuid4().hex, time.monotonic() + 600
+        while True:
+            try:
+                r = self.http.post(f"{self.url}/api/agents/{agent['agent_id']}/{verb}", json=body,
+                                   headers={"Idempotency-Key": key}, timeout=60)
+                if r.status_code < 500:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, f"{verb} of {agent['session_id']} got no answer for 600 s"
+            self.retries += 1
+            self.stopping.wait(0.5)
+        if r.status_code == 202:
+            self.sent.append(Sent(agent["agent_id"], agent["session_id"], verb, r.json()["action_id"], guidance))
+        else:
+            self.refused.append((verb, r.status_code, r.text[:200]))
+
+
+def test_the_s3_server_killed_and_restarted_under_controls_loses_nothing(service):
+    """The object store itself crashes: SeaweedFS killed with SIGKILL twice, down
+    for a moment each time, then started again on the same data, while four
+    sessions step and a client sends controls (retrying, with its
+    Idempotency-Key, those that got no answer).  Then every accepted control
+    ends as the model of its session says, in the order accepted, once; the
+    sessions go on stepping (none is left in error by a write the outage
+    failed); iterations stay 0..n; each guidance reaches one step."""
+    svc = service
+    svc.agents_args = ["--worker-id", "s3-worker", "--dead-after", "10", "--watch-interval", "0.1"]
+    svc.start()
+    rng = random.Random(SEED + 7)
+    agents = [svc.create("echo", f"thing {i}", config={"interval_s": round(rng.uniform(0.05, 0.2), 3)})
+              for i in range(4)]
+    for a in agents:
+        svc.wait_steps(a["session_id"], 1, timeout=60)
+    stream = RetryingControlStream(svc, agents, seed=SEED + 8, gap_s=(0.05, 0.3))
+    stream.start()
+    try:
+        for _ in range(2):
+            time.sleep(rng.uniform(1.0, 3.0))
+            svc.seaweedfs.kill()
+            time.sleep(rng.uniform(0.5, 2.0))  # controls keep coming while the store is gone
+            svc.seaweedfs.start_again()
+        time.sleep(2.0)
+    finally:
+        sent = stream.stop()
+    assert not stream.refused, f"app.py refused controls it should have accepted: {stream.refused[:5]}"
+    assert any(s.verb == "interrupt" for s in sent)
+    print(f"s3 outage: {len(sent)} controls accepted, {stream.retries} tries sent again")
+
+    actions = wait_actions_finished(svc, [s.action_id for s in sent], timeout=180 + 0.5 * len(sent))
+    models = model([a["session_id"] for a in agents], sent)
+    assert_actions_match_model(actions, models)
+    assert_applied_in_order(actions, sent)
+    for sid, m in models.items():
+        svc.wait_status(sid, m.status, timeout=120)
+    running = [sid for sid, m in models.items() if m.status == "running"]
+    wait_new_steps(svc, running, n=2, timeout=120)
+    for sid in models:
+        steps = svc.steps(sid)
+        assert_contiguous(steps, f"session {sid}")
+        for s in sent:
+            if s.session_id == sid and s.verb == "interrupt" and actions[s.action_id]["status"] == "done":
+                assert delivered(steps, s.action_id) <= 1, f"guidance of {s.action_id} reached several steps"
