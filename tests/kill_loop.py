@@ -536,15 +536,18 @@ class KillLoop:
 
     def until_sent(self, path: str, body: dict, expect: int = 202, timeout: float = 180) -> dict:
         """POST an idempotent request until app.py answers it (it may be down)."""
-        deadline = time.monotonic() + timeout
+        deadline, retried = time.monotonic() + timeout, False
         while True:
             try:
                 r = self.http.post(path, body)
             except (Unreachable, Ambiguous):
                 if time.monotonic() > deadline:
                     raise AssertionError(f"app.py did not take {path} for {timeout}s") from None
+                retried = True
                 time.sleep(0.2)
                 continue
+            if retried and r.status_code == 200 and (r.json() or {}).get("existing"):
+                return r.json()  # a create the try cut short had queued: the retry names it, as documented
             assert r.status_code == expect, (path, r.status_code, r.text)
             return r.json()
 
