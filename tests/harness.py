@@ -22,8 +22,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate, timeout: float = 45.0, interval: float = 0.05, what: str = "condition"):
-    """Poll ``predicate`` until it returns something truthy; return that value."""
+def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; return that value.
+    The deadline is generous by default: the suite must pass beside a build or a
+    soak (a load of 15 on two cores), and a deadline only costs time when it fails."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -177,7 +179,7 @@ class Service:
                 return out
             offset += 1000
 
-    def wait_steps(self, session_id: str, n: int, timeout: float = 60.0, interval: float = 0.05) -> list[dict]:
+    def wait_steps(self, session_id: str, n: int, timeout: float = 180.0, interval: float = 0.05) -> list[dict]:
         return wait_for(lambda: (s := self.steps(session_id)) and len(s) >= n and s, timeout=timeout,
                         interval=interval, what=f"{n} steps of session {session_id}")
 
@@ -200,7 +202,7 @@ class Service:
                 count, since = now, time.monotonic()
         return count
 
-    def wait_status(self, session_id: str, *statuses: str, timeout: float = 60.0) -> dict:
+    def wait_status(self, session_id: str, *statuses: str, timeout: float = 180.0) -> dict:
         return wait_for(lambda: (s := self.session(session_id)).get("status") in statuses and s,
                         timeout=timeout, what=f"session {session_id} to be {statuses}")
 

@@ -126,6 +126,8 @@ async def add_run(args: AddArgs, ctx: ToolContext) -> dict:
 class SleepCountArgs(Strict):
     seconds: float = Field(0.0, ge=0, le=600)
     key: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="name of the counter file")
+    then_seconds: float | None = Field(None, ge=0, le=600,
+                                       description="how long the executions after the first sleep (default: seconds)")
 
 
 def count_file(key: str) -> str:
@@ -156,8 +158,10 @@ def _append_line(path: str, line: str) -> None:
 async def sleep_count_run(args: SleepCountArgs, ctx: ToolContext) -> dict:
     path = count_file(args.key)
     await asyncio.to_thread(_append_line, path, f"{ctx.tool_call_id} attempt={ctx.attempt}\n")
-    await asyncio.sleep(args.seconds)
-    return {"slept": args.seconds, "executions": read_count(os.path.dirname(path), args.key)}
+    executions = read_count(os.path.dirname(path), args.key)
+    seconds = args.seconds if executions == 1 or args.then_seconds is None else args.then_seconds
+    await asyncio.sleep(seconds)
+    return {"slept": seconds, "executions": executions}
 
 
 class FailArgs(Strict):

@@ -223,7 +223,10 @@ def test_a_tool_running_when_its_worker_dies_is_unknown_unless_idempotent(servic
     svc = service
     once = scripted(svc, [{"tool_calls": [{"id": "k", "name": "sleep_count", "args": {"seconds": 60, "key": "once"}}]},
                           {"text": "after"}, {"done": True}], tools=["sleep_count"])
-    again = scripted(svc, [{"tool_calls": [{"name": "sleep_count_idempotent", "args": {"seconds": 2, "key": "again"}}]},
+    # Still running when the kill comes however slow the machine (it slept 2 s, and a loaded
+    # run killed after it ended); its second execution, after the restart, is quick.
+    again = scripted(svc, [{"tool_calls": [{"name": "sleep_count_idempotent",
+                                            "args": {"seconds": 120, "then_seconds": 1, "key": "again"}}]},
                            {"done": True}], tools=["sleep_count_idempotent"])
     timer = scripted(svc, [{"tool_calls": [{"name": "wait", "args": {"seconds": 3}}]}, {"done": True}],
                      tools=["wait"])

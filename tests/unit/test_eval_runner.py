@@ -4,13 +4,13 @@ crash or a second worker could break: the concurrency cap, one create per
 replay, one score row per (session, scorer), one worker driving a run, and a
 dead worker's run taken over when its lease runs out."""
 import asyncio
-import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from evals.scorers import builtin_registry
 from runtime.record.eval_runner import EvalRunner
-from store import Store
+from store import Store, filters
 from store.codec import utcnow
 
 SCORERS = ["final_equal", "steps"]
@@ -102,7 +102,9 @@ def test_a_failed_create_fails_its_session_only(store):
 
 def test_one_worker_drives_a_run_until_its_lease_runs_out(store):
     run = make_run(store, n=2, concurrency=1)
-    a = EvalRunner(store, builtin_registry(), worker_id="worker-a", lease_s=0.5)
+    # a's lease is long enough to hold on a loaded machine (0.5 s ran out between two
+    # rounds there); it runs out below by being moved into the past, as time would.
+    a = EvalRunner(store, builtin_registry(), worker_id="worker-a", lease_s=120)
     b = EvalRunner(store, builtin_registry(), worker_id="worker-b", lease_s=30)
     asyncio.run(a.round())
     asyncio.run(b.round())
@@ -110,7 +112,8 @@ def test_one_worker_drives_a_run_until_its_lease_runs_out(store):
     snapshot(store, "rep-0")
     asyncio.run(b.round())  # a holds it: b scores nothing
     assert store.evals.scores_of([run["id"]]) == []
-    time.sleep(0.6)  # a died: its lease runs out
+    store.writer.update("eval_runs", filters.eq_id("id", run["id"]),  # a died: its lease runs out
+                        {"lease_until": datetime.now(timezone.utc) - timedelta(seconds=1)})
     asyncio.run(b.round())
     assert store.evals.get_run(run["id"])["owner"] == "worker-b"
     assert statuses(store, run["id"]) == ["scored", "enqueued"] and creates(store) == ["rep-0", "rep-1"]

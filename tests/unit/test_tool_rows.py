@@ -15,7 +15,7 @@ from ulid import ULID
 from domain.session_config import SessionConfig
 from runtime.base.fanout import Observers
 from runtime.base.persistence import Persistence
-from runtime.session import intercept
+from runtime.session import intercept, tool_runner
 from runtime.session.tool_runner import ToolPhase, ToolRunner
 from store import Store
 from tools.tool import Tool
@@ -170,7 +170,11 @@ def test_a_crash_while_tools_run_reruns_the_idempotent_and_reports_the_other_unk
     assert rows["slow"]["attempts"] == 2 and rows["slow"]["status"] == "success"
 
 
-def test_a_crash_before_an_idempotent_calls_first_row_runs_it_again(store):
+def test_a_crash_before_an_idempotent_calls_first_row_runs_it_again(store, monkeypatch):
+    # Its running row (for readers) would be written after RUNNING_ROW_AFTER_S: under
+    # load the other call's rows took longer than that to land, and the crash came
+    # after the row this case is about the absence of (a failure of a loaded run).
+    monkeypatch.setattr(tool_runner, "RUNNING_ROW_AFTER_S", 600.0)
     tools = Tools(store)
     runner = ToolRunner(tools.registry, Persistence(store))
     agent = Agent(["slow", "once"])
