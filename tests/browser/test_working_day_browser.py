@@ -18,6 +18,7 @@ import pytest
 
 from tests.browsing import scan
 from tests.harness import wait_for
+from tests.subagent_api import spawned_ids
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
 
@@ -59,3 +60,79 @@ def test_a_question_s_deadline_to_come_reads_in_so_many_hours(page, shared_servi
     expect(head).to_contain_text(re.compile(r"asked (just now|\d+ (seconds?|minutes?) ago)"))
     assert "ago" not in head.locator(".hint", has_text="answers itself").text_content()
     assert "-" not in head.text_content()
+
+
+# ---- item 9: words and controls that say what is true ------------------------------
+
+def test_a_session_not_started_yet_offers_no_resume_and_says_why(page, shared_service):
+    """Between a create's acceptance and its start the API shows the session as
+    ``pending`` (api/sessions.py pending_snapshot): Resume cannot apply, so it is
+    off with the reason (it was offered).  A pending session lasts only until
+    the service applies its create, so the page is shown one: the session's read
+    answers what the API answers for a queued create, on a real session."""
+    expect = playwright_api.expect
+    svc = shared_service
+    made = svc.create("countdown", name="Starter", config={"n": 1, "interval_s": 0})
+    sid = made["session_id"]
+    svc.wait_status(sid, "done", timeout=90)
+
+    def as_pending(route):
+        real = route.fetch().json()
+        route.fulfill(json={**real, "status": "pending", "status_reason": None, "iteration": -1, "usage": None,
+                            "result": None})
+    page.route(lambda url: url.split("?")[0].endswith(f"/api/sessions/{sid}"), as_pending)
+    page.goto(f"{svc.url}/#/session/{sid}")
+    expect(page.get_by_test_id("session-status")).to_have_text("pending", timeout=LONG_MS)
+    expect(page.get_by_test_id("btn-resume")).to_be_disabled()
+    expect(page.get_by_test_id("btn-pause")).to_be_disabled()
+    expect(page.get_by_test_id("controls-why")).to_contain_text("Resume is off: it has not started yet.")
+
+
+def test_a_resumed_session_reads_resumed_by_you(page, shared_service):
+    """A session resumed by a person is running with reason ``user``: the page
+    and the agents list say "resumed by you" (they said "running by you")."""
+    expect = playwright_api.expect
+    svc = shared_service
+    made = svc.create("countdown", name="Resumer", config={"n": 10_000, "interval_s": 0.5})
+    sid, agent = made["session_id"], made["agent_id"]
+    svc.wait_status(sid, "running", timeout=90)
+    svc.control(agent, "pause")
+    svc.wait_status(sid, "paused", timeout=90)
+    svc.control(agent, "resume")
+    assert svc.wait_status(sid, "running", timeout=90)["status_reason"] == "user"
+    try:
+        page.goto(f"{svc.url}/#/session/{sid}")
+        expect(page.get_by_test_id("session-reason")).to_have_text("resumed by you", timeout=LONG_MS)
+        page.goto(f"{svc.url}/#/?q=Resumer")
+        row = page.locator(f"[data-testid=agent-row][data-agent='{agent}']")
+        expect(row.locator("td[data-label=Status]")).to_contain_text("resumed by you", timeout=LONG_MS)
+        assert "running by you" not in row.text_content()
+    finally:
+        svc.control(agent, "destroy")
+
+
+def test_a_sub_agent_names_its_parent_by_name_not_by_id(page, shared_service):
+    """The session page's tree says "Parent: Planner Prime" (it said "Parent:
+    session 5N7NVH30"), and the agents list says "sub-agent of Planner Prime"
+    also when the parent's row is not on the page (it said "sub-agent of
+    T2VAYYQR")."""
+    expect = playwright_api.expect
+    svc = shared_service
+    made = svc.create("scripted", task="delegate", name="Planner Prime", config={
+        "interval_s": 0, "tools": ["spawn_agent", "message_agent", "wait"], "frames": [
+            {"text": "spawning", "tool_calls": [{"name": "spawn_agent", "args": {
+                "task": "look", "moniker": "scripted", "name": "Scout Kid",
+                "config": {"interval_s": 0, "frames": [{"text": "seen", "done": True}]}}}]},
+            {"text": "spawned", "done": True}]})
+    (child,) = spawned_ids(svc, made["session_id"], 1)
+    child_agent = svc.session(child)["agent_id"]
+    page.goto(f"{svc.url}/#/session/{child}")
+    up = page.get_by_test_id("tree-parent-link")
+    expect(up).to_have_text("Planner Prime", timeout=LONG_MS)
+    assert up.get_attribute("href") == f"#/session/{made['session_id']}"
+
+    page.goto(f"{svc.url}/#/?q=Scout%20Kid")  # the parent's row is not on this page
+    expect(page.locator("[data-testid=agent-row]")).to_have_count(1, timeout=LONG_MS)
+    link = page.locator(f"[data-testid=agent-row][data-agent='{child_agent}'] [data-testid=agent-parent-link]")
+    expect(link).to_have_text("Planner Prime", timeout=LONG_MS)
+    assert link.get_attribute("href") == f"#/session/{made['session_id']}"

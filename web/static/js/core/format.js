@@ -76,11 +76,15 @@ export const STATUS_WORDS = {
 };
 
 export const statusWord = (status) => STATUS_WORDS[status] || status || "unknown";
-// A waiting session's reason says what it waits for ("user" there is not "by you").
+// A waiting session's reason says what it waits for ("user" there is not "by you");
+// a running one's "user" is the resume that set it going (runtime/session/agent.py
+// status_after_resume): "running by you" said nothing true.
 const WAITING_REASONS = { user: "for your answer", approval: "for an approval", tool_result: "for a tool's result" };
+const RUNNING_REASONS = { user: "resumed by you" };
 
 export const reasonWords = (reason, status) => (!reason ? ""
-  : (status === "waiting" && WAITING_REASONS[reason]) || REASONS[reason] || reason.replace(/[_:]/g, " "));
+  : (status === "waiting" && WAITING_REASONS[reason]) || (status === "running" && RUNNING_REASONS[reason])
+    || REASONS[reason] || reason.replace(/[_:]/g, " "));
 
 export function badge(status) {
   return h("span.badge." + (status || "unknown"), statusWord(status));

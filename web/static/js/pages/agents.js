@@ -287,12 +287,15 @@ function fillRow(entry, a) {
   cells.pick.checked = selection.mode === "matching" || selection.ids.has(a.agent_id);
 }
 
-// A sub-agent names its parent (by name when the parent's row is on this
-// page, else by short id) with a link to the parent's session.
+// A sub-agent names its parent as the parent's own row would (its name, or
+// its tag), from the parent's row when it is on this page, else from the
+// row's parent_name (GET /api/agents); the short id only when neither is known.
 function fillParent(cell, a) {
   const href = a.parent_session_id ? "#/session/" + a.parent_session_id : "";
   const known = a.parent_agent_id && rows.get(a.parent_agent_id);
-  const name = known ? agentLabel(known.agent) : short(a.parent_agent_id || a.parent_session_id || "");
+  const name = known ? agentLabel(known.agent)
+    : a.parent_agent_id ? agentLabel({ name: a.parent_name, agent_id: a.parent_agent_id })
+      : short(a.parent_session_id || "");
   const link = cell.querySelector("a");
   if (!href) { if (cell.firstChild) replace(cell); return; }
   if (link && link.getAttribute("href") === href && link.textContent === name) return;

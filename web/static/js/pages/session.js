@@ -246,7 +246,9 @@ function renderControls(s) {
     pause: s.status === "paused" ? "it is paused already" : s.status === "error" ? "it has failed (resume retries)"
       : finished ? "it has finished" : s.status === "pending" ? "it has not started yet" : "",
     resume: s.status === "running" ? "it is running" : finished ? "it has finished"
-      : s.status === "waiting" ? `it waits ${reasonWords(s.status_reason, s.status) || "for something"}, not paused` : "",
+      : s.status === "pending" ? "it has not started yet" : s.status === "stopping" ? "it is stopping"
+        : s.status === "waiting" ? `it waits ${reasonWords(s.status_reason, s.status) || "for something"}, not paused`
+          : "",
     destroy: finished ? "it has finished" : s.status === "stopping" ? "it is stopping" : "",
   };
   const why = [];
