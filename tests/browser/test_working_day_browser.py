@@ -136,3 +136,86 @@ def test_a_sub_agent_names_its_parent_by_name_not_by_id(page, shared_service):
     link = page.locator(f"[data-testid=agent-row][data-agent='{child_agent}'] [data-testid=agent-parent-link]")
     expect(link).to_have_text("Planner Prime", timeout=LONG_MS)
     assert link.get_attribute("href") == f"#/session/{made['session_id']}"
+
+
+# ---- item 8: the Needs-you count live, and a late answer in plain words -----------
+
+# Timers of 10 s and more never run: a count kept by polling (it was every 15 s)
+# stays as it was, and only one kept by events follows.
+NO_SLOW_TIMERS = """
+const realSetInterval = window.setInterval;
+window.setInterval = (fn, ms, ...rest) => (ms >= 10000 ? 0 : realSetInterval(fn, ms, ...rest));
+const realSetTimeout = window.setTimeout;
+window.setTimeout = (fn, ms, ...rest) => (ms >= 10000 ? 0 : realSetTimeout(fn, ms, ...rest));
+"""
+
+
+def waiting_total(svc) -> int:
+    return svc.get("/api/waiting", limit=1).json()["total"]
+
+
+def test_the_needs_you_count_on_a_session_page_follows_a_new_question_from_events(browser, shared_service):
+    """On the page of a session that asks nothing, a question another agent
+    asks shows in the nav's count without a poll (timers of 10 s and more are
+    stopped here: the old count, polled every 15 s, never moved); a question
+    answered elsewhere leaves it the same way."""
+    expect = playwright_api.expect
+    svc = shared_service
+    still = svc.create("countdown", name="Bystander", config={"n": 1, "interval_s": 0})
+    svc.wait_status(still["session_id"], "done", timeout=90)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.add_init_script(NO_SLOW_TIMERS)
+    pg = context.new_page()
+    errors = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        pg.goto(f"{svc.url}/#/session/{still['session_id']}")
+        expect(pg.get_by_test_id("live-indicator")).to_have_text("live", timeout=LONG_MS)
+        count = pg.get_by_test_id("needs-you-count")
+        before = waiting_total(svc)
+        expect(count).to_have_text(str(before), timeout=LONG_MS)
+
+        made = asking(svc, {"question": "Tea or coffee?", "choices": ["tea", "coffee"]}, name="Barista")
+        call = only_call(svc, made["session_id"], "waiting_result")
+        expect(count).to_have_text(str(before + 1), timeout=LONG_MS)
+        expect(count).to_be_visible()
+
+        r = svc.post(f"/api/sessions/{made['session_id']}/answer", json={"text": "tea", "tool_call_id": call["id"]})
+        assert r.status_code == 202, r.text
+        svc.wait_status(made["session_id"], "done", timeout=90)
+        expect(count).to_have_text(str(waiting_total(svc)), timeout=LONG_MS)
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def test_answering_a_question_answered_in_another_tab_says_so_in_plain_words(page, shared_service):
+    """A tab that has not yet heard that a question was answered elsewhere (its
+    reads of the list are held at what it last saw) offers the question; the
+    answer sent says the question was answered already, with the answer it got,
+    not "question 01M8… is success: it was answered already or timed out"."""
+    expect = playwright_api.expect
+    svc = shared_service
+    made = asking(svc, {"question": "Which city?", "choices": ["Paris", "Rome"]}, name="Traveller")
+    call = only_call(svc, made["session_id"], "waiting_result")
+    seen, held = {}, []
+
+    def stale_list(route):
+        if held:
+            return route.fulfill(json=seen[route.request.url])
+        seen[route.request.url] = route.fetch().json()
+        route.fulfill(json=seen[route.request.url])
+    page.route(lambda url: "/api/waiting" in url, stale_list)
+    page.goto(f"{svc.url}/#/needs-you")
+    card = waiting_card(page, call)
+    expect(card).to_be_visible(timeout=LONG_MS)
+
+    held.append(True)  # from now on this tab hears nothing new about what waits
+    r = svc.post(f"/api/sessions/{made['session_id']}/answer", json={"text": "Paris", "tool_call_id": call["id"]})
+    assert r.status_code == 202, r.text
+    svc.wait_status(made["session_id"], "done", timeout=90)
+    card.get_by_test_id("answer-choice").filter(has_text="Rome").click()
+    toasts = page.locator("#toasts")
+    expect(toasts).to_contain_text("This question was answered already (“Paris”), in another tab or by someone else.",
+                                   timeout=LONG_MS)
+    assert "is success" not in toasts.text_content()
