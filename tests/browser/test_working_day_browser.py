@@ -219,3 +219,72 @@ def test_answering_a_question_answered_in_another_tab_says_so_in_plain_words(pag
     expect(toasts).to_contain_text("This question was answered already (“Paris”), in another tab or by someone else.",
                                    timeout=LONG_MS)
     assert "is success" not in toasts.text_content()
+
+
+# ---- item 7: the agents table readable at 1400 px, the form reachable at 400 px ---
+
+# Every word (a run of non-spaces) in the agents table's header and cells, and
+# the lines it is drawn on: a word on two lines was broken mid-token.
+BROKEN_WORDS = """
+(table) => {
+  const broken = [];
+  for (const cell of table.querySelectorAll("th, td")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const match of node.data.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+        if (tops.size > 1) broken.push(`${match[0]} (${cell.dataset.label || cell.tagName})`);
+      }
+    }
+  }
+  return broken;
+}
+"""
+
+LONG_TASK = ("summarise the quarterly reports of every regional office, compare them with last year's numbers "
+             "and flag anything unusual for the finance team before the board meeting on Thursday")
+
+
+def test_the_agents_table_breaks_no_word_at_1400px_and_the_form_is_reachable_at_400px(browser, shared_service):
+    """At 1400 px no header or cell of the agents table breaks a word across
+    lines (it drew "Monike r", "Ste ps", "runni ng", "40 1"); at 400 px a
+    control at the top of the page takes the user to the "Start an agent"
+    form (it began some 12,000 px down), and axe stays clean at both widths."""
+    expect = playwright_api.expect
+    svc = shared_service
+    many = svc.create("countdown", LONG_TASK, name="Quarterly reports reviewer", config={"n": 150, "interval_s": 0})
+    busy = svc.create("countdown", LONG_TASK, name="Monikers review", config={"n": 100_000, "interval_s": 0.5})
+    svc.wait_status(many["session_id"], "done", timeout=120)
+    svc.wait_status(busy["session_id"], "running", timeout=90)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    try:
+        pg.goto(svc.url + "/#/")
+        rows = pg.locator("[data-testid=agent-row]")
+        expect(rows.first).to_be_visible(timeout=LONG_MS)
+        expect(pg.locator(f"[data-testid=agent-row][data-agent='{many['agent_id']}'] td[data-label=Steps]")
+               ).to_have_text("150", timeout=LONG_MS)
+        table = pg.get_by_test_id("agents-table")
+        assert table.evaluate(BROKEN_WORDS) == []
+        assert pg.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+        found = scan(pg)
+        assert not found, f"axe-core at 1400 px: {found}"
+
+        pg.set_viewport_size({"width": 400, "height": 800})
+        form = pg.get_by_test_id("create-form")
+        assert form.bounding_box()["y"] > 800, "the form is below the first screen at 400 px"
+        jump = pg.get_by_test_id("jump-to-create")
+        expect(jump).to_be_visible(timeout=LONG_MS)
+        assert jump.bounding_box()["y"] + jump.bounding_box()["height"] <= 800, "the way to the form is at the top"
+        jump.click()
+        expect(pg.locator("#create-title")).to_be_in_viewport(timeout=LONG_MS)
+        assert form.evaluate("(f) => f.contains(document.activeElement)"), "the form has the focus"
+        found = scan(pg)
+        assert not found, f"axe-core at 400 px: {found}"
+        assert pg.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+    finally:
+        context.close()
+        svc.control(busy["agent_id"], "destroy")
