@@ -288,3 +288,32 @@ def test_the_agents_table_breaks_no_word_at_1400px_and_the_form_is_reachable_at_
     finally:
         context.close()
         svc.control(busy["agent_id"], "destroy")
+
+
+# ---- item 4: the timeline on the first screen ----------------------------------
+
+def test_the_session_timeline_starts_on_the_first_screen_at_1400x900(browser, shared_service):
+    """At 1400x900 the newest step of a session's timeline is visible without
+    scrolling (the timeline began ~850 px down, below usage, record and
+    sessions); at 400 px nothing is wider than the window and axe stays clean."""
+    expect = playwright_api.expect
+    svc = shared_service
+    made = svc.create("countdown", LONG_TASK, name="Fold watcher", config={"n": 3, "interval_s": 0})
+    svc.wait_status(made["session_id"], "done", timeout=90)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    try:
+        pg.goto(f"{svc.url}/#/session/{made['session_id']}")
+        newest = pg.locator("[data-testid=steps] li.step").first
+        expect(newest).to_be_visible(timeout=LONG_MS)
+        assert pg.evaluate("window.scrollY") == 0
+        box = newest.bounding_box()
+        assert box["y"] + min(box["height"], 40) <= 900, f"the newest step starts at y={box['y']:.0f}"
+        found = scan(pg)
+        assert not found, f"axe-core at 1400 px: {found}"
+        pg.set_viewport_size({"width": 400, "height": 800})
+        assert pg.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+        found = scan(pg)
+        assert not found, f"axe-core at 400 px: {found}"
+    finally:
+        context.close()
