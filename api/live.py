@@ -4,9 +4,11 @@ delivers its events through.
 Two namespaces:
 
 - ``/`` for browsers.  A client emits ``subscribe`` with ``{"rooms": [...]}``
-  ("all", "agent:<id>", "session:<id>", "conversation:<id>") and receives
+  ("all", "agent:<id>", "session:<id>", "conversation:<id>", "needs-you") and receives
   ``agent_state``, ``agent_step``, ``conversation_message`` and ``action``
-  events as ``{id, stream, seq, epoch, data}``.  ``seq`` counts 1, 2, 3… per
+  events as ``{id, stream, seq, epoch, data}``.  "needs-you" receives only
+  ``tool_call`` events (any session's): what the dashboard's Needs-you count
+  follows on every page, without the steps of "all".  ``seq`` counts 1, 2, 3… per
   stream within one ``epoch`` (this process's boot id): a client that sees a gap
   or a new epoch catches up over HTTP and de-duplicates by ``id``.  It also
   receives ``step_delta`` (domain/events.py ``EPHEMERAL``): a step's model
@@ -41,16 +43,25 @@ from store.filters import InvalidId, check_id
 log = logging.getLogger("api.live")
 
 ROOM_PREFIXES = ("agent", "session", "conversation")
+NEEDS_YOU = "needs-you"  # every tool_call event, and nothing else
+WHOLE_ROOMS = ("all", NEEDS_YOU)
 MAX_BATCH = 1000
 
 
 def check_room(room: object) -> str:
-    if room == "all":
+    if room in WHOLE_ROOMS:
         return room
     prefix, sep, rest = str(room).partition(":")
     if not sep or prefix not in ROOM_PREFIXES:
-        raise InvalidId(f"room must be 'all' or one of {ROOM_PREFIXES} followed by ':<id>'")
+        raise InvalidId(f"room must be one of {WHOLE_ROOMS} or one of {ROOM_PREFIXES} followed by ':<id>'")
     return f"{prefix}:{check_id(rest, prefix + '_id')}"
+
+
+def rooms_of(name: str, data: dict) -> list[str]:
+    """domain/events.py's rooms, and "needs-you" for a tool call: a question or
+    approval opening or closing anywhere changes what waits for a person."""
+    rooms = rooms_for(name, data)
+    return rooms + [NEEDS_YOU] if name == "tool_call" else rooms
 
 
 class LiveHub:
@@ -75,7 +86,7 @@ class LiveHub:
         with self._lock:
             seq = self._seq[event["stream"]] = self._seq.get(event["stream"], 0) + 1
             payload = {"id": event["id"], "stream": event["stream"], "seq": seq, "epoch": self.epoch, "data": data}
-            rooms = rooms_for(event["event"], data)
+            rooms = rooms_of(event["event"], data)
             self.socketio.emit(event["event"], payload, to=rooms, namespace="/")
             self.published += 1
         for listener in self.listeners:

@@ -280,6 +280,8 @@ class Snapshot(Open):
     updated_at: str | None = None
     parent_agent_id: str | None = Field(None, description="a sub-agent's parent (GET …/children lists the other way)")
     parent_session_id: str | None = None
+    parent_name: str | None = Field(None, description="a sub-agent's parent's name (GET /api/agents only; null "
+                                                      "when the parent has none)")
     root_session_id: str | None = Field(None, description="a sub-agent's tree root")
 
 

@@ -104,8 +104,20 @@ def list_agents():
     q: schemas.AgentQuery = query()
     found = ctx().store.states.agents(status=q.status, moniker=q.moniker, text=q.q, sort=q.sort,
                                       limit=q.limit, offset=q.offset)
-    found["agents"] = [session_summary(row) for row in found["agents"]]
+    found["agents"] = with_parent_names([session_summary(row) for row in found["agents"]])
     return jsonify({**found, "limit": q.limit, "offset": q.offset})
+
+
+def with_parent_names(rows: list[dict]) -> list[dict]:
+    """A sub-agent's row carries its parent's name (``parent_name``), so a list
+    names the parent even when the parent's own row is on another page: one
+    query for the page's parents, not one read per row in the browser."""
+    parents = [r["parent_session_id"] for r in rows if r.get("parent_session_id")]
+    names = ctx().store.states.get_many(parents, columns=("session_id", "name")) if parents else {}
+    for row in rows:
+        if row.get("parent_session_id"):
+            row["parent_name"] = (names.get(row["parent_session_id"]) or {}).get("name")
+    return rows
 
 
 @bp.get("/agents/<agent_id:agent_id>")

@@ -13,7 +13,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api.context import ctx
 from api.errors import ApiError
-from api.live import check_room
+from api.live import WHOLE_ROOMS, check_room
 from api.stream import EXTENSION, MAX_ROOMS, Follower, OpenStream, StreamHub, format_cursor, parse_cursor
 from store.filters import InvalidId
 
@@ -35,8 +35,9 @@ def parse_rooms(text: str | None) -> list[str]:
         rooms = list(dict.fromkeys(check_room(r) for r in names))
     except InvalidId as exc:
         raise ApiError(400, "invalid_room", str(exc)) from None
-    if "all" in rooms:
-        raise ApiError(400, "invalid_room", "the stream follows session:, agent: or conversation: rooms, not 'all'")
+    if set(rooms) & set(WHOLE_ROOMS):
+        raise ApiError(400, "invalid_room", f"the stream follows session:, agent: or conversation: rooms, not "
+                                            f"{' or '.join(repr(r) for r in WHOLE_ROOMS)}")
     return rooms
 
 

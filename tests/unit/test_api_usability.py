@@ -159,6 +159,29 @@ def test_agents_filters_apply_to_the_latest_session(client, agents):
     assert updated == sorted(updated, reverse=True)
 
 
+def test_a_sub_agent_s_row_names_its_parent_also_when_the_parent_is_on_another_page(client, store):
+    """The dashboard says "sub-agent of Planner", not the parent's id (issue 40):
+    the row carries ``parent_name`` (null for an unnamed parent), whatever the page."""
+    from datetime import datetime, timezone
+    at = datetime.now(timezone.utc)
+    named, unnamed = str(ULID()), str(ULID())
+    rows = [{"session_id": named, "agent_id": "parent-named", "moniker": "echo", "name": "Planner Prime",
+             "status": "running", "iteration": 0, "created_at": at, "updated_at": at, "config": {}},
+            {"session_id": unnamed, "agent_id": "parent-unnamed", "moniker": "echo", "name": None,
+             "status": "running", "iteration": 0, "created_at": at, "updated_at": at, "config": {}}]
+    for i, parent in enumerate((named, unnamed)):
+        rows.append({"session_id": str(ULID()), "agent_id": f"kidrow-{i}", "moniker": "echo", "name": f"kidrow {i}",
+                     "status": "running", "iteration": 0, "created_at": at, "updated_at": at, "config": {},
+                     "parent_session_id": parent, "parent_agent_id": "parent-named" if i == 0 else "parent-unnamed",
+                     "root_session_id": parent})
+    store.writer.submit_upsert("agent_state", "session_id", rows).result()
+    page = client.get("/api/agents", query_string={"q": "kidrow", "limit": 10}).json  # no parent on this page
+    assert {a["agent_id"]: a["parent_name"] for a in page["agents"]} == {"kidrow-0": "Planner Prime",
+                                                                        "kidrow-1": None}
+    parents = client.get("/api/agents", query_string={"q": "parent-", "limit": 10}).json["agents"]
+    assert parents and all("parent_name" not in a for a in parents)  # a root has no parent to name
+
+
 @pytest.mark.parametrize("params", [{"status": "exploded"}, {"sort": "random"}, {"limit": 0}, {"limit": 1001},
                                     {"moniker": "x' OR '1'='1"}, {"q": ""}, {"offset": -1}])
 def test_agents_bad_filters_are_400(client, params):

@@ -261,3 +261,31 @@ def test_a_gap_reaches_every_browser_whatever_its_rooms(tmp_path):
             assert got["id"] == "g1" and got["data"]["dropped"] == 3 and "epoch" in got
     finally:
         store.close()
+
+
+def test_the_needs_you_room_gets_every_tool_call_and_nothing_else(tmp_path):
+    """What the dashboard's Needs-you count follows on every page (issue 40,
+    item 8): any session's tool_call events, and not the steps or states that
+    "all" carries; the SSE stream refuses it as it refuses "all"."""
+    store = Store(str(tmp_path / "db"))
+    try:
+        app = create_app(store, events_token="t")
+        socketio = app.extensions["socketio"]
+        ingest = socketio.test_client(app, namespace=INGEST_NAMESPACE, auth={"token": "t"})
+        counting = socketio.test_client(app)
+        ack = counting.emit("subscribe", {"rooms": ["needs-you"]}, callback=True)
+        assert ack["ok"] and ack["rooms"] == ["needs-you"]
+        counting.get_received()
+        events = [make_event("tool_call", "c1", {"id": "c1", "session_id": "S1", "agent_id": "A1",
+                                                 "status": "waiting_result"}),
+                  make_event("agent_step", "s1", {"session_id": "S1", "agent_id": "A1", "iteration": 0}),
+                  make_event("agent_state", "S2", {"session_id": "S2", "agent_id": "A2", "status": "running"}),
+                  make_event("tool_call", "c2", {"id": "c2", "session_id": "S2", "agent_id": "A2",
+                                                 "status": "waiting_approval"})]
+        assert ingest.emit("events", events, namespace=INGEST_NAMESPACE, callback=True)["accepted"] == 4
+        got = [(e["name"], e["args"][0]["id"]) for e in counting.get_received()]
+        assert got == [("tool_call", "c1"), ("tool_call", "c2")]
+        r = app.test_client().get("/api/stream?rooms=needs-you")
+        assert r.status_code == 400 and r.json["error"]["code"] == "invalid_room"
+    finally:
+        store.close()

@@ -85,9 +85,11 @@ async function refresh(id, mine, snapshot = null) {
   }
   const rows = [{ ...top, depth: 0, result_text: top.result && top.result.text }, ...tree.children];
   root.hidden = false;
+  const parentRow = here.parent && rows.find((r) => r.session_id === here.parent.session_id);
   replace(root.querySelector("[data-testid=tree-parent]"), here.parent
-    ? ["Parent: ", h("a", { href: "#/session/" + here.parent.session_id, dataset: { testid: "tree-parent-link" } },
-      "session " + short(here.parent.session_id))]
+    ? ["Parent: ", h("a", { href: "#/session/" + here.parent.session_id, title: here.parent.session_id,
+      dataset: { testid: "tree-parent-link" } },
+    parentRow ? label(parentRow) : "session " + short(here.parent.session_id))]
     : `${here.children.length} sub-agent${here.children.length > 1 ? "s" : ""}`);
   replace(root.querySelector("[data-testid=tree]"), node(rows[0], rows, id));
   shown.clear();

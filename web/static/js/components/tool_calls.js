@@ -15,6 +15,7 @@ import { get, post } from "../core/api.js";
 import { $, h } from "../core/dom.js";
 import { registerLiveEvent, registerSessionHook, registerStepPart } from "../core/registry.js";
 import { toast } from "../core/toast.js";
+import { refusedWords } from "./settled.js";
 
 const rows = new Map();  // tool call id -> newest row (open session)
 let sessionId = null;
@@ -108,7 +109,7 @@ function answerForm(row) {
       await post(`/api/sessions/${row.session_id}/answer`, { text: answer, tool_call_id: row.id });
       toast("answer sent");
     } catch (err) {
-      toast("answer failed: " + err.message, true);
+      toast(await refusedWords(err, row.id), true);
     }
   };
   return h("form.tool-actions", { onsubmit: (e) => {
@@ -123,7 +124,8 @@ async function decide(row, verb, body) {
     await post(`/api/tool-calls/${row.id}/${verb}`, body);
     toast(`${verb} of ${row.name} requested`);
   } catch (err) {
-    toast(`${verb} of ${row.name} failed: ${err.message}`, true);
+    toast(err.status === 409 ? await refusedWords(err, row.id) : `${verb} of ${row.name} failed: ${err.message}`,
+      true);
   }
 }
 

@@ -3,21 +3,24 @@ import { h } from "./dom.js";
 
 // ---- time: relative, with the absolute date on hover --------------------------
 
+// "5 minutes ago" for a time past, "in 23 hours" for one to come (a question's
+// deadline): the same units both ways, counted down (23 h 59 min is "23 hours").
 export function relative(iso, now = Date.now()) {
   if (!iso) return "";
   const s = Math.round((now - new Date(iso).getTime()) / 1000);
-  if (Math.abs(s) < 5) return "just now";
-  const ago = (n, unit) => `${n} ${unit}${n === 1 ? "" : "s"} ago`;
-  if (s < 60) return ago(s, "second");
-  if (s < 3600) return ago(Math.floor(s / 60), "minute");
-  if (s < 86400) return ago(Math.floor(s / 3600), "hour");
-  if (s < 7 * 86400) return ago(Math.floor(s / 86400), "day");
-  return absolute(iso);
+  const n = Math.abs(s);
+  if (n < 5) return "just now";
+  const span = n < 60 ? [n, "second"] : n < 3600 ? [Math.floor(n / 60), "minute"]
+    : n < 86400 ? [Math.floor(n / 3600), "hour"] : n < 7 * 86400 ? [Math.floor(n / 86400), "day"] : null;
+  if (!span) return absolute(iso);
+  const [count, unit] = span;
+  const words = `${count} ${unit}${count === 1 ? "" : "s"}`;
+  return s > 0 ? words + " ago" : "in " + words;
 }
 
 export const absolute = (iso) => (iso ? new Date(iso).toLocaleString() : "");
 
-// A <time> element that keeps saying how long ago (refreshed every 20 s).
+// A <time> element that keeps saying how long ago, or how long until (refreshed every 20 s).
 export function when(iso) {
   if (!iso) return h("span", "—");
   return h("time", { datetime: iso, title: absolute(iso), dataset: { rel: "1" } }, relative(iso));
@@ -73,11 +76,15 @@ export const STATUS_WORDS = {
 };
 
 export const statusWord = (status) => STATUS_WORDS[status] || status || "unknown";
-// A waiting session's reason says what it waits for ("user" there is not "by you").
+// A waiting session's reason says what it waits for ("user" there is not "by you");
+// a running one's "user" is the resume that set it going (runtime/session/agent.py
+// status_after_resume): "running by you" said nothing true.
 const WAITING_REASONS = { user: "for your answer", approval: "for an approval", tool_result: "for a tool's result" };
+const RUNNING_REASONS = { user: "resumed by you" };
 
 export const reasonWords = (reason, status) => (!reason ? ""
-  : (status === "waiting" && WAITING_REASONS[reason]) || REASONS[reason] || reason.replace(/[_:]/g, " "));
+  : (status === "waiting" && WAITING_REASONS[reason]) || (status === "running" && RUNNING_REASONS[reason])
+    || REASONS[reason] || reason.replace(/[_:]/g, " "));
 
 export function badge(status) {
   return h("span.badge." + (status || "unknown"), statusWord(status));

@@ -24,6 +24,7 @@ const EPHEMERAL = ["step_delta"];
 const streams = new Map();
 let rooms = [];
 let current = null;  // {rooms(), catchUp(), on, also?: Map(owner -> [room])}
+const always = [];  // {rooms: [room], catchUp()}: what every view follows (followAlways)
 let socket = null;
 let unconnected = null;  // timer: the HTTP read of a page shown before the socket connects
 let connected = false;
@@ -107,15 +108,23 @@ export async function follow(view) {
     return;
   }
   await subscribe();
-  await catchUp();
+  await catchUp({ viewOnly: true });
+}
+
+// A part of the page outside the views (the nav's Needs-you count) follows
+// ``rooms`` whatever the view, and is caught up with every catch-up of the
+// socket (its connect, a gap), not on a change of view: its events keep it current.
+export function followAlways(rooms, catchUpPart) {
+  always.push({ rooms, catchUp: catchUpPart });
 }
 
 // Resolves once the server has joined the rooms.  Catching up only then closes
 // a gap: an event relayed after the HTTP read but before the join would
 // otherwise reach neither path.
 async function subscribe() {
-  const wanted = current ? [...new Set([...current.rooms(), ...[...(current.also || new Map()).values()].flat()])]
-    .slice(0, MAX_ROOMS) : [];
+  const mine = always.flatMap((part) => part.rooms);
+  const wanted = [...new Set([...mine, ...(current ? [...current.rooms(), ...[...(current.also || new Map()).values()]
+    .flat()] : [])])].slice(0, MAX_ROOMS);
   const stale = rooms.filter((r) => !wanted.includes(r));
   if (stale.length && socket.connected) socket.emit("unsubscribe", { rooms: stale });
   rooms = wanted;
@@ -152,9 +161,10 @@ function sequenced(event) {
 // the first of them (core/debounce.js).
 export const scheduleCatchUp = debouncer(() => catchUp());
 
-async function catchUp() {
+async function catchUp({ viewOnly = false } = {}) {
   const upTo = behind;  // what this read covers: it starts after the page learnt of those misses
-  if (current && current.catchUp) await current.catchUp();
+  await Promise.all([current && current.catchUp ? current.catchUp() : null,
+    ...(viewOnly ? [] : always.map((part) => part.catchUp()))]);
   caughtUp = Math.max(caughtUp, upTo);
   showBadge();
 }

@@ -113,7 +113,7 @@ function mount(section) {
     prev: h("button", { type: "button", dataset: { testid: "page-prev" }, onclick: () => turn(-1) }, "‹ Previous"),
     next: h("button", { type: "button", dataset: { testid: "page-next" }, onclick: () => turn(1) }, "Next ›"),
   };
-  ui.table = h("table.list", { dataset: { testid: "agents-table" } },
+  ui.table = h("table.list.agents", { dataset: { testid: "agents-table" } },
     h("caption.visually-hidden", "Agents"),
     h("thead", h("tr", h("th.pick", { scope: "col" }, pickPage),
       ["Agent", "Moniker", "Status", "Steps", "Last output", "Updated"].map((c) => h("th", { scope: "col" }, c)))),
@@ -124,12 +124,22 @@ function mount(section) {
   replace(section, h("div.columns",
     h("div.panel.grow",
       h("h1", "Agents ", h("small", "the latest session of each, updating live")),
+      jumpToForm(creator.form),
       h("div.toolbar", search, moniker, sort), ui.chips, bar.root,
       // the "new activity" button floats over the table's head: showing it moves no row
       h("div.table-wrap.with-activity", ui.newer, ui.table),
       ui.empty,
       h("nav.pager", { "aria-label": "Pages of agents" }, ui.prev, ui.count, ui.next)),
     creator.form));
+}
+
+// Shown only where the form comes after the list (narrow screens, dashboard.css):
+// brings the form's heading to the top and puts the focus in its first field.
+function jumpToForm(form) {
+  return h("button.jump-create", { type: "button", dataset: { testid: "jump-to-create" }, onclick: () => {
+    form.scrollIntoView({ block: "start" });
+    form.querySelector("select, input, textarea")?.focus({ preventScroll: true });
+  } }, "Start an agent ↓");
 }
 
 function turn(direction) {
@@ -287,12 +297,15 @@ function fillRow(entry, a) {
   cells.pick.checked = selection.mode === "matching" || selection.ids.has(a.agent_id);
 }
 
-// A sub-agent names its parent (by name when the parent's row is on this
-// page, else by short id) with a link to the parent's session.
+// A sub-agent names its parent as the parent's own row would (its name, or
+// its tag), from the parent's row when it is on this page, else from the
+// row's parent_name (GET /api/agents); the short id only when neither is known.
 function fillParent(cell, a) {
   const href = a.parent_session_id ? "#/session/" + a.parent_session_id : "";
   const known = a.parent_agent_id && rows.get(a.parent_agent_id);
-  const name = known ? agentLabel(known.agent) : short(a.parent_agent_id || a.parent_session_id || "");
+  const name = known ? agentLabel(known.agent)
+    : a.parent_agent_id ? agentLabel({ name: a.parent_name, agent_id: a.parent_agent_id })
+      : short(a.parent_session_id || "");
   const link = cell.querySelector("a");
   if (!href) { if (cell.firstChild) replace(cell); return; }
   if (link && link.getAttribute("href") === href && link.textContent === name) return;

@@ -11,6 +11,7 @@ import { agentLabel, when } from "../core/format.js";
 import { registerPage } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 import { refreshCount } from "../components/needs_you_count.js";
+import { refusedWords } from "../components/settled.js";
 
 const PAGE = 100;
 const KIND_WORDS = { question: "question", approval: "approval", result: "external result" };
@@ -77,7 +78,7 @@ function question(w) {
   const text = h("input", { name: "answer", placeholder: "your answer", "aria-label": "Answer to: " + w.question,
     dataset: { testid: "answer-text" } });
   const send = (answer) => act(`/api/sessions/${w.session_id}/answer`,
-    { text: answer, tool_call_id: w.tool_call_id }, "answer sent");
+    { text: answer, tool_call_id: w.tool_call_id }, "answer sent", w.tool_call_id);
   return [
     h("p.waiting-question", { dataset: { testid: "question" } }, w.question),
     w.choices ? h("div.tool-actions", w.choices.map((choice) => h("button", { type: "button",
@@ -97,10 +98,10 @@ function approval(w) {
     h("pre.tool-json", JSON.stringify(w.args, null, 2)),
     h("div.tool-actions",
       h("button", { type: "button", dataset: { testid: "waiting-approve" },
-        onclick: () => act(`/api/tool-calls/${w.tool_call_id}/approve`, {}, "approved") }, "Approve"),
+        onclick: () => act(`/api/tool-calls/${w.tool_call_id}/approve`, {}, "approved", w.tool_call_id) }, "Approve"),
       h("button.danger", { type: "button", dataset: { testid: "waiting-deny" },
         onclick: () => act(`/api/tool-calls/${w.tool_call_id}/deny`, reason.value ? { reason: reason.value } : {},
-          "denied") }, "Deny"),
+          "denied", w.tool_call_id) }, "Deny"),
       reason),
   ];
 }
@@ -115,17 +116,19 @@ function result(w) {
       e.preventDefault();
       let value = text.value;
       try { value = JSON.parse(text.value); } catch (err) { /* plain text is a fine result */ }
-      act(`/api/tool-calls/${w.tool_call_id}/result`, { result: value }, "result posted");
+      act(`/api/tool-calls/${w.tool_call_id}/result`, { result: value }, "result posted", w.tool_call_id);
     } }, text, h("button", { type: "submit" }, "Post result")),
   ];
 }
 
-async function act(path, body, done) {
+// A call settled meanwhile (another tab, someone else, its timeout) is said so
+// in plain words (components/settled.js), and its card goes with the reload.
+async function act(path, body, done, callId) {
   try {
     await post(path, body);
     toast(done);
   } catch (err) {
-    toast(err.message, true);
+    toast(await refusedWords(err, callId), true);
   }
   scheduleReload(300);
 }

@@ -59,15 +59,20 @@ function mount(section) {
     dialog: destroyDialog(),
   };
   ui.sendGuidance = h("button", { type: "submit", dataset: { testid: "btn-interrupt" } }, "Send guidance");
-  ui.body = h("div",
-    h("div.panel", ui.title, ui.facts, ui.notice,
+  // On a wide screen the usage, record and sessions go beside the timeline
+  // (dashboard.css .session-layout), so the timeline starts on the first screen
+  // (it started ~850 px down at 1400x900); on a narrow one they come before it.
+  ui.body = h("div.session-layout",
+    h("div.panel.session-head", ui.title, ui.facts, ui.notice,
       ui.controls, ui.why,
       h("form.inline", { id: "interrupt-form", dataset: { testid: "interrupt-form" }, onsubmit: sendGuidance },
         ui.guidance, ui.sendGuidance)),
-    h("div.panel", h("h2", "Usage ", h("small", "model calls of this session")), ui.usage, ui.json),
-    record.root,
-    ui.sessions.root,
-    h("div.panel", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), ui.generating.root, steps.root));
+    h("div.session-side",
+      h("div.panel", h("h2", "Usage ", h("small", "model calls of this session")), ui.usage, ui.json),
+      record.root,
+      ui.sessions.root),
+    h("div.panel.session-timeline", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), ui.generating.root,
+      steps.root));
   replace(section, h("a.back", { href: "#/" }, "← all agents"), ui.missing, ui.body, ui.dialog);
 }
 
@@ -246,7 +251,9 @@ function renderControls(s) {
     pause: s.status === "paused" ? "it is paused already" : s.status === "error" ? "it has failed (resume retries)"
       : finished ? "it has finished" : s.status === "pending" ? "it has not started yet" : "",
     resume: s.status === "running" ? "it is running" : finished ? "it has finished"
-      : s.status === "waiting" ? `it waits ${reasonWords(s.status_reason, s.status) || "for something"}, not paused` : "",
+      : s.status === "pending" ? "it has not started yet" : s.status === "stopping" ? "it is stopping"
+        : s.status === "waiting" ? `it waits ${reasonWords(s.status_reason, s.status) || "for something"}, not paused`
+          : "",
     destroy: finished ? "it has finished" : s.status === "stopping" ? "it is stopping" : "",
   };
   const why = [];
