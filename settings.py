@@ -126,13 +126,23 @@ def llm_endpoints(args: argparse.Namespace):
 
 
 DEFAULT_PROFILES_DIR = "./profiles"
+# The example profiles that ship with the code (profiles/*.yaml, in a checkout
+# and in an installed wheel alike: this module sits beside the profiles package).
+SHIPPED_PROFILES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
+
+
+def default_profiles_dir() -> str:
+    """./profiles where it exists (the operator's own, or the checkout's), else
+    the shipped examples: an installed service started in an empty folder
+    still has profiles to offer."""
+    return DEFAULT_PROFILES_DIR if os.path.isdir(DEFAULT_PROFILES_DIR) else SHIPPED_PROFILES_DIR
 
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profiles-dir", default=os.environ.get("AGENTSVC_PROFILES_DIR", DEFAULT_PROFILES_DIR),
+    parser.add_argument("--profiles-dir", default=os.environ.get("AGENTSVC_PROFILES_DIR") or default_profiles_dir(),
                         help="directory of agent profiles (*.yaml), read at start and on SIGHUP (app.py also "
                              "on POST /api/profiles/reload) [AGENTSVC_PROFILES_DIR, "
-                             f"{DEFAULT_PROFILES_DIR}]")
+                             f"{DEFAULT_PROFILES_DIR}, or the shipped examples where it does not exist]")
 
 
 def add_auth_args(parser: argparse.ArgumentParser) -> None:

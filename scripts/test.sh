@@ -39,4 +39,5 @@ fi
 bash scripts/test_deps/llm_server.sh
 bash scripts/test_deps/seaweedfs.sh
 bash scripts/test_deps/mcp_reference.sh
+bash scripts/test_deps/hadolint.sh
 exec .venv/bin/python -m pytest "$@"

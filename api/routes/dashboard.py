@@ -3,9 +3,9 @@
 under vendor/), the API reference at ``/api/docs`` and an empty ``/favicon.ico``,
 all served by the app itself so that a browser never fetches anything from
 another host."""
-import os
-
 from flask import Blueprint, render_template, request
+
+import web
 
 # What the browser may load and run on these pages: only the app's own files, so
 # the browser itself refuses anything from another host, and any inline script
@@ -21,10 +21,9 @@ CONTENT_SECURITY_POLICY = "; ".join([
     "frame-ancestors 'none'",
 ])
 
-WEB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "web")
-
-bp = Blueprint("dashboard", __name__, template_folder=os.path.join(WEB, "templates"),
-               static_folder=os.path.join(WEB, "static"), static_url_path="/assets")
+# The files ship inside the ``web`` package (web/__init__.py), so a wheel installs them too.
+bp = Blueprint("dashboard", __name__, template_folder=web.TEMPLATES, static_folder=web.STATIC,
+               static_url_path="/assets")
 
 
 @bp.after_app_request
