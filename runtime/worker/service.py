@@ -201,8 +201,21 @@ class AgentService:
             log.exception("session %s could not be adopted", snapshot["session_id"])
             return False
 
+    def _runs_already(self, session_id: str) -> bool:
+        """A session this worker's own create (or resume) registered while the
+        adoption was reading: its runner is the one, and a second one would write
+        every step twice (a replay created as an adoption round read the store
+        ran twice, 6 step rows for 3).  Checked with no wait before the
+        registration that follows it."""
+        if self.sessions.get(session_id) is None:
+            return False
+        log.info("session %s is run here already (created meanwhile); not adopted", session_id)
+        return True
+
     async def _resume_one(self, snapshot: dict, newer_steps: list[dict]) -> bool:
         session_id = snapshot["session_id"]
+        if self._runs_already(session_id):
+            return False
         snapshot, interrupted = SessionAgent.reconcile(snapshot, newer_steps)
         try:
             moniker = self.monikers.get(snapshot["moniker"])
@@ -223,7 +236,11 @@ class AgentService:
         await self.factory.tools.settle_after_restart(agent, newer_steps)  # ended rows written behind a step
         if destroyed:
             await agent.end_open_calls()
+        if self._runs_already(session_id):
+            return False
         await agent.save()
+        if self._runs_already(session_id):
+            return False
         self.sessions.add(agent)
         if agent.finished:
             return False
