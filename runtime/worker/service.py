@@ -238,6 +238,11 @@ class AgentService:
             await agent.end_open_calls()
         if self._runs_already(session_id):
             return False
+        if agent.finished and not destroyed:
+            # Its end came from a step row the crash left ahead of its snapshot: what its
+            # runner would have done at that end comes now (a replay whose recording ran
+            # on is woken, runtime/session/replay.py; it stayed done one step short).
+            await agent.intercept.finished(agent)
         await agent.save()
         if self._runs_already(session_id):
             return False

@@ -9,7 +9,7 @@ waking after lost the wake to a kill in between (the kill loop)."""
 import pytest
 
 from monikers import default_registry
-from store import Store
+from store import Store, filters
 from tests.harness import finished, run_in_process, until
 from tools.catalog import service_registry
 
@@ -69,3 +69,51 @@ def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(sto
     assert not store.states.children("rep"), "the replay spawned a child"
     # Woken before its end was saved: a crash between the two would leave it done for good.
     assert ("done", 1) not in saved and saved[-1] == ("done", 2), saved
+
+
+def test_a_replay_whose_done_step_outran_its_snapshot_is_woken_when_adopted(store):
+    """A kill between the replay's ``done`` step row and its wake left the
+    snapshot one step behind: the adoption read the end from the step row and
+    treated the replay as finished, never woken (the kill loop: done at [3],
+    its recording went to [4]).  The adoption now does what the runner would
+    have done at that end."""
+    store.actions.enqueue("create", agent_id="a", session_id="rec", payload={
+        "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
+                                                              "frames": parent_frames()}})
+    saved = {}  # (status, iteration) -> the replay's snapshot as saved
+
+    class Snapshots:
+        async def snapshot_saved(self, snapshot):
+            if snapshot["session_id"] == "rep":
+                saved[(snapshot["status"], snapshot["iteration"])] = dict(snapshot)
+
+    async def first_life(service):
+        service.observers.add(Snapshots())
+        await until(lambda: store.steps.count("rec") >= 3 and store.states.get("rec")["status"] == "done",
+                    timeout=60, what="the recording: done, woken by its child, done again")
+        made = store.actions.enqueue("create", agent_id="a", session_id="rep", payload={
+            "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
+                                                                  "frames": parent_frames()},
+            "replay": {"session_id": "rec", "from_iteration": 0, "tools": "recorded", "children": "served"}})
+        await until(lambda: finished(store, made["id"]), what="the replay's create")
+        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
+                    timeout=60, what="the replay to run as far as its recording")
+
+    monikers = default_registry()
+    run_in_process(store, first_life, monikers=monikers, tools=service_registry(store, monikers), watch_s=0.01)
+    # The crash: the done step (1) is written, the wake and every later write are not.
+    store.writer.delete("agent_steps", filters.all_of(filters.eq_id("session_id", "rep"),
+                                                      filters.int_cmp("iteration", ">=", 2)))
+    before = max((k for k in saved if k[0] == "running" and k[1] < 1), key=lambda k: k[1])  # a save before step 1
+    store.states.save(dict(saved[before], owner="a-dead-worker"))
+    assert [s["iteration"] for s in store.steps.search(session_id="rep")] == [0, 1]
+
+    async def after_the_crash(service):
+        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
+                    timeout=120, what="the adopted replay to be woken and run its last step")
+
+    run_in_process(store, after_the_crash, monikers=monikers, tools=service_registry(store, monikers),
+                   watch_s=0.01, dead_after_s=1.0)
+    recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
+    assert [s["iteration"] for s in replayed] == [0, 1, 2]
+    assert child_results(replayed[2]) == child_results(recorded[2])
