@@ -214,6 +214,10 @@ def test_answering_a_question_answered_in_another_tab_says_so_in_plain_words(pag
     r = svc.post(f"/api/sessions/{made['session_id']}/answer", json={"text": "Paris", "tool_call_id": call["id"]})
     assert r.status_code == 202, r.text
     svc.wait_status(made["session_id"], "done", timeout=90)
+    # app.py itself reads the call as answered (what its answer route checks) before the
+    # tab answers: under load its read of the calls lagged, and the second answer was queued.
+    wait_for(lambda: svc.get(f"/api/tool-calls/{call['id']}").json()["status"] == "success", timeout=90,
+             what="app.py to read the question as answered")
     card.get_by_test_id("answer-choice").filter(has_text="Rome").click()
     toasts = page.locator("#toasts")
     expect(toasts).to_contain_text("This question was answered already (“Paris”), in another tab or by someone else.",
