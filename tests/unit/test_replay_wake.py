@@ -34,17 +34,17 @@ def child_results(step: dict) -> list[str]:
     return [g["action_id"] for g in step.get("guidance") or [] if g.get("kind") == "child_result"]
 
 
-def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(store):
+def record_and_replay(store, saved: list[dict]) -> None:
+    """The recording (a parent done, woken by its child, done again), then its
+    replay run to its end; every snapshot the replay saved goes to ``saved``."""
     store.actions.enqueue("create", agent_id="a", session_id="rec", payload={
         "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
                                                               "frames": parent_frames()}})
 
-    saved = []  # (status, iteration) of every snapshot the replay saved
-
     class Snapshots:
         async def snapshot_saved(self, snapshot):
             if snapshot["session_id"] == "rep":
-                saved.append((snapshot["status"], snapshot["iteration"]))
+                saved.append(dict(snapshot))
 
     async def scenario(service):
         service.observers.add(Snapshots())
@@ -58,8 +58,19 @@ def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(sto
         await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
                     timeout=60, what="the replay to run as far as its recording")
 
+    run(store, scenario)
+
+
+def run(store, scenario) -> None:
     monikers = default_registry()
-    run_in_process(store, scenario, monikers=monikers, tools=service_registry(store, monikers), watch_s=0.01)
+    run_in_process(store, scenario, monikers=monikers, tools=service_registry(store, monikers), watch_s=0.01,
+                   dead_after_s=1.0)
+
+
+def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(store):
+    snapshots = []
+    record_and_replay(store, snapshots)
+    saved = [(s["status"], s["iteration"]) for s in snapshots]  # of every snapshot the replay saved
     recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
     assert [s["status"] for s in recorded] == ["ok", "done", "done"]
     assert child_results(recorded[2]), "the recording's parent was not woken by its child"
@@ -77,43 +88,20 @@ def test_a_replay_whose_done_step_outran_its_snapshot_is_woken_when_adopted(stor
     treated the replay as finished, never woken (the kill loop: done at [3],
     its recording went to [4]).  The adoption now does what the runner would
     have done at that end."""
-    store.actions.enqueue("create", agent_id="a", session_id="rec", payload={
-        "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
-                                                              "frames": parent_frames()}})
-    saved = {}  # (status, iteration) -> the replay's snapshot as saved
-
-    class Snapshots:
-        async def snapshot_saved(self, snapshot):
-            if snapshot["session_id"] == "rep":
-                saved[(snapshot["status"], snapshot["iteration"])] = dict(snapshot)
-
-    async def first_life(service):
-        service.observers.add(Snapshots())
-        await until(lambda: store.steps.count("rec") >= 3 and store.states.get("rec")["status"] == "done",
-                    timeout=60, what="the recording: done, woken by its child, done again")
-        made = store.actions.enqueue("create", agent_id="a", session_id="rep", payload={
-            "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
-                                                                  "frames": parent_frames()},
-            "replay": {"session_id": "rec", "from_iteration": 0, "tools": "recorded", "children": "served"}})
-        await until(lambda: finished(store, made["id"]), what="the replay's create")
-        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
-                    timeout=60, what="the replay to run as far as its recording")
-
-    monikers = default_registry()
-    run_in_process(store, first_life, monikers=monikers, tools=service_registry(store, monikers), watch_s=0.01)
+    snapshots = []
+    record_and_replay(store, snapshots)
     # The crash: the done step (1) is written, the wake and every later write are not.
     store.writer.delete("agent_steps", filters.all_of(filters.eq_id("session_id", "rep"),
                                                       filters.int_cmp("iteration", ">=", 2)))
-    before = max((k for k in saved if k[0] == "running" and k[1] < 1), key=lambda k: k[1])  # a save before step 1
-    store.states.save(dict(saved[before], owner="a-dead-worker"))
+    before = [s for s in snapshots if s["status"] == "running" and s["iteration"] < 1][-1]  # saved before step 1
+    store.states.save(dict(before, owner="a-dead-worker"))
     assert [s["iteration"] for s in store.steps.search(session_id="rep")] == [0, 1]
 
     async def after_the_crash(service):
         await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
                     timeout=120, what="the adopted replay to be woken and run its last step")
 
-    run_in_process(store, after_the_crash, monikers=monikers, tools=service_registry(store, monikers),
-                   watch_s=0.01, dead_after_s=1.0)
+    run(store, after_the_crash)
     recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
     assert [s["iteration"] for s in replayed] == [0, 1, 2]
     assert child_results(replayed[2]) == child_results(recorded[2])
