@@ -319,9 +319,8 @@ class Dispatcher:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, MAX_QUEUE_RETRY_S)
         try:
-            if not await self._still_claimed(claimed):
+            if not await self._finish(claimed, ok, error):
                 return
-            await self.persist.finish_action(action_id, ok, error)
             self.applied += 1
             await self.observers.notify("action_finished", action, ok, error)
             log.info("action %s %s %s in %.1f ms agent=%s session=%s", action_id, action.get("type"),
@@ -331,6 +330,26 @@ class Dispatcher:
             log.exception("action %s could not be marked finished; its lease will expire", action_id)
         finally:
             self.in_flight.discard(action_id)
+
+    async def _finish(self, claimed: Claimed, ok: bool, error: str | None) -> bool:
+        """Mark the action finished; False when another worker holds it now.  While
+        the queue cannot record it (the store failing), the lane waits and tries
+        again: left to its lease, the action was applied a second time after the
+        session's later actions (a pause re-applied after the resume that followed it)."""
+        pause = self.retry_after_s
+        while True:
+            try:
+                if not await self._still_claimed(claimed):
+                    return False
+                await self.persist.finish_action(claimed.action["id"], ok, error)
+                return True
+            except (SessionLost, asyncio.CancelledError):
+                raise
+            except Exception:
+                log.exception("action %s could not be marked finished; its lane tries again in %.1f s",
+                              claimed.action["id"], pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_QUEUE_RETRY_S)
 
     async def _attempts(self, claimed: Claimed) -> tuple[bool, str | None]:
         """Try the action's handler until it returns, fails for its own reason

@@ -213,3 +213,36 @@ def test_an_action_whose_attempt_could_not_be_recorded_is_not_failed_nor_overtak
     for action_id in (first, second, third):
         done = store.actions.get(action_id)
         assert (done["status"], done["attempts"]) == ("done", 1), done
+
+
+def test_an_action_whose_finish_could_not_be_recorded_is_finished_before_the_next_one_runs(store):
+    """The handler ran, then the queue refused to mark the action finished (the
+    store failing): left to its lease, it was applied again after the session's
+    later actions (a pause re-applied after the resume that followed it).  Its
+    lane now tries the finish again before the next action runs."""
+    (first, second) = backlog(store, 2)
+    ran, order = [], []
+
+    async def handle(action):
+        ran.append(action["id"])
+
+    async def main():
+        persist = Persistence(store)
+        finish_action, refusals = persist.finish_action, []
+
+        async def refused_twice(action_id, ok, error=None):
+            if action_id == first and len(refusals) < 2:
+                refusals.append(action_id)
+                raise OSError("the store went away")
+            order.append(action_id)
+            return await finish_action(action_id, ok, error)
+
+        persist.finish_action = refused_twice
+        dispatcher = Dispatcher(persist, handle, worker_id="w", retry_after_s=0.05)
+        await dispatcher.poll_once()
+        await until(lambda: finished(store, first) and finished(store, second) and not dispatcher.in_flight,
+                    timeout=60, what="the lane to end")
+        return refusals
+
+    assert asyncio.run(main()) == [first, first]
+    assert ran == [first, second] and order == [first, second]
