@@ -180,6 +180,17 @@ def test_an_action_whose_attempts_never_ended_but_took_effect_is_done_not_parked
     assert parked["status"] == "failed" and parked["error"].startswith("parked after 5 attempts: #1 started alone by w0")
 
 
+def refused_twice(call, action_id: str, refusals: list):
+    """``call`` (a queue write of Persistence), refused twice for ``action_id``
+    as a failing store refuses it, then passed through."""
+    async def refusing(first_arg, *args):
+        if first_arg == action_id and len(refusals) < 2:
+            refusals.append(first_arg)
+            raise OSError("the store went away")
+        return await call(first_arg, *args)
+    return refusing
+
+
 def test_an_action_whose_attempt_could_not_be_recorded_is_not_failed_nor_overtaken(store):
     """The queue refused to record the start (storage failing): the handler must
     not run, the action is not failed untried, and the session's later actions
@@ -192,16 +203,9 @@ def test_an_action_whose_attempt_could_not_be_recorded_is_not_failed_nor_overtak
         ran.append(action["id"])
 
     async def main():
-        persist = Persistence(store)
-        start_attempt, refusals = persist.start_attempt, []
-
-        async def refused_twice(action_id, worker_id, alone=False):
-            if action_id == second and len(refusals) < 2:
-                refusals.append(action_id)
-                raise OSError("the store went away")
-            return await start_attempt(action_id, worker_id, alone)
-
-        persist.start_attempt = refused_twice  # the second's start is its own commit (the first's rides on the claim)
+        persist, refusals = Persistence(store), []
+        # the second's start is its own commit (the first's rides on the claim)
+        persist.start_attempt = refused_twice(persist.start_attempt, second, refusals)
         dispatcher = Dispatcher(persist, handle, worker_id="w", retry_after_s=0.05)
         await dispatcher.poll_once()
         await until(lambda: all(finished(store, i) for i in (first, second, third)) and not dispatcher.in_flight,
@@ -227,17 +231,14 @@ def test_an_action_whose_finish_could_not_be_recorded_is_finished_before_the_nex
         ran.append(action["id"])
 
     async def main():
-        persist = Persistence(store)
-        finish_action, refusals = persist.finish_action, []
+        persist, refusals = Persistence(store), []
+        finish_action = refused_twice(persist.finish_action, first, refusals)
 
-        async def refused_twice(action_id, ok, error=None):
-            if action_id == first and len(refusals) < 2:
-                refusals.append(action_id)
-                raise OSError("the store went away")
+        async def finish_in_order(action_id, *args):
+            finished_now = await finish_action(action_id, *args)
             order.append(action_id)
-            return await finish_action(action_id, ok, error)
-
-        persist.finish_action = refused_twice
+            return finished_now
+        persist.finish_action = finish_in_order
         dispatcher = Dispatcher(persist, handle, worker_id="w", retry_after_s=0.05)
         await dispatcher.poll_once()
         await until(lambda: finished(store, first) and finished(store, second) and not dispatcher.in_flight,
