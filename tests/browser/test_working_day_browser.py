@@ -201,8 +201,13 @@ def test_answering_a_question_answered_in_another_tab_says_so_in_plain_words(pag
     seen, held = {}, []
 
     def stale_list(route):
+        # Held, a read this tab made before is answered as it was then; any other read
+        # (the nav count's, first made after the hold) fails at once.  Left unanswered,
+        # such reads hung: every tool_call event added one, the browser's six connections
+        # to the service filled up, and the answer itself was never sent (a CI failure).
         if held:
-            return route.fulfill(json=seen[route.request.url])
+            url = route.request.url
+            return route.fulfill(json=seen[url]) if url in seen else route.abort()
         seen[route.request.url] = route.fetch().json()
         route.fulfill(json=seen[route.request.url])
     page.route(lambda url: "/api/waiting" in url, stale_list)
@@ -211,6 +216,11 @@ def test_answering_a_question_answered_in_another_tab_says_so_in_plain_words(pag
     expect(card).to_be_visible(timeout=LONG_MS)
 
     held.append(True)  # from now on this tab hears nothing new about what waits
+    # Another question asked meanwhile: its events make the nav count read a total this
+    # tab has not read before (the read CI's failure left hanging).
+    with page.expect_request(lambda request: "/api/waiting?limit=1" in request.url, timeout=LONG_MS):
+        other = asking(svc, {"question": "Which day?"}, name="Traveller too")
+    other_call = only_call(svc, other["session_id"], "waiting_result")
     r = svc.post(f"/api/sessions/{made['session_id']}/answer", json={"text": "Paris", "tool_call_id": call["id"]})
     assert r.status_code == 202, r.text
     svc.wait_status(made["session_id"], "done", timeout=90)
@@ -223,6 +233,8 @@ def test_answering_a_question_answered_in_another_tab_says_so_in_plain_words(pag
     expect(toasts).to_contain_text("This question was answered already (“Paris”), in another tab or by someone else.",
                                    timeout=LONG_MS)
     assert "is success" not in toasts.text_content()
+    r = svc.post(f"/api/sessions/{other['session_id']}/answer", json={"text": "Monday", "tool_call_id": other_call["id"]})
+    assert r.status_code == 202, r.text
 
 
 # ---- item 7: the agents table readable at 1400 px, the form reachable at 400 px ---
