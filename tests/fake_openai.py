@@ -41,6 +41,7 @@ class Reply:
     headers: dict | None = None  # extra response headers (e.g. {"Retry-After": "2"} on a 429)
     chunk_chars: int = 8  # streamed replies: characters per chunk
     chunk_delay_s: float = 0.0  # streamed replies: the pause before each chunk
+    before_chunk: Callable[[int], None] | None = None  # streamed replies: called with each chunk's index first
 
 
 @dataclass
@@ -165,6 +166,8 @@ class _Handler(BaseHTTPRequestHandler):
             for i, piece in enumerate(pieces):
                 if reply.chunk_delay_s:
                     time.sleep(reply.chunk_delay_s)
+                if reply.before_chunk:
+                    reply.before_chunk(i)  # a test holds the rest of the reply until it saw the start
                 delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
                 self._event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
             self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})

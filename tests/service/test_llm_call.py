@@ -547,16 +547,28 @@ def test_streamed_steps_reach_the_stream_as_step_deltas_before_their_step(tmp_pa
     content = frame(state={"k": "v" * 40}, text="streamed slowly", done=True)
     go = threading.Event()  # the streamed reply starts once the client follows the session
 
+    reader = None
+
+    def deltas_seen() -> int:
+        return sum(e.event == "step_delta" for e in reader.all()) if reader else 0
+
+    def hold_the_second_half(i: int) -> None:
+        # Deltas are live-only and dropped once their step is out: on a loaded machine
+        # (load 12) the whole reply was read before any delta reached the stream, and
+        # the step superseded them all.  The reply's second half waits for two of them.
+        if i == 20:
+            wait_for(lambda: deltas_seen() >= 2, timeout=120, what="two deltas on the stream")
+
     def respond(request):
         if request.body.get("stream"):
             go.wait(60)
-            return Reply(content, chunk_chars=len(content) // 40 + 1, chunk_delay_s=0.1)  # 40 chunks, 4 s
+            return Reply(content, chunk_chars=len(content) // 40 + 1, chunk_delay_s=0.1,  # 40 chunks, 4 s
+                         before_chunk=hold_the_second_half)
         return Reply(content)
     server = fake(respond)
     root = tmp_path_factory.mktemp("llm_call_live")
     (root / "logs").mkdir()
     svc = Service(str(root / "data"), str(root / "logs"), env={"AGENTSVC_STREAM_KEEPALIVE_S": "0.5"}).start()
-    reader = None
     try:
         llm = svc.endpoints.llm(server)  # the service's own endpoints file (the in-process one is this test's)
         streamed = svc.create("baml", task="stream it", config={"interval_s": 0, "llm": llm})
