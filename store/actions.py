@@ -284,6 +284,12 @@ class ActionQueue:
             return 0  # an update that matches nothing still commits a version
         return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
 
+    def release(self, action_id: str, worker_id: str) -> int:
+        """Put one action ``worker_id`` holds back to pending, for whoever runs its
+        session now (runtime/dispatch/dispatcher.py, on SessionLost)."""
+        where = filters.all_of(filters.eq_id("id", action_id), PROCESSING, filters.eq_id("claimed_by", worker_id))
+        return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
+
     def release_claims_of(self, worker_ids) -> int:
         """Put back what dead workers had claimed but not finished."""
         worker_ids = list(worker_ids)

@@ -15,6 +15,13 @@ again and again, while streams of work keep every kind of work in flight:
 - **replays**, tools recorded, of the tool sessions and parents that finished;
 - **a conversation** whose user posts messages to two participant sessions.
 
+On object storage (tests/service/test_object_storage.py) the S3 server itself
+is among the victims: SeaweedFS killed with SIGKILL, down a moment, started
+again on the same data.  While it is down (and for :data:`S3_GRACE_S` after),
+a stream's tick that fails (its own read or write of the store, or a POST that
+app.py answered 5xx) is counted and tried again on the next tick, and a create
+is sent again, as a careful client would; the checks are the same.
+
 The tools count their own executions in fsynced files (tests/plugins.py).
 Sessions and replays are created with client-supplied ids, so a create whose
 answer a kill of app.py cut off is sent again; a control cut off that way has
@@ -65,8 +72,10 @@ from runtime.base import inbox
 from store import Store, filters, query
 from tests.harness import Service, wait_for
 from tests.plugins import read_count
+from tests.servers import SeaweedProc
 
 ANSWERED = ("done", "failed")
+S3_GRACE_S = 60  # after the S3 server is back, failures of what was in flight then are expected
 MAX_BACKLOG = 100  # unfinished actions in the queue above which the streams add no work
 NOT_IDEMPOTENT = "sleep_count"
 IDEMPOTENT = "sleep_count_idempotent"
@@ -155,9 +164,15 @@ class Work(threading.Thread):
                 self.loop.count("requests refused while app.py was down")
             except Ambiguous:
                 self.loop.count("requests whose answer a kill of app.py cut off")
-            except BaseException:  # surfaced by stop()
-                self.error = traceback.format_exc()
-                return
+            except Exception:
+                if not self.loop.store_in_trouble():
+                    self.error = traceback.format_exc()  # surfaced by stop()
+                    return
+                # The S3 server is down (or just back): a write or read of the store,
+                # or a POST app.py answered 5xx, failed.  The stream reads what it must
+                # answer from the store on its next tick, and the checks take what the
+                # queue accepted from the store, so nothing here needs remembering.
+                self.loop.count("stream ticks that failed while the S3 server was down")
             self.stopping.wait(self.rng.uniform(*self.gap_s))
 
     def tick(self) -> None:
@@ -507,13 +522,19 @@ class KillLoop:
     tenth.)"""
 
     def __init__(self, svc: Service, seed: int, kills: int, *, gap_s=(0.3, 3.0), long_gap_s=(5.0, 12.0),
-                 long_life: float = 0.25, early: float = 0.2, targets=None):
+                 long_life: float = 0.25, early: float = 0.2, targets=None, store: Store | None = None,
+                 s3: SeaweedProc | None = None, first: tuple[str, ...] = ()):
         self.svc, self.seed, self.kills, self.early = svc, seed, kills, early
         self.gap_s, self.long_gap_s, self.long_life = gap_s, long_gap_s, long_life
         self.targets = targets or {"agents": 0.7, "app": 0.15, "both": 0.15}
+        assert s3 is not None or "s3" not in self.targets, "an s3 kill needs the S3 server (s3=)"
         self.rng = random.Random(seed)
         self.http = Http(svc.url)
-        self.store = Store(svc.data_dir + "/lancedb")
+        self.store = store or Store(svc.data_dir + "/lancedb")
+        self.s3 = s3
+        self.first = list(first)  # kills made first, in this order (then drawn from ``targets``)
+        self.s3_down_since: float | None = None  # set while the S3 server is killed
+        self.s3_back_at = float("-inf")  # when it last took writes again
         self.figures: Counter = Counter()
         self._lock = threading.Lock()
         self.killed_at: list[datetime] = []  # every kill of agents.py (alone or with app.py)
@@ -546,6 +567,10 @@ class KillLoop:
                 retried = True
                 time.sleep(0.2)
                 continue
+            if r.status_code >= 500 and self.store_in_trouble() and time.monotonic() < deadline:
+                retried = True  # app.py could not write to the object store: send it again
+                time.sleep(0.5)
+                continue
             if retried and r.status_code == 200 and (r.json() or {}).get("existing"):
                 return r.json()  # a create the try cut short had queued: the retry names it, as documented
             assert r.status_code == expect, (path, r.status_code, r.text)
@@ -573,9 +598,29 @@ class KillLoop:
         wait_for(lambda: not self.recovering(), timeout=180, interval=0.1, what="agents.py to poll again")
         time.sleep(self.rng.uniform(*(self.long_gap_s if self.rng.random() < self.long_life else self.gap_s)))
 
+    def store_in_trouble(self) -> bool:
+        """The S3 server is down, or came back less than :data:`S3_GRACE_S` ago
+        (app.py's and agents.py's retries of what failed meanwhile are still
+        landing)."""
+        return self.s3_down_since is not None or time.monotonic() - self.s3_back_at < S3_GRACE_S
+
+    def kill_s3(self) -> None:
+        """SIGKILL the S3 server, leave it down a moment while work keeps coming,
+        start it again on the same data."""
+        self.s3_down_since = time.monotonic()
+        self.s3.kill()
+        time.sleep(self.rng.uniform(0.5, 3.0))
+        self.s3.start_again()
+        self.count("seconds the S3 server was down", round(time.monotonic() - self.s3_down_since))
+        self.s3_back_at, self.s3_down_since = time.monotonic(), None
+
     def kill(self, target: str) -> None:
         seen = in_flight(self.store)
         self.at_kill.update({what for what, n in seen.items() if n})
+        if target == "s3":
+            self.kill_s3()
+            self.count("kills: s3")
+            return
         if target in ("agents", "both"):
             self.count("kills of agents.py during its start or adoption", self.recovering())
             self.svc.agents.send_signal(signal.SIGKILL)
@@ -609,7 +654,8 @@ class KillLoop:
         try:
             for _ in range(self.kills):
                 self.pause_before_kill()
-                self.kill(self.rng.choices(list(self.targets), list(self.targets.values()))[0])
+                target = self.first.pop(0) if self.first else None
+                self.kill(target or self.rng.choices(list(self.targets), list(self.targets.values()))[0])
             print(f"kill loop: {self.kills} kills in {time.monotonic() - started:.0f}s; settling", flush=True)
             for work in works:
                 work.draining.set()

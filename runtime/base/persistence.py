@@ -155,6 +155,9 @@ class Persistence:
     async def run_maintenance(self, maintainer: Maintainer) -> list[dict]:
         return await asyncio.to_thread(maintainer.run_due)
 
+    async def release_action(self, action_id: str, worker_id: str) -> int:
+        return await self._queue(self.store.actions.release, action_id, worker_id)
+
     async def release_claims_of(self, worker_ids) -> int:
         return await self._queue(self.store.actions.release_claims_of, worker_ids)
 

@@ -302,8 +302,8 @@ class Dispatcher:
                     return
                 ok, error = await self._attempts(claimed)
                 break
-            except SessionLost:  # adopted by another worker meanwhile: its action now
-                log.warning("action %s left to the new owner of session %s", action_id, action.get("session_id"))
+            except SessionLost:  # adopted by another worker meanwhile, or its runner crashed
+                await self._release(claimed)
                 self.in_flight.discard(action_id)
                 return
             except asyncio.CancelledError:
@@ -330,6 +330,21 @@ class Dispatcher:
             log.exception("action %s could not be marked finished; its lease will expire", action_id)
         finally:
             self.in_flight.discard(action_id)
+
+    async def _release(self, claimed: Claimed) -> None:
+        """Hand an action whose session this worker no longer runs back to the
+        queue at once, for whoever runs the session next (another worker, or this
+        one once it has taken back a session whose runner crashed:
+        runtime/worker/revival.py).  Left to its lease instead, the session's later
+        actions were claimed and applied before it.  If the queue cannot record
+        the release (the store failing), the lease hands it back."""
+        action = claimed.action
+        try:
+            await self.persist.release_action(action["id"], self.worker_id)
+            log.warning("action %s (%s) handed back to the queue for whoever runs session %s now",
+                        action["id"], action.get("type"), action.get("session_id"))
+        except Exception:
+            log.exception("action %s could not be handed back; its lease will", action["id"])
 
     async def _finish(self, claimed: Claimed, ok: bool, error: str | None) -> bool:
         """Mark the action finished; False when another worker holds it now.  While

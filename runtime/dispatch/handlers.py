@@ -25,6 +25,7 @@ from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
 from runtime.session import child_sessions
 from runtime.session import session_tree
 from runtime.base.agent_core import holds
+from runtime.base.fence import SessionLost
 from runtime.session.fork import ForkError, fork_snapshot
 from runtime.session.replay import ReplayError, replay_snapshot
 from runtime.session.live_sessions import SessionRegistry
@@ -135,6 +136,13 @@ class SessionControls:
         snapshot = agent.snapshot() if agent else await self.persist.load_snapshot(action["session_id"])
         if snapshot is None:
             raise ActionError(f"unknown session {action['session_id']}")
+        if agent is None and snapshot["status"] not in SESSION_FINISHED:
+            # Not finished, yet not run here any more: its runner crashed (the store failed
+            # under it) and waits for the next adoption round (runtime/worker/revival.py), or
+            # another worker adopted it since this action was claimed.  The action is for
+            # whoever runs it next, not a refusal: it was failed "cannot resume: session ...
+            # is running" (the kill loop on object storage, a resume and an inbox item).
+            raise SessionLost(action["session_id"])
         raise ActionError(f"cannot {verb}: session {snapshot['session_id']} is {snapshot['status']}")
 
     async def pause(self, action: dict, payload: dict) -> None:

@@ -8,11 +8,12 @@ what each check reads).
 The seed is fixed and printed (AGENTSVC_KILL_LOOP_SEED overrides it); the kills
 land at different instants of the service's work on every run anyway.
 
-    pytest tests/service/test_kill_loop.py -s                         # 10 kills (the suite's)
+    pytest tests/service/test_kill_loop.py -s                         # 14 kills (the suite's)
     AGENTSVC_LONG_TESTS=1 AGENTSVC_KILL_LOOP_KILLS=300 \\
         pytest tests/service/test_kill_loop.py -s -k long              # as many kills as asked
 
-SeaweedFS (object storage) is not killed here: the loop runs on local disk.
+The loop runs on local disk here; tests/service/test_object_storage.py runs it
+on SeaweedFS with the S3 server among the victims.
 """
 import os
 
@@ -24,11 +25,13 @@ SEED = int(os.environ.get("AGENTSVC_KILL_LOOP_SEED", "20261127"))
 LONG = os.environ.get("AGENTSVC_LONG_TESTS") == "1"
 
 
-# Ten kills in the suite (~30 s a kill beside it): each kind of kill and of work in
-# flight is met, and the long run (below) gives the figures.  Twenty took 10 min.
-@pytest.mark.timeout(1800)  # ~1-2 minutes on a quiet machine; a loaded one restarts agents.py slowly
+# Fourteen kills here and six on object storage, the S3 server's among them
+# (tests/service/test_object_storage.py): the twenty of the suite (~30 s a kill
+# beside it).  Each kind of kill and of work in flight is met; the long runs
+# (below) give the figures.
+@pytest.mark.timeout(1800)  # ~2-3 minutes on a quiet machine; a loaded one restarts agents.py slowly
 def test_kill_loop_over_every_kind_of_work(service):
-    figures = KillLoop(service, SEED, kills=10).run()
+    figures = KillLoop(service, SEED, kills=14).run()
     assert figures["actions accepted"] > 0 and figures["replays"] > 0
 
 

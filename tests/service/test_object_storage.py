@@ -30,10 +30,14 @@ from store import Store
 from tests.chaos_client import (ControlStream, Sent, assert_actions_match_model, assert_applied_in_order,
                                 assert_contiguous, delivered, model, wait_actions_finished, wait_new_steps)
 from tests.harness import Service, wait_for
+from tests.kill_loop import KillLoop
+from tests.plugins import COUNT_DIR_ENV
 from tests.servers import s3_client, seaweedfs_s3
 from tests.worker_pool import assert_applied_once, assert_guidance_once, owner, send
 
 SEED = int(os.environ.get("AGENTSVC_CRASH_SEED", "20261122"))  # the crash harness's seed variable
+LONG = os.environ.get("AGENTSVC_LONG_TESTS") == "1"
+KILLS = int(os.environ.get("AGENTSVC_KILL_LOOP_KILLS", "100"))
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -55,8 +59,11 @@ def service(tmp_path_factory):
     seaweedfs, endpoint = seaweedfs_s3(str(root))  # its log and data stay out of the service logs
     try:
         uri, options = s3_settings(endpoint)
-        env = {**S3_ENV, "AGENTSVC_DB_URI": uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(options)}
+        (root / "counts").mkdir()  # where the kill loop's counting tools record each execution
+        env = {**S3_ENV, "AGENTSVC_DB_URI": uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(options),
+               COUNT_DIR_ENV: str(root / "counts")}
         svc = Service(str(root / "data"), str(root / "logs"), env=env)
+        svc.count_dir = str(root / "counts")
         svc.s3 = (uri, options)
         svc.seaweedfs = seaweedfs
         yield svc
@@ -288,3 +295,35 @@ def test_the_s3_server_killed_and_restarted_under_controls_loses_nothing(service
         for s in sent:
             if s.session_id == sid and s.verb == "interrupt" and actions[s.action_id]["status"] == "done":
                 assert delivered(steps, s.action_id) <= 1, f"guidance of {s.action_id} reached several steps"
+
+
+def run_kill_loop_on_s3(svc, seed: int, kills: int) -> KillLoop:
+    """The kill loop (tests/kill_loop.py) on this bucket, the S3 server killed first
+    and then about one kill in three."""
+    svc.agents_args = ["--worker-id", "s3-kill-loop", "--dead-after", "10", "--watch-interval", "0.1"]
+    svc.start()
+    uri, options = svc.s3
+    store = Store(uri, storage_options=options)
+    try:
+        loop = KillLoop(svc, seed, kills, store=store, s3=svc.seaweedfs, first=("s3",),
+                        targets={"agents": 0.45, "app": 0.1, "both": 0.1, "s3": 0.35})
+        figures = loop.run()
+    finally:
+        store.close()
+    assert figures["actions accepted"] > 0 and loop.figures["kills: s3"] >= 1
+    return loop
+
+
+@pytest.mark.timeout(2400)
+def test_the_kill_loop_with_the_s3_server_among_its_victims(service):
+    """Every kind of work in flight (tools with approvals, sub-agents, questions,
+    replays, a conversation, controls) while agents.py, app.py, both, and the S3
+    server are killed: the kill loop's checks hold on object storage too.  Six
+    kills here; the long run below takes as many as asked."""
+    run_kill_loop_on_s3(service, SEED + 11, kills=6)
+
+
+@pytest.mark.skipif(not LONG, reason="long kill loop: set AGENTSVC_LONG_TESTS=1 (and AGENTSVC_KILL_LOOP_KILLS)")
+@pytest.mark.timeout(1800 + 90 * KILLS)
+def test_the_kill_loop_with_the_s3_server_among_its_victims_long(service):
+    run_kill_loop_on_s3(service, SEED + 11 + KILLS, kills=KILLS)
