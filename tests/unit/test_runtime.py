@@ -48,7 +48,10 @@ def test_actions_of_one_session_apply_in_the_order_accepted(store):
     assert processed == sorted(processed), "actions of one session applied out of order"
     assert store.states.get("s")["status"] == "paused"  # the last action wins
     heard = [g["text"] for s in store.steps.search(session_id="s") for g in (s["guidance"] or [])]
-    assert heard == ["g1", "g3", "g6"]  # every guidance delivered once, in order
+    # The last pause may apply before a step has run after g6 (under load 11 it did):
+    # g6 then waits, queued, for the resume; it is never lost nor heard twice.
+    queued = [g["text"] for g in store.states.get("s").get("pending_guidance") or []]
+    assert heard + queued == ["g1", "g3", "g6"]  # every guidance delivered once, in order
 
 
 def test_bad_actions_always_finish_failed_and_the_service_carries_on(store):
