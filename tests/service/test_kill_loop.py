@@ -25,9 +25,9 @@ SEED = int(os.environ.get("AGENTSVC_KILL_LOOP_SEED", "20261127"))
 LONG = os.environ.get("AGENTSVC_LONG_TESTS") == "1"
 
 
-# Fourteen kills here and six on object storage, the S3 server's among them
-# (tests/service/test_object_storage.py): the twenty of the suite (~30 s a kill
-# beside it).  Each kind of kill and of work in flight is met; the long runs
+# Fourteen kills here (~30 s a kill beside the suite); the loop on object storage,
+# the S3 server's among them, runs under AGENTSVC_LONG_TESTS for now
+# (tests/service/test_object_storage.py says why).  Each kind of kill and of work in flight is met; the long runs
 # (below) give the figures.
 @pytest.mark.timeout(1800)  # ~2-3 minutes on a quiet machine; a loaded one restarts agents.py slowly
 def test_kill_loop_over_every_kind_of_work(service):
