@@ -48,7 +48,7 @@ def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_
     reads = tree_reads(page)
     page.goto(f"{svc.url}/#/session/{root}")
     tree = page.get_by_test_id("session-tree")
-    expect(tree).to_be_visible(timeout=30_000)
+    expect(tree).to_be_visible(timeout=90_000)
     expect(tree.locator(f"[data-session='{root}'] [aria-current=page]")).to_be_visible()
     expect(tree.locator(f"[data-session='{quick}']")).to_have_attribute("data-status", "done")
     expect(tree.locator(f"[data-session='{quick}']")).to_contain_text("quick answer")
@@ -59,18 +59,18 @@ def test_the_session_page_shows_the_tree_live_with_links_both_ways(page, shared_
 
     r = svc.post(f"/api/agents/{svc.session(slow)['agent_id']}/destroy", json={})
     assert r.status_code == 202
-    expect(slow_node).to_have_attribute("data-status", "stopped", timeout=30_000)  # live, no reload
+    expect(slow_node).to_have_attribute("data-status", "stopped", timeout=90_000)  # live, no reload
 
     tree.locator(f"[data-session='{quick}'] >> a[data-testid=tree-link]").first.click()
-    expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=30_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("done", timeout=90_000)
     assert page.evaluate("location.hash") == f"#/session/{quick}"
     up = page.get_by_test_id("tree-parent-link")
-    expect(up).to_be_visible(timeout=30_000)
+    expect(up).to_be_visible(timeout=90_000)
     expect(tree.locator(f"[data-session='{quick}'] [aria-current=page]")).to_be_visible()
     found = scan(page)
     assert not found, f"axe-core: {found}"
     up.click()
-    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=30_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=90_000)
     assert page.evaluate("location.hash") == f"#/session/{root}"
     svc.control(made["agent_id"], "destroy")
 
@@ -85,25 +85,25 @@ def test_a_parent_page_open_before_the_spawn_shows_the_panel_and_the_list_names_
     root = made["session_id"]
     reads = tree_reads(page)
     page.goto(f"{svc.url}/#/session/{root}")
-    expect(page.get_by_test_id("session-status")).to_be_visible(timeout=30_000)
+    expect(page.get_by_test_id("session-status")).to_be_visible(timeout=90_000)
     assert not [r for r in tool_rows(svc, root) if r["name"] == "spawn_agent"], "opened after the spawn"
     (child,) = spawned_ids(svc, root, 1)
     tree = page.get_by_test_id("session-tree")
-    expect(tree.locator(f"[data-session='{child}']")).to_be_visible(timeout=30_000)  # no reload, no poll
-    expect(tree.locator(f"[data-session='{child}']")).to_have_attribute("data-status", "running", timeout=30_000)
+    expect(tree.locator(f"[data-session='{child}']")).to_be_visible(timeout=90_000)  # no reload, no poll
+    expect(tree.locator(f"[data-session='{child}']")).to_have_attribute("data-status", "running", timeout=90_000)
     assert quiet_then_count(page, reads) == 0, "the tree is polled"
 
     # Destroy says the running child goes too, and the panel shows it go (the cascade, live).
     page.get_by_test_id("btn-destroy").click()
     expect(page.get_by_test_id("destroy-children")).to_have_text(
         'Its unfinished sub-agent goes too: each is destroyed after it (except one started with '
-        'on_parent_destroy "abandon").', timeout=30_000)
+        'on_parent_destroy "abandon").', timeout=90_000)
     page.get_by_test_id("destroy-confirm").click()
-    expect(tree.locator(f"[data-session='{child}']")).to_have_attribute("data-status", "stopped", timeout=30_000)
-    expect(page.get_by_test_id("session-status")).to_have_text("stopped", timeout=30_000)
+    expect(tree.locator(f"[data-session='{child}']")).to_have_attribute("data-status", "stopped", timeout=90_000)
+    expect(page.get_by_test_id("session-status")).to_have_text("stopped", timeout=90_000)
 
     page.goto(f"{svc.url}/#/agents")
     link = page.locator(f"[data-testid=agent-row][data-agent='{svc.session(child)['agent_id']}'] "
                         "[data-testid=agent-parent-link]")
-    expect(link).to_have_text("live parent", timeout=30_000)
+    expect(link).to_have_text("live parent", timeout=90_000)
     assert link.get_attribute("href") == f"#/session/{root}"
