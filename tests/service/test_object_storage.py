@@ -314,8 +314,8 @@ def run_kill_loop_on_s3(svc, seed: int, kills: int) -> KillLoop:
     return loop
 
 
-@pytest.mark.skipif(not LONG, reason="kill loop on S3: set AGENTSVC_LONG_TESTS=1 (a sub-agent tree it left "
-                                        "unsettled is not understood yet)")
+@pytest.mark.skipif(not LONG, reason="kill loop on S3: set AGENTSVC_LONG_TESTS=1 (it waits for children of "
+                                        "spawns that failed during an outage)")
 @pytest.mark.timeout(2400)
 def test_the_kill_loop_with_the_s3_server_among_its_victims(service):
     """Every kind of work in flight (tools with approvals, sub-agents, questions,
@@ -324,9 +324,11 @@ def test_the_kill_loop_with_the_s3_server_among_its_victims(service):
     kills here; the long run below takes as many as asked.
 
     Not in the README's command yet: its third run (a whole suite beside it) left a
-    parent ``done`` at iteration 3 with none of its two children in the store, and
-    the loop waited for them 300 s.  Whether the spawn's child create was lost to
-    the outage or the loop's check of such a tree is wrong is not known yet."""
+    parent ``done`` at iteration 3 with none of its two children, and the loop
+    waited for them 300 s.  Both spawn_agent calls had ended ``failed`` during the
+    outage (the child's create could not be written), so nothing was lost: the
+    loop's Trees.quiet and tree checks must expect only the children of spawns
+    that succeeded.  Until they do, this runs under AGENTSVC_LONG_TESTS."""
     run_kill_loop_on_s3(service, SEED + 11, kills=6)
 
 
