@@ -2,6 +2,8 @@
 login page; a token logs in (an HttpOnly cookie, so no script ever holds the
 token) and brings the page back; live events and controls work with the
 cookie alone; the top bar names the token; Log out ends it."""
+import re
+
 import pytest
 
 from domain.tokens import entry_text, new_token
@@ -64,6 +66,50 @@ def test_a_token_logs_in_and_the_page_works_with_its_cookie(page, shared_service
     page.wait_for_url("**/login")
     page.goto(svc.url + "/")
     page.wait_for_url("**/login?next=**")
+
+
+def test_a_read_answered_401_while_logging_out_does_not_cancel_the_logout(page, shared_service, tokens):
+    """Logging out clears the cookie with the logout's answer, before the login
+    page has loaded; a read of the old page answered 401 in that gap used to
+    send the browser to ``/login?next=…``, cancelling the logout's own way to
+    ``/login`` (the whole run under load: wait_for_url("**/login") timed out).
+    Here the logout's request is held while the old page's read is refused
+    (Playwright cannot hold the redirect to /login itself)."""
+    made, _ = tokens
+    svc = shared_service
+    page.goto(f"{svc.url}/#/sessions")
+    page.wait_for_url("**/login?next=**")
+    log_in(page, made["operator"])
+    page.wait_for_url("**/#/sessions")
+    page.get_by_test_id("logout").wait_for()
+    held = []
+
+    def hold(route):
+        held.append(route)
+
+    page.route("**/logout", hold)
+    # While the logout's navigation is pending Playwright cannot evaluate in the
+    # page, so the page reads on its own, every 0.5 s until a read is refused.
+    page.evaluate("""() => {
+        document.querySelector('[data-testid=logout]').requestSubmit();
+        const tick = setInterval(() => import('/assets/js/core/api.js').then(m => m.get('/api/whoami'))
+            .catch(e => { if (e.status === 401) clearInterval(tick); }), 500);
+    }""")
+    with page.expect_response(lambda r: r.url.endswith("/api/whoami") and r.status == 401, timeout=60_000):
+        wait_for(lambda: page.wait_for_timeout(50) or held, timeout=30, what="the held logout")
+        # as after the logout's answer, before the login page has loaded
+        page.route("**/api/whoami", lambda route: route.fulfill(status=401, json={"error": {
+            "code": "unauthorized", "message": "log in first"}}))
+    page.wait_for_timeout(500)  # a navigation the old page started, if any, goes ahead here
+    page.unroute("**/logout", hold)
+    wait_for(lambda: held, timeout=30, what="the held logout")
+    try:
+        held[0].continue_()
+    except Exception:  # cancelled by the old page's own navigation: the bug
+        pass
+    page.wait_for_url(re.compile(r".*/login(\?.*)?$"))
+    page.wait_for_load_state()
+    assert page.url == f"{svc.url}/login", page.url
 
 
 def test_a_viewer_reads_but_its_controls_are_refused(page, shared_service, tokens):

@@ -2,7 +2,7 @@
 // the top bar, with a Log out button, when the service has tokens.  Nothing is
 // shown on a service without tokens.
 import { $, h } from "../core/dom.js";
-import { get } from "../core/api.js";
+import { get, leavingPage } from "../core/api.js";
 
 export async function showWho() {
   let who;
@@ -14,6 +14,7 @@ export async function showWho() {
   if (!who.auth) return;
   const form = h("form.logout", { method: "post", action: "/logout", dataset: { testid: "logout" } },
     h("button", { type: "submit" }, "Log out"));
+  form.addEventListener("submit", leavingPage);
   const badge = h("span.who", { dataset: { testid: "who" }, title: "the token this page is logged in with" },
     `${who.name} (${who.role})`);
   $("header.topbar").insertBefore(h("span.session-user", badge, form), $("#live"));

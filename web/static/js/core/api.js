@@ -11,6 +11,16 @@ export class ApiError extends Error {
   }
 }
 
+// Set when the user logs out: the logout's answer clears the login cookie
+// before the login page has loaded, and a read of this page answered 401 in
+// that gap must not send the browser elsewhere (its navigation would cancel
+// the logout's own, to /login).
+let leaving = false;
+
+export function leavingPage() {
+  leaving = true;
+}
+
 export async function api(method, path, body) {
   const options = { method, headers: {}, credentials: "same-origin" };
   if (body !== undefined) {
@@ -24,7 +34,7 @@ export async function api(method, path, body) {
     throw new ApiError("the service cannot be reached (" + err.message + ")", 0, "unreachable");
   }
   if (response.status === 401) {  // not logged in, or the login's token was revoked
-    location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search + location.hash));
+    if (!leaving) location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search + location.hash));
     throw new ApiError("log in to continue", 401, "unauthorized");
   }
   const data = await response.json().catch(() => ({}));
