@@ -95,7 +95,7 @@ class ResumeRequest(TreeControlRequest):
     budget_cost: float | None = Field(None, gt=0, le=10**12, description="raise the session's cost budget")
 
 
-class InterruptRequest(ControlRequest):
+class InterruptRequest(TreeControlRequest):
     guidance: str = Field(min_length=1, max_length=MAX_TEXT, json_schema_extra=NOT_BLANK)
 
     @field_validator("guidance")

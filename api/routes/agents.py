@@ -197,5 +197,7 @@ def destroy_agent(agent_id):
 @bp.post("/agents/<id:agent_id>/interrupt")
 @_control(schemas.InterruptRequest, "interruptAgent")
 def interrupt_agent(agent_id):
-    """send guidance to the agent's session (default: its latest; 409: the agent has no such session)"""
-    return control(agent_id, "interrupt", lambda req: {"guidance": req.guidance})
+    """send guidance to the agent's session (tree: to its unfinished sub-agents too; default: its
+    latest; 409: the agent has no such session)"""
+    return control(agent_id, "interrupt",
+                   lambda req: {"guidance": req.guidance, **({"tree": True} if req.tree else {})})

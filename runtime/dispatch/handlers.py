@@ -220,7 +220,8 @@ class SessionControls:
         log.info("session %s restarted after error at iteration %d", agent.session_id, agent.iteration + 1)
 
     async def interrupt(self, action: dict, payload: dict) -> None:
-        """Queue guidance for the next step (kept durably until a step uses it)."""
+        """Queue guidance for the next step (kept durably until a step uses it);
+        ``tree: true`` sends it on to every unfinished session below too."""
         guidance = payload.get("guidance")
         if not isinstance(guidance, str) or not guidance.strip() or len(guidance) > MAX_GUIDANCE:
             raise ActionError(f"guidance must be a non-empty string of at most {MAX_GUIDANCE} characters")
@@ -228,12 +229,29 @@ class SessionControls:
         if await self._applied_before(action):  # queued (or used) already: also when the session ended since
             return
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        if payload.get("tree") and await self._ended(action, agent):  # its sub-agents may still be at work
+            await session_tree.cascade(self.persist, action["session_id"], "interrupt",
+                                       {"guidance": guidance, "tree": True})
+            return
         if agent is None or agent.status != "error":  # a failed session keeps guidance for its resume
             agent = await self._live(action, "interrupt")
         # a message posted in a conversation is kind "message"; other guidance keeps kind "guidance"
         kind = "message" if source and source.get("conversation_id") else "guidance"
         if agent.add_inbox_item(action["id"], kind, guidance, source=source):
             await agent.save()  # durable before the action is marked done
+        if payload.get("tree"):
+            await session_tree.cascade(self.persist, agent.session_id, "interrupt",
+                                       {"guidance": guidance, "tree": True})
+
+    async def _ended(self, action: dict, agent: SessionAgent | None) -> bool:
+        """Whether the action's session is done or stopped (a failed one keeps
+        guidance for its resume); read from the store when it is not run here."""
+        if agent is not None:
+            return agent.status in ("done", "stopped")
+        snapshot = await self.persist.load_snapshot(action["session_id"])
+        if snapshot is None:
+            raise ActionError(f"unknown session {action['session_id']}")
+        return snapshot["status"] in ("done", "stopped")
 
     async def inbox_item(self, action: dict, payload: dict) -> None:
         """Queue an inbox item of any kind (runtime/base/inbox.py): ``{kind, text,

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from tests.browsing import scan
+from tests.harness import wait_for
 from tests.subagent_api import parent, spawned_ids, tool_rows, working
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -107,3 +108,52 @@ def test_a_parent_page_open_before_the_spawn_shows_the_panel_and_the_list_names_
                         "[data-testid=agent-parent-link]")
     expect(link).to_have_text("live parent", timeout=90_000)
     assert link.get_attribute("href") == f"#/session/{root}"
+
+
+def test_pause_guidance_and_resume_reach_the_whole_tree_when_the_box_is_ticked(page, shared_service):
+    """Issue 40, item 1: the session page's Pause acted on one session and left
+    its sub-agents running.  A box (shown only with sessions at work below, and
+    saying how many) sends pause, guidance and resume to the whole tree."""
+    svc, expect = shared_service, playwright_api.expect
+    grandchild = {"name": "spawn_agent", "args": {"task": "below", "moniker": "scripted", "name": "grandchild",
+                                                  "config": {"interval_s": 0.2, "frames": working(400)}}}
+    made = parent(svc, [{"text": "spawning", "tool_calls": [
+        {"name": "spawn_agent", "args": {"task": "middle", "moniker": "scripted", "name": "middle", "config": {
+            "interval_s": 0.2, "tools": ["spawn_agent"], "frames": [{"text": "spawning below", "tool_calls": [
+                grandchild]}] + working(400)}}}]}] + working(400), interval_s=0.2)
+    root = made["session_id"]
+    (middle,) = spawned_ids(svc, root)
+    (grand,) = spawned_ids(svc, middle)
+    svc.wait_steps(grand, 1, timeout=60)
+
+    page.goto(f"{svc.url}/#/session/{root}")
+    scope = page.get_by_test_id("tree-scope")
+    expect(scope).to_be_visible(timeout=90_000)
+    expect(page.get_by_test_id("tree-scope-label")).to_contain_text("its 2 unfinished sub-agents")
+    scope.check()
+    page.get_by_test_id("btn-pause").click()
+    for sid in (root, middle, grand):
+        svc.wait_status(sid, "paused", timeout=90)
+    page.get_by_test_id("interrupt-text").fill("everyone: write it down")
+    page.get_by_test_id("btn-interrupt").click()
+    for sid in (root, middle, grand):
+        wait_for(lambda: any(g["text"] == "everyone: write it down"
+                             for g in svc.session(sid).get("pending_guidance") or []),
+                 timeout=90, what=f"the guidance at {sid}")
+    expect(page.get_by_test_id("btn-resume")).to_be_enabled(timeout=90_000)
+    page.get_by_test_id("btn-resume").click()
+    for sid in (root, middle, grand):
+        svc.wait_status(sid, "running", timeout=90)
+
+    # Unticked, Pause is this session's alone (as before), and a leaf offers no box.
+    scope.uncheck()
+    page.get_by_test_id("btn-pause").click()
+    svc.wait_status(root, "paused", timeout=90)
+    assert {svc.session(sid)["status"] for sid in (middle, grand)} == {"running"}
+    page.goto(f"{svc.url}/#/session/{grand}")
+    expect(page.get_by_test_id("session-status")).to_have_text("running", timeout=90_000)
+    expect(page.get_by_test_id("session-tree")).to_be_visible(timeout=90_000)
+    expect(scope).to_be_hidden()
+    found = scan(page)
+    assert not found, f"axe-core: {found}"
+    svc.control(made["agent_id"], "destroy")

@@ -262,6 +262,13 @@ def test_destroy_cascades_down_the_tree_and_abandon_keeps_a_child(shared_service
     assert svc.control(made["agent_id"], "pause", tree=True)["status"] == "done"
     for sid in (root, child, loner, grand):
         svc.wait_status(sid, "paused", timeout=60)
+    # guidance: to the session alone, then to the whole tree (paused: it stays pending)
+    assert svc.control(made["agent_id"], "interrupt", guidance="only the root")["status"] == "done"
+    assert svc.control(made["agent_id"], "interrupt", guidance="everyone", tree=True)["status"] == "done"
+    for sid in (root, child, loner, grand):
+        wait_for(lambda: "everyone" in pending_texts(svc, sid), what=f"the tree's guidance at {sid}")
+    assert "only the root" in pending_texts(svc, root)
+    assert not [sid for sid in (child, loner, grand) if "only the root" in pending_texts(svc, sid)]
     counts = {sid: svc.settled_step_count(sid) for sid in (child, grand)}
     assert svc.control(made["agent_id"], "resume", tree=True)["status"] == "done"
     for sid in (child, grand):
@@ -277,6 +284,24 @@ def test_destroy_cascades_down_the_tree_and_abandon_keeps_a_child(shared_service
     assert {sid: len(svc.steps(sid)) for sid in settled} == settled
     loner_agent = svc.session(loner)["agent_id"]
     assert svc.control(loner_agent, "destroy")["status"] == "done"
+
+
+def pending_texts(svc, session_id) -> list[str]:
+    return [g.get("text") for g in svc.session(session_id).get("pending_guidance") or []]
+
+
+def test_guidance_to_a_finished_parents_tree_reaches_its_children_at_work(shared_service):
+    svc = shared_service
+    made = parent(svc, [{"text": "spawning", "tool_calls": [child_spec(working(400), name="worker", interval_s=0.1)]},
+                        {"text": "over to you", "done": True}])
+    (child,) = spawned_ids(svc, made["session_id"])
+    svc.wait_status(made["session_id"], "done", timeout=60)
+    assert svc.control(svc.session(child)["agent_id"], "pause")["status"] == "done"
+    svc.wait_status(child, "paused", timeout=60)
+    assert svc.control(made["agent_id"], "interrupt", guidance="wrap it up", tree=True)["status"] == "done"
+    wait_for(lambda: "wrap it up" in pending_texts(svc, child), what="the finished parent's guidance at its child")
+    assert svc.session(made["session_id"])["status"] == "done"
+    assert svc.control(svc.session(child)["agent_id"], "destroy")["status"] == "done"
 
 
 def test_a_budget_covers_the_whole_tree(shared_service):

@@ -15,6 +15,10 @@
 // whose panel is still hidden) reads the tree again, debounced with a maximum
 // wait (core/debounce.js) so a burst of events makes one read.
 //
+// After each read it tells the page how many unfinished sessions are below
+// the open one (a "subagents-below" event on document, {sessionId, open}), so
+// the page's controls can offer to act on them too.
+//
 // Plugged in with one import in main.js, through registerSessionHook.
 import { get } from "../core/api.js";
 import { debouncer } from "../core/debounce.js";
@@ -77,6 +81,7 @@ async function refresh(id, mine, snapshot = null) {
   }
   if (mine !== generation) return;
   if (!tree) {
+    below(id, 0);
     root.hidden = true;
     const status = snapshot ? snapshot.status : shown.get(id) ?? null;  // a read from an event keeps the event's
     shown.clear();
@@ -92,12 +97,22 @@ async function refresh(id, mine, snapshot = null) {
     parentRow ? label(parentRow) : "session " + short(here.parent.session_id))]
     : `${here.children.length} sub-agent${here.children.length > 1 ? "s" : ""}`);
   replace(root.querySelector("[data-testid=tree]"), node(rows[0], rows, id));
+  below(id, descendants(id, rows).filter((r) => !FINISHED.includes(r.status)).length);
   shown.clear();
   rows.forEach((r) => shown.set(r.session_id, r.status));
   const watched = rows.filter((r) => r.session_id !== id && !FINISHED.includes(r.status))
     .map((r) => "session:" + r.session_id);
   // A room joined only now may have had events before the join: read once more.
   if (await followAlso("session-tree", watched) && mine === generation) later();
+}
+
+function descendants(id, rows) {
+  const kids = rows.filter((r) => r.parent_session_id === id);
+  return kids.concat(...kids.map((k) => descendants(k.session_id, rows)));
+}
+
+function below(id, open) {
+  document.dispatchEvent(new CustomEvent("subagents-below", { detail: { sessionId: id, open } }));
 }
 
 // What may change the tree: a status in it, a new child, a spawn in it.

@@ -57,14 +57,18 @@ function mount(section) {
       placeholder: "Guidance for the next step, e.g. tell jokes about dogs", dataset: { testid: "interrupt-text" } }),
     missing: h("p.empty", { hidden: true, dataset: { testid: "session-missing" } }),
     dialog: destroyDialog(),
+    // Offered when sessions are at work below this one (components/session_tree.js says how many).
+    tree: h("input", { type: "checkbox", id: "tree-scope", dataset: { testid: "tree-scope" } }),
+    treeLabel: h("label", { for: "tree-scope", dataset: { testid: "tree-scope-label" } }),
   };
+  ui.treeScope = h("p.tree-scope", { hidden: true }, ui.tree, " ", ui.treeLabel);
   ui.sendGuidance = h("button", { type: "submit", dataset: { testid: "btn-interrupt" } }, "Send guidance");
   // On a wide screen the usage, record and sessions go beside the timeline
   // (dashboard.css .session-layout), so the timeline starts on the first screen
   // (it started ~850 px down at 1400x900); on a narrow one they come before it.
   ui.body = h("div.session-layout",
     h("div.panel.session-head", ui.title, ui.facts, ui.notice,
-      ui.controls, ui.why,
+      ui.controls, ui.treeScope, ui.why,
       h("form.inline", { id: "interrupt-form", dataset: { testid: "interrupt-form" }, onsubmit: sendGuidance },
         ui.guidance, ui.sendGuidance)),
     h("div.session-side",
@@ -117,12 +121,27 @@ async function showDoomedChildren(id) {
   line.hidden = false;
 }
 
+// Pause, resume and guidance go to the sessions below too when the person
+// ticked the box (the API's tree: true); destroy always does (its dialog says so).
+const TREE_VERBS = ["pause", "resume", "interrupt"];
+
+document.addEventListener("subagents-below", ({ detail }) => {
+  if (!ui || detail.sessionId !== current.id) return;
+  ui.treeScope.hidden = !detail.open;
+  if (!detail.open) ui.tree.checked = false;
+  ui.treeLabel.textContent = `Pause, resume and guidance also go to its ${detail.open === 1
+    ? "unfinished sub-agent" : detail.open + " unfinished sub-agents"} (all the sessions below this one)`;
+  ui.treeScope.dataset.open = String(detail.open);
+});
+
 async function control(verb, extra = {}) {
   const s = current.snapshot;
   if (!s) return false;
+  const tree = TREE_VERBS.includes(verb) && ui.tree.checked && !ui.treeScope.hidden;
   try {
-    await post(`/api/agents/${s.agent_id}/${verb}`, { session_id: s.session_id, ...extra });
-    toast(verb === "interrupt" ? "guidance sent" : verb + " requested");
+    await post(`/api/agents/${s.agent_id}/${verb}`, { session_id: s.session_id, ...extra, ...(tree ? { tree } : {}) });
+    const what = verb === "interrupt" ? "guidance sent" : verb + " requested";
+    toast(tree ? `${what} for this session and the ${ui.treeScope.dataset.open} below it` : what);
     return true;
   } catch (err) {
     toast(verb + " failed: " + err.message, true);
@@ -371,6 +390,8 @@ registerPage({
     ui.generating.reset(params.id);
     ui.record.reset(params.id);
     ui.sessions.reset();
+    ui.treeScope.hidden = true;  // until the tree of this one is read
+    ui.tree.checked = false;
     ui.body.hidden = true;  // nothing of the previous session stays on screen
     ui.missing.hidden = true;
     ui.title.textContent = "";
