@@ -60,7 +60,8 @@ def session_table(session_ids: list[str], names: dict[str, str | None], results:
 def comparisons(runs: list[dict], scores: dict, registry: ScorerRegistry) -> list[dict]:
     """For each run after the first (oldest first), the sessions that got better
     or worse than in the run before it, scorer by scorer; a session is better
-    when more of its scorers improved than got worse."""
+    when more of its scorers improved than got worse, counting only the scorers
+    whose pass/fail changed when any did."""
     out = []
     for before, after in zip(runs, runs[1:]):
         names = [n for n in (after.get("request") or {}).get("scorers") or []
@@ -72,11 +73,20 @@ def comparisons(runs: list[dict], scores: dict, registry: ScorerRegistry) -> lis
                                                           after_scores.get(n)))}
             if moved:
                 changes[sid] = moved
-                net = sum(1 if c == "better" else -1 for c in moved.values())
+                # A scorer that passed and now fails (or the reverse) outranks any
+                # count: a replay that diverged at its first step took fewer steps
+                # and tokens, and was marked better for it.
+                flipped = {n: c for n, c in moved.items() if _flipped(before_scores.get(n), after_scores.get(n))}
+                net = sum(1 if c == "better" else -1 for c in (flipped or moved).values())
                 (better if net > 0 else worse if net < 0 else []).append(sid)
         out.append({"from_run": before["id"], "to_run": after["id"], "better": sorted(better),
                     "worse": sorted(worse), "changes": changes})
     return out
+
+
+def _flipped(before: dict | None, after: dict | None) -> bool:
+    passed = [(s or {}).get("passed") for s in (before, after)]
+    return None not in passed and passed[0] != passed[1]
 
 
 def _scorer(registry: ScorerRegistry, name: str):

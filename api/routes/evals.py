@@ -25,7 +25,7 @@ from api import eval_views
 from api.context import ctx
 from api.errors import ApiError, describe
 from api.openapi import operation
-from api.replays import ReplayRequest, capped_changes, replay_payload
+from api.replays import ReplayRequest, capped_changes, changes_of, replay_payload
 from api.requests import body, not_found, path_id, query
 from api.routes.search import SearchRequest, run_search
 from api.schemas import Id, Name, Open, Strict
@@ -201,7 +201,10 @@ def create_run(evalset_id):
     evalset = _evalset(evalset_id)
     req: RunRequest = body()
     results = [_planned(sid, evalset, req) for sid in evalset["session_ids"]]
-    request = req.model_dump(mode="json", exclude_none=True)
+    # The config as asked (the keys it changes), not filled with every default:
+    # the runs are told apart by it ({"n": 2}, not '{"approve":[],"interval_s":1,…').
+    request = {**req.model_dump(mode="json", exclude_none=True, exclude={"config"}),
+               **({"config": changes_of(req.config)} if req.config is not None else {})}
     run = ctx().store.evals.create_run(evalset_id=evalset["id"], request=request, results=results)
     return jsonify(eval_views.run_view(run, ctx().store.evals.results_of(run["id"]), {})), 202
 

@@ -55,10 +55,15 @@ def test_the_evals_page_lists_a_runs_scores_and_compares_runs(page, shared_servi
         expect(cells.nth(1)).to_contain_text("final_equal: 0 ▼")
         diff = cells.nth(0).get_by_test_id("eval-diff")
         assert diff.get_attribute("href").endswith(f"?against={sid}")
-    # case 0 only changed its answer: worse; case 1 also diverged at its first call, so it took fewer steps
-    # (better on steps, worse on final_equal: neither, on balance)
+    # case 0 only changed its answer: worse; case 1 also diverged at its first call, so it took fewer
+    # steps: better on steps, but final_equal passed and now fails, which outranks a count (issue 40, item 3)
     expect(rows.nth(0).get_by_test_id("eval-result").nth(1)).to_have_attribute("data-mark", "worse")
-    expect(rows.nth(1).get_by_test_id("eval-result").nth(1)).to_have_attribute("data-mark", "")
+    expect(rows.nth(1).get_by_test_id("eval-result").nth(1)).to_have_attribute("data-mark", "worse")
+    # the runs are told apart by what changed, not by the whole config filled with defaults
+    headers = page.locator("[data-testid=eval-summary] .run-what")
+    expect(headers.nth(0)).to_have_text("tools recorded")
+    expect(headers.nth(1)).to_contain_text('config {"frames":[{"text":"adding for case 0"')
+    assert "interval_s" not in headers.nth(1).inner_text() and "approve" not in headers.nth(1).inner_text()
     assert not scan(page), scan(page)
     page.set_viewport_size({"width": 1100, "height": 760})
     screenshot(page, "eval_runs.png")  # with AGENTSVC_SCREENSHOTS=docs

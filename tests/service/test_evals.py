@@ -43,6 +43,8 @@ def test_a_set_is_replayed_scored_and_compared(shared_service):
     changed = svc.post(f"/api/evalsets/{evalset['id']}/runs",
                        json={"scorers": SCORERS, "config": {"frames": frames(0, answer="something else")}})
     assert changed.status_code == 202, changed.text
+    # the run keeps the config as asked (what changes), not every default filled in (issue 40, item 3)
+    assert changed.json()["request"]["config"] == {"frames": frames(0, answer="something else")}
 
     first = wait_run(svc, same.json()["id"])
     assert first["progress"] == {"pending": 0, "enqueued": 0, "scored": 3, "failed": 0}

@@ -130,3 +130,20 @@ def test_summary_and_better_or_worse():
     assert change(lower, {"value": 5, "passed": True}, {"value": 1, "passed": False}) == "worse"  # passed first
     assert change(Scorer("x", "", None), {"value": 1}, {"value": 2}) is None  # no direction
     assert change(lower, None, {"value": 2}) is None
+
+
+def test_a_pass_turned_fail_outranks_counts_when_runs_are_compared():
+    """Issue 40, item 3: a replay that diverged at step 1 took fewer steps and
+    tokens and was marked better; a scorer whose pass/fail changed decides."""
+    from api.eval_views import comparisons
+    from evals.scorers import default_registry
+    runs = [{"id": "r1", "request": {"scorers": ["final_equal", "steps", "tokens"]}},
+            {"id": "r2", "request": {"scorers": ["final_equal", "steps", "tokens"]}}]
+    score = lambda value, passed=None: {"value": value, "passed": passed}  # noqa: E731
+    scores = {"r1": {"diverged": {"final_equal": score(1, True), "steps": score(5), "tokens": score(900)},
+                     "cheaper": {"final_equal": score(1, True), "steps": score(5), "tokens": score(900)}},
+              "r2": {"diverged": {"final_equal": score(0, False), "steps": score(1), "tokens": score(90)},
+                     "cheaper": {"final_equal": score(1, True), "steps": score(3), "tokens": score(500)}}}
+    [c] = comparisons(runs, scores, default_registry())
+    assert c["worse"] == ["diverged"] and c["better"] == ["cheaper"]
+    assert c["changes"]["diverged"] == {"final_equal": "worse", "steps": "better", "tokens": "better"}

@@ -100,7 +100,8 @@ const runLabel = (run, i) => `run ${i + 1}`;
 function overrides(run) {
   const r = run.request || {};
   const parts = [r.moniker && `moniker ${r.moniker}`, r.profile && `profile ${r.profile}`,
-    r.config && `config ${clip(JSON.stringify(r.config), 60)}`, `tools ${r.tools || "recorded"}`].filter(Boolean);
+    r.config && Object.keys(r.config).length && `config ${clip(JSON.stringify(r.config), 120)}`,
+    `tools ${r.tools || "recorded"}`].filter(Boolean);
   return parts.join(" · ");
 }
 
