@@ -77,7 +77,10 @@ def indexed_rows(table, name: str, where: str, limit: int) -> list[dict]:
     def read():
         request = _build(table, where, limit=limit).to_query_object()
         request.fast_search = True
-        return table._execute_query(request).read_all().to_pylist()
+        found = table._execute_query(request).read_all()
+        # This path adds Lance's "_rowid" to every row (with_row_id=False or not),
+        # and the API showed it: a row is what the table holds, nothing more.
+        return (found.drop_columns(["_rowid"]) if "_rowid" in found.column_names else found).to_pylist()
     return [codec.decode(name, r) for r in retrying(table, read)]
 
 

@@ -238,3 +238,32 @@ def test_a_forks_timeline_ends_at_its_first_own_step(page, shared_service):
     expect(origin).to_contain_text("Steps up to step 3")
     origin.get_by_role("link").click()
     expect(page.locator("[data-testid=step][data-iteration='2']")).to_have_class(re.compile(r"\blinked\b"))
+
+
+def test_go_to_step_and_download_the_record_of_a_long_session(page, shared_service, store):
+    """Issue 40, item 5: reaching step 1 of 2,352 took 16 s of scrolling, and a
+    session's record could not be taken away.  A box goes to step N (its page
+    read directly, as a link does), and a link downloads the record as JSON lines."""
+    import json
+    expect = playwright_api.expect
+    svc = shared_service
+    sid = seed_session(store, 2000)
+    page.goto(f"{svc.url}/#/session/{sid}")
+    expect(page.locator("[data-testid=step][data-iteration='1999']")).to_be_visible(timeout=30_000)
+    reads = []
+    page.on("request", lambda r: "/api/agent-steps" in r.url and reads.append(r.url))
+    page.get_by_test_id("go-to-step").fill("3")
+    page.get_by_test_id("go-to-step").press("Enter")
+    third = page.locator("[data-testid=step][data-iteration='2']")
+    expect(third).to_have_class(re.compile(r"\blinked\b"), timeout=30_000)
+    expect(third).to_be_in_viewport()
+    assert any("min_iteration=2" in r or "min_iteration=0" in r for r in reads), reads  # its page, directly
+    assert len(reads) <= 2, reads
+    assert page.evaluate("location.hash") == f"#/session/{sid}?iteration=2"
+
+    with page.expect_download(timeout=60_000) as download:
+        page.get_by_test_id("download-record").click()
+    assert download.value.suggested_filename == f"session-{sid}.jsonl"
+    lines = [json.loads(line) for line in open(download.value.path()).read().splitlines()]
+    assert lines[0]["kind"] == "session" and lines[0]["row"]["session_id"] == sid
+    assert [x["row"]["iteration"] for x in lines if x["kind"] == "step"] == list(range(2000))

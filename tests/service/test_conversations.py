@@ -130,3 +130,37 @@ def test_a_session_that_joins_later_hears_and_posts(shared_service):
     wait_for(lambda: any(m["sender_type"] == "agent" and m["text"] == "welcome" for m in transcript(svc, cid)),
              timeout=15, what="the late joiner to post its reply")
     svc.control(made["agent_id"], "destroy")
+
+
+def test_a_session_exports_its_whole_record_as_json_lines(shared_service):
+    """GET /api/sessions/<id>/export (issue 40, item 6): the session, every step
+    (past a page of the export's reads), every tool call and its conversation's
+    messages, as the list routes show them, one JSON object a line."""
+    import json
+    svc = shared_service
+    cid = new_conversation(svc)
+    frames = [{"text": "adding", "tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]}] + [
+        {"text": f"step {i}"} for i in range(1, 600)] + [{"text": "over", "done": True}]
+    made = svc.create("scripted", conversation_id=cid, config={"interval_s": 0, "tools": ["add"], "frames": frames})
+    sid = made["session_id"]
+    svc.wait_status(sid, "done", timeout=240)
+    post(svc, cid, "a note from the user")
+
+    r = svc.http.get(f"{svc.url}/api/sessions/{sid}/export", timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("application/x-ndjson")
+    assert f'filename="session-{sid}.jsonl"' in r.headers["Content-Disposition"]
+    lines = [json.loads(line) for line in r.text.splitlines()]
+    kinds = [line["kind"] for line in lines]
+    assert kinds[0] == "session" and lines[0]["row"]["session_id"] == sid
+    steps = [line["row"] for line in lines if line["kind"] == "step"]
+    assert [s["iteration"] for s in steps] == list(range(601))  # past a page of 500: in order, none twice
+    assert steps == svc.steps(sid)
+    calls = [line["row"] for line in lines if line["kind"] == "tool_call"]
+    assert [(c["name"], c["status"], c["result"]) for c in calls] == [("add", "success", {"sum": 3})]
+    messages = [line["row"] for line in lines if line["kind"] == "message"]
+    assert messages == transcript(svc, cid, limit=1000) and "a note from the user" in [m["text"] for m in messages]
+    assert kinds == sorted(kinds, key=["session", "step", "tool_call", "message"].index)  # grouped, in this order
+
+    assert svc.http.get(f"{svc.url}/api/sessions/01NOSUCHSESSION0000000000/export", timeout=30).status_code == 404
+    assert svc.http.get(f"{svc.url}/api/sessions/x' OR '1'='1/export", timeout=30).status_code == 400

@@ -75,9 +75,27 @@ function mount(section) {
       h("div.panel", h("h2", "Usage ", h("small", "model calls of this session")), ui.usage, ui.json),
       record.root,
       ui.sessions.root),
-    h("div.panel.session-timeline", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), ui.generating.root,
-      steps.root));
+    h("div.panel.session-timeline", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), timelineTools(),
+      ui.generating.root, steps.root));
   replace(section, h("a.back", { href: "#/" }, "← all agents"), ui.missing, ui.body, ui.dialog);
+}
+
+// Moving in a long history: go straight to step N (as a ?iteration= link does),
+// and take the whole record away as JSON lines (GET /api/sessions/<id>/export).
+function timelineTools() {
+  ui.goTo = h("input", { type: "number", min: "1", step: "1", id: "go-to-step", required: true,
+    placeholder: "step", dataset: { testid: "go-to-step" } });
+  ui.download = h("a", { dataset: { testid: "download-record" }, download: "" }, "Download the record (JSON lines)");
+  const go = (event) => {
+    event.preventDefault();
+    const n = Number(ui.goTo.value);
+    if (!Number.isInteger(n) || n < 1 || !current.id) return;
+    location.hash = `#/session/${current.id}?iteration=${n - 1}`;
+  };
+  return h("div.timeline-tools",
+    h("form.inline.go-to", { onsubmit: go, dataset: { testid: "go-to-form" } },
+      h("label", { for: "go-to-step" }, "Go to step"), ui.goTo, h("button", { type: "submit" }, "Go")),
+    ui.download);
 }
 
 function destroyDialog() {
@@ -384,6 +402,7 @@ registerPage({
       return;
     }
     current = { id: params.id, record: null, live: null, snapshot: null, linked, loading: false };
+    ui.download.href = `/api/sessions/${encodeURIComponent(params.id)}/export`;
     readAgain = false;
     ui.steps.reset(params.id);
     if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);
