@@ -39,7 +39,8 @@ def bearer(token):
 def test_every_read_needs_a_token_but_health_and_the_login_page(app):
     client = app.test_client()
     for path in ("/api/agents", "/api/actions", "/api/search?q=x", "/api/stream?rooms=all", "/metrics",
-                 "/api/tools", "/api/monikers", "/api/openapi.json", "/api/waiting", "/api/profiles"):
+                 "/api/tools", "/api/monikers", "/api/openapi.json", "/api/waiting", "/api/profiles",
+                 "/api/sessions/01M8H63YMD7CRNXDY3K7ZRTVYK/export"):
         r = client.get(path)
         assert r.status_code == 401 and r.json["error"]["code"] == "unauthorized", path
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
@@ -51,6 +52,7 @@ def test_every_read_needs_a_token_but_health_and_the_login_page(app):
     # positive control: the same reads with the token
     assert client.get("/api/agents", headers=bearer(ADMIN)).status_code == 200
     assert client.get("/metrics", headers=bearer(ADMIN)).status_code == 200
+    assert client.get("/api/sessions/01M8H63YMD7CRNXDY3K7ZRTVYK/export", headers=bearer(ADMIN)).status_code == 404
 
 
 def test_roles_bound_what_a_token_may_do(app, tokens):
