@@ -117,6 +117,20 @@ class CallFailed(Exception):
     status: int | None = None
 
 
+class Truncated(Exception):
+    """A reply cut at ``max_tokens`` (finish_reason ``length``): not a whole
+    reply, so not parsed (BAML's lenient parser would close the cut object and
+    call it a frame).  Raised only for callers that ask (``whole=True``); the
+    step moniker re-asks it shorter once, then fails."""
+
+    outcome = "truncated"
+
+    def __init__(self, text: str | None, max_tokens: int):
+        super().__init__(f"the reply was cut at max_tokens ({max_tokens} tokens) before it ended")
+        self.raw_output = text
+        self.max_tokens = max_tokens
+
+
 class TimedOut(CallFailed):
     outcome = "timeout"
 
@@ -353,15 +367,17 @@ def _json_or_empty(text: str) -> dict:
 
 async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: CallInfo, prompt_tokens: int,
                schema: dict | None = None, deadline: float | None = None,
-               live: Callable[[dict], None] | None = None):
+               live: Callable[[dict], None] | None = None, whole: bool = False):
     """Call the BAML ``function`` until an attempt succeeds or the rules above give
     up.  Raises BAML's ``BamlValidationError`` for a reply that does not parse,
     :class:`CallFailed` for an attempt that brought none, or a :class:`StepError`
     when the deadline left no time for another attempt.  ``prompt_tokens`` is the
     request's estimated prompt size, for the gate and for attempts the server
-    gives no usage for."""
+    gives no usage for.  ``whole``: a reply cut at ``max_tokens`` raises
+    :class:`Truncated` (its attempt's outcome ``truncated``) instead of being
+    parsed."""
     info.mode = structured_mode(settings, schema)
-    max_tokens = settings.max_tokens
+    max_tokens = settings.tokens_for(function, info.mode)
     failures = rate_limited = timeouts = 0
     while True:
         url, headers, body = await _render(api, settings, function, args, max_tokens)
@@ -378,11 +394,13 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
         started, error, text, usage, finish = time.monotonic(), None, None, None, None
         try:
             text, usage, finish = await _send(url, headers, body, timeout_s, tap)
+            if whole and finish == "length":
+                raise Truncated(text, max_tokens)
             return _parse(api, function, text)
         except asyncio.CancelledError as exc:
             error = exc
             raise
-        except (CallFailed, api.errors.BamlValidationError) as exc:
+        except (CallFailed, Truncated, api.errors.BamlValidationError) as exc:
             error = exc
         finally:
             attempt = _finish_attempt(info, tap, error, text, usage, started, prompt_tokens)
@@ -391,7 +409,7 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
                 else None
             gate().release(permit, tokens=attempt.input_tokens + attempt.output_tokens, status=attempt.status,
                            retry_after=retry_after)
-        if isinstance(error, api.errors.BamlValidationError):
+        if isinstance(error, (api.errors.BamlValidationError, Truncated)):
             raise error  # the moniker re-asks, telling the model what was wrong
         if attempt.outcome == "error" and attempt.status in (400, 422) and FIELD_REFUSED.search(str(error)):
             weaker = _step_down(settings, info.mode)
@@ -431,7 +449,7 @@ def _finish_attempt(info: CallInfo, tap: StreamTap | None, error, text: str | No
     if tap is not None:
         tap.finish()
     outcome = "ok" if error is None else "cancelled" if isinstance(error, asyncio.CancelledError) \
-        else "unparseable" if not isinstance(error, CallFailed) else error.outcome
+        else error.outcome if isinstance(error, (CallFailed, Truncated)) else "unparseable"
     status = getattr(error, "status", None) if isinstance(error, CallFailed) else (200 if text is not None else None)
     text = text if text is not None else (tap.text if tap is not None else None)
     tokens_in, tokens_out, estimated = _tokens(usage, tap, text, prompt_tokens, outcome)
@@ -497,7 +515,7 @@ def endpoint_error(api, exc: Exception, settings: LLMSettings, info: CallInfo | 
     if isinstance(exc, TimedOut) or getattr(exc, "outcome", None) == "timeout":
         count = len(info.attempts) if info is not None else 1
         return StepError(f"LLM call timed out after {settings.timeout_s:g}s ({where}), {count} attempt(s); "
-                         f"raise llm.timeout_s or lower llm.max_tokens ({settings.max_tokens}){tried}")
+                         f"raise llm.timeout_s or lower llm.max_tokens ({settings.max_tokens or 'default'}){tried}")
     if isinstance(exc, HttpStatus):
         return StepError(f"LLM endpoint answered HTTP {exc.status} ({where})\n{excerpt(exc.message)}{tried}")
     return StepError(f"LLM call failed ({where})\n{type(exc).__name__}: {excerpt(str(exc))}{tried}")

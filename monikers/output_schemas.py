@@ -9,18 +9,23 @@ schema (llama.cpp, vLLM, OpenAI, Ollama) then cannot produce a call to a tool
 that does not exist, and a small model that would otherwise ramble in prose
 writes a frame.
 
-Property order matters to a model that writes left to right: the frame's
-small required fields come first and the bulky ``state`` last (the optional
-``data`` and ``notes`` after it), so that a reply cut by the token cap still
-holds what the step decided (BAML reads a truncated object up to where it
-stops).  Step tokens are short words, never sentences, and ``text`` has a cap:
-a small model otherwise writes until ``max_tokens``.
+Property order matters to a model that writes left to right: it writes its
+answer (``text``) and its ``tool_calls`` first, and only then decides ``done``
+and ``next_step``, so ``done`` follows from what the step said and did (in the
+old order, step/next_step/done first, SmolLM2-135M decided ``done: false``
+before writing "The capital of France is Paris." and then repeated it until
+``max_steps``).  The small ``state`` comes after them, ``data`` and ``notes``
+last.  The prompt's format block (BAML's ``ctx.output_format``, from
+baml_src/frame.baml) lists the fields in the same order.  Step tokens are
+short words, never sentences, and ``text`` has a cap: a small model otherwise
+writes until ``max_tokens``.  A reply cut at ``max_tokens`` is not a frame
+(monikers/baml_moniker.py re-asks it shorter once, then fails).
 """
 from monikers.frame import MAX_TOOL_CALLS
 
 TOKEN = {"type": "string", "pattern": "^[A-Za-z0-9_./:-]{1,32}$"}  # "3", "review/1": never a sentence
 NULLABLE_TEXT = {"type": ["string", "null"]}
-SAY = {"type": ["string", "null"], "maxLength": 600}  # what a step says; a short paragraph
+SAY = {"type": ["string", "null"], "maxLength": 300}  # what a step says; a few sentences
 
 # JSON of bounded depth for a frame's ``state`` and ``data``.  A free-form
 # object lets a small model nest without end ({"data": {"data": {…}}} until the
@@ -33,8 +38,24 @@ SCALAR = {"anyOf": [{"type": "string", "maxLength": 200}, {"type": ["number", "b
 LEAF = {"anyOf": [SCALAR, {"type": "array", "items": SCALAR, "maxItems": 10}]}
 NESTED = {"anyOf": [SCALAR, {"type": "array", "items": LEAF, "maxItems": 10},
                     {"type": "object", "additionalProperties": LEAF}]}
-STATE = {"type": "object", "additionalProperties": NESTED}
-DATA = {"anyOf": [NESTED, STATE]}
+DATA = {"anyOf": [NESTED, {"type": "object", "additionalProperties": NESTED}]}
+
+# The frame's ``state`` as a grammar holds it: a few named keys with short
+# values.  An open object (``additionalProperties``) lets a grammar write any
+# number of keys (llama.cpp's json-schema-to-grammar spells it ``("," kv)*``
+# and does not enforce ``maxProperties``), and SmolLM2-135M filled 31 of 33
+# replies to the 256-token cap with ``"state_schema_schema_…"``.  Named optional
+# properties with ``additionalProperties: false``, string ``maxLength`` and
+# list ``maxItems`` are what llama.cpp does enforce, so a whole frame stays
+# near 100 tokens.  The step's memory of what it did is the transcript the
+# moniker keeps (monikers/memory.py), not this state.
+STATE_KEYS = {
+    "progress": {"type": "string", "maxLength": 120},           # where the task stands, in a few words
+    "items": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 60}},  # a list kept
+    "answer": {"type": "string", "maxLength": 120},             # the answer found so far
+    "count": {"type": "integer"},
+}
+STATE = {"type": "object", "properties": STATE_KEYS, "additionalProperties": False}
 
 
 LONG_BOUND = 500  # bounds above this are left to the runner's check of the args
@@ -62,26 +83,25 @@ def tool_call_schema(tool: dict) -> dict:
             "required": ["name", "args"], "additionalProperties": False}
 
 
-def frame_schema(tools: list[dict] | None) -> dict:
-    """StepFrameOut (baml_src/frame.baml) for a session that may call ``tools``."""
-    if tools:
-        calls = {"type": "array", "maxItems": MAX_TOOL_CALLS,
+FRAME_ORDER = ("step", "text", "tool_calls", "done", "next_step", "state", "data", "notes")
+
+
+def frame_schema(tools: list[dict] | None, max_calls: int = MAX_TOOL_CALLS) -> dict:
+    """StepFrameOut (baml_src/frame.baml) for a session that may call ``tools``,
+    at most ``max_calls`` of them per step (``llm.max_tool_calls``), its
+    properties in :data:`FRAME_ORDER`."""
+    if tools and max_calls > 0:
+        calls = {"type": "array", "maxItems": min(max_calls, MAX_TOOL_CALLS),
                  "items": {"anyOf": [tool_call_schema(t) for t in tools]}}
     else:
         calls = {"type": "array", "maxItems": 0}
+    properties = {"step": TOKEN, "text": SAY, "tool_calls": calls, "done": {"type": "boolean"},
+                  "next_step": TOKEN, "state": STATE, "data": DATA,
+                  "notes": {"type": ["string", "null"], "maxLength": 200}}
     return {
         "type": "object",
-        "properties": {
-            "step": TOKEN,
-            "next_step": TOKEN,
-            "done": {"type": "boolean"},
-            "tool_calls": calls,
-            "text": SAY,
-            "state": STATE,
-            "data": DATA,
-            "notes": {"type": ["string", "null"], "maxLength": 200},
-        },
-        "required": ["step", "next_step", "done", "tool_calls", "text", "state"],
+        "properties": {name: properties[name] for name in FRAME_ORDER},
+        "required": ["step", "text", "tool_calls", "done", "next_step", "state"],
         "additionalProperties": False,
     }
 
