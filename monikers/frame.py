@@ -35,7 +35,8 @@ from domain.statuses import TOOL_CALL_ENDED, ToolCallStatus
 
 Json = dict[str, Any]
 
-MAX_TOOL_CALLS = 32  # per step
+MAX_TOOL_CALLS = 32  # per step, whatever a session sets
+DEFAULT_TOOL_CALLS = 4  # per step, unless llm.max_tool_calls says otherwise (a small model repeats a call up to the cap)
 TOOL_RESULT_STATUSES = tuple(s.value for s in ToolCallStatus if s in TOOL_CALL_ENDED)  # a call ends in one
 
 

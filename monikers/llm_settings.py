@@ -54,9 +54,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from domain.json_types import JsonInt, json_int
 from monikers import endpoints
 from monikers.endpoints import EndpointError
-from monikers.frame import StepError
+from monikers.frame import DEFAULT_TOOL_CALLS, StepError
 
-DEFAULTS = {"temperature": 0.2, "timeout_s": 120.0, "max_tokens": 1024, "stream": True, "max_tool_calls": 4}
+DEFAULTS = {"temperature": 0.2, "timeout_s": 120.0, "max_tokens": 1024, "stream": True,
+            "max_tool_calls": DEFAULT_TOOL_CALLS}
 FRAME_TOKENS = {"json_schema": 512}  # RunMonikerStep's default cap per structured mode; others: max_tokens
 
 # Keys an API caller once could set and no longer may, with what to use instead.

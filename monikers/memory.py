@@ -38,8 +38,19 @@ VALUE_CHARS = 160
 
 def call_key(name: str, args) -> str:
     """A call's identity: its name and its args as canonical JSON."""
-    return name + " " + json.dumps(args or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    return name + " " + json.dumps(_plain(args or {}), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                                    default=str)
+
+
+def _plain(value):
+    """Numbers by value: 2.0 and 2 are the same argument."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _cut(value, limit: int = VALUE_CHARS) -> str:

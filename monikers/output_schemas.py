@@ -21,7 +21,7 @@ short words, never sentences, and ``text`` has a cap: a small model otherwise
 writes until ``max_tokens``.  A reply cut at ``max_tokens`` is not a frame
 (monikers/baml_moniker.py re-asks it shorter once, then fails).
 """
-from monikers.frame import MAX_TOOL_CALLS
+from monikers.frame import DEFAULT_TOOL_CALLS, MAX_TOOL_CALLS
 
 TOKEN = {"type": "string", "pattern": "^[A-Za-z0-9_./:-]{1,32}$"}  # "3", "review/1": never a sentence
 NULLABLE_TEXT = {"type": ["string", "null"]}
@@ -86,7 +86,7 @@ def tool_call_schema(tool: dict) -> dict:
 FRAME_ORDER = ("step", "text", "tool_calls", "done", "next_step", "state", "data", "notes")
 
 
-def frame_schema(tools: list[dict] | None, max_calls: int = MAX_TOOL_CALLS) -> dict:
+def frame_schema(tools: list[dict] | None, max_calls: int = DEFAULT_TOOL_CALLS) -> dict:
     """StepFrameOut (baml_src/frame.baml) for a session that may call ``tools``,
     at most ``max_calls`` of them per step (``llm.max_tool_calls``), its
     properties in :data:`FRAME_ORDER`."""
