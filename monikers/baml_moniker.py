@@ -68,6 +68,7 @@ log = logging.getLogger("monikers.baml")
 
 REASK_CHARS = 600  # how much of a parse error is shown to the model when re-asking
 GUIDANCE_KINDS = ("guidance", "message")  # already joined into frame.guidance (runtime/base/inbox.py)
+REPEAT_LIMIT = 3  # the same text 3 steps in a row: stuck (SmolLM2 repeated its answer until max_steps)
 TRUNCATED_REASK = ("your reply was cut at the token limit before it ended. Write a much shorter reply: "
                    "text in one or two sentences, state {} or one short key, no notes")
 
@@ -289,7 +290,8 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
 
 BAML = Moniker("baml", baml_step,
                "Thinks with an LLM via BAML RunMonikerStep on any OpenAI-compatible endpoint "
-               "(config.llm.endpoint names one of the operator's).", config_model=BamlConfig)
+               "(config.llm.endpoint names one of the operator's).", config_model=BamlConfig,
+               repeat_limit=REPEAT_LIMIT)
 
 
 def register(registry) -> bool:

@@ -201,3 +201,12 @@ def test_done_with_a_new_call_runs_the_call_and_steps_again(tmp_path, llm_endpoi
     steps = sorted(store.steps.search(session_id=snap["session_id"]), key=lambda s: s["iteration"])
     assert [s["status"] for s in steps] == ["ok", "done"]  # the calls ran; the next step may finish
     assert steps[1]["inputs"]["tool_results"][0]["status"] == "success"
+
+
+def test_a_baml_session_saying_the_same_thing_three_times_stops_by_default(tmp_path, llm_endpoints):
+    same = [Reply(frame(step=str(n), next_step=str(n + 1), text="The capital of France is Paris.")) for n in range(6)]
+    with FakeOpenAI(scripted(*same)) as server:
+        config = {"llm": llm_endpoints.llm(server), "max_steps": 6}
+        store, [snap] = run_sessions(tmp_path, ("capital of France?", config))
+    assert snap["status"] == "stopped" and snap["status_reason"] == "repetition", snap
+    assert len(store.steps.search(session_id=snap["session_id"])) == 3
