@@ -25,20 +25,17 @@ from monikers.frame import DEFAULT_TOOL_CALLS, MAX_TOOL_CALLS
 
 TOKEN = {"type": "string", "pattern": "^[A-Za-z0-9_./:-]{1,32}$"}  # "3", "review/1": never a sentence
 NULLABLE_TEXT = {"type": ["string", "null"]}
-SAY = {"type": ["string", "null"], "maxLength": 300}  # what a step says; a few sentences
+SAY = {"type": ["string", "null"], "maxLength": 200}  # what a step says; a sentence or two
 
-# JSON of bounded depth for a frame's ``state`` and ``data``.  A free-form
-# object lets a small model nest without end ({"data": {"data": {…}}} until the
-# token cap: SmolLM2-135M did exactly that); three levels hold what a step
-# remembers.  A server that enforces the schema cannot write deeper; an agent
-# that needs deeper state runs with ``llm.structured`` json_object.  Strings and
-# lists have caps for the same reason (llama.cpp enforces maxLength and
-# maxItems; it does not enforce maxProperties).
-SCALAR = {"anyOf": [{"type": "string", "maxLength": 200}, {"type": ["number", "boolean", "null"]}]}
-LEAF = {"anyOf": [SCALAR, {"type": "array", "items": SCALAR, "maxItems": 10}]}
-NESTED = {"anyOf": [SCALAR, {"type": "array", "items": LEAF, "maxItems": 10},
-                    {"type": "object", "additionalProperties": LEAF}]}
-DATA = {"anyOf": [NESTED, {"type": "object", "additionalProperties": NESTED}]}
+# A frame's ``data``: a short value, a short list or a flat object of short
+# values.  A free-form object lets a small model nest without end ({"data":
+# {"data": {…}}} until the token cap: SmolLM2-135M did exactly that); an agent
+# that needs more runs with ``llm.structured`` json_object.  Strings and lists
+# have caps for the same reason (llama.cpp enforces maxLength and maxItems; it
+# does not enforce maxProperties).
+SHORT = {"anyOf": [{"type": "string", "maxLength": 80}, {"type": ["number", "boolean", "null"]}]}
+DATA = {"anyOf": [SHORT, {"type": "array", "items": SHORT, "maxItems": 5},
+                  {"type": "object", "additionalProperties": SHORT}]}  # optional; small, like state
 
 # The frame's ``state`` as a grammar holds it: a few named keys with short
 # values.  An open object (``additionalProperties``) lets a grammar write any
@@ -50,9 +47,9 @@ DATA = {"anyOf": [NESTED, {"type": "object", "additionalProperties": NESTED}]}
 # near 100 tokens.  The step's memory of what it did is the transcript the
 # moniker keeps (monikers/memory.py), not this state.
 STATE_KEYS = {
-    "progress": {"type": "string", "maxLength": 120},           # where the task stands, in a few words
-    "items": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 60}},  # a list kept
-    "answer": {"type": "string", "maxLength": 120},             # the answer found so far
+    "progress": {"type": "string", "maxLength": 80},            # where the task stands, in a few words
+    "items": {"type": "array", "maxItems": 5, "items": {"type": "string", "maxLength": 40}},  # a list kept
+    "answer": {"type": "string", "maxLength": 80},              # the answer found so far
     "count": {"type": "integer"},
 }
 STATE = {"type": "object", "properties": STATE_KEYS, "additionalProperties": False}
@@ -97,7 +94,7 @@ def frame_schema(tools: list[dict] | None, max_calls: int = DEFAULT_TOOL_CALLS) 
         calls = {"type": "array", "maxItems": 0}
     properties = {"step": TOKEN, "text": SAY, "tool_calls": calls, "done": {"type": "boolean"},
                   "next_step": TOKEN, "state": STATE, "data": DATA,
-                  "notes": {"type": ["string", "null"], "maxLength": 200}}
+                  "notes": {"type": ["string", "null"], "maxLength": 100}}
     return {
         "type": "object",
         "properties": {name: properties[name] for name in FRAME_ORDER},

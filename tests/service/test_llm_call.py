@@ -28,7 +28,7 @@ import pytest
 import requests
 
 from monikers import baml_moniker, llm_call, output_schemas
-from monikers.frame import MAX_TOOL_CALLS, FrameIn, InboxItem, StepContext, StepError
+from monikers.frame import DEFAULT_TOOL_CALLS, FrameIn, InboxItem, StepContext, StepError
 from monikers.orchestrator import orchestrator_step
 from runtime.base import usage as usage_math
 from tests import fake_openai
@@ -182,7 +182,7 @@ def test_by_default_the_frame_schema_is_sent_streamed_with_usage_and_a_token_cap
         "name": "RunMonikerStep", "schema": output_schemas.frame_schema([]), "strict": False}}
     assert body["response_format"]["json_schema"]["schema"]["properties"]["tool_calls"]["maxItems"] == 0, \
         "without tools the model may call none"
-    assert body["max_tokens"] == 1024
+    assert body["max_tokens"] == 512, "a step frame under json_schema: what the bounded frame needs"
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert "seed" not in body
 
@@ -192,7 +192,7 @@ def test_the_schema_allows_exactly_the_sessions_tools_with_their_args(fake):
     step(context(server, tools=[ADD, FETCH, CLOCK]))
     [body] = received(server)
     calls = body["response_format"]["json_schema"]["schema"]["properties"]["tool_calls"]
-    assert calls["maxItems"] == MAX_TOOL_CALLS
+    assert calls["maxItems"] == DEFAULT_TOOL_CALLS
     allowed = calls["items"]["anyOf"]
     assert [c["properties"]["name"] for c in allowed] == [{"const": t["name"]} for t in (ADD, FETCH, CLOCK)]
     assert [c["properties"]["args"] for c in allowed] == [ADD["args_schema"], FETCH["args_schema"],
@@ -403,7 +403,7 @@ def test_a_timeout_is_retried_once_with_fewer_tokens_when_it_was_generating(fake
     assert len(server.requests) == 2, "a timed-out request is tried at most once more"
     assert "timed out" in error and "attempt 1: timeout" in error and "attempt 2: timeout" in error
     first, retry = received(server)
-    assert first["max_tokens"] == 1024 and retry["max_tokens"] < first["max_tokens"], \
+    assert first["max_tokens"] == 512 and retry["max_tokens"] < first["max_tokens"], \
         "the retry asks for what the measured rate writes in time"
     assert outcomes(ctx) == ["timeout", "timeout"]
     assert all(a["output_tokens"] >= 8 and a["estimated"] for a in attempts(ctx))
@@ -414,7 +414,7 @@ def test_a_timeout_before_any_token_is_retried_once_unchanged(fake):
     ctx = context(server, timeout_s=0.5)
     error = step_error(ctx)
     assert "timed out" in error and len(server.requests) == 2
-    assert [b["max_tokens"] for b in received(server)] == [1024, 1024], "the server was busy, not the reply long"
+    assert [b["max_tokens"] for b in received(server)] == [512, 512], "the server was busy, not the reply long"
     assert outcomes(ctx) == ["timeout", "timeout"]
 
 
