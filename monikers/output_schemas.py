@@ -35,7 +35,7 @@ SAY = {"type": ["string", "null"], "maxLength": 200}  # what a step says; a sent
 # does not enforce maxProperties).
 SHORT = {"anyOf": [{"type": "string", "maxLength": 80}, {"type": ["number", "boolean", "null"]}]}
 DATA = {"anyOf": [SHORT, {"type": "array", "items": SHORT, "maxItems": 5},
-                  {"type": "object", "additionalProperties": SHORT}]}  # optional; small, like state
+                  {"type": "object", "additionalProperties": SHORT, "maxProperties": 5}]}  # optional; small, like state
 
 # The frame's ``state`` as a grammar holds it: a few named keys with short
 # values.  An open object (``additionalProperties``) lets a grammar write any
