@@ -12,7 +12,9 @@ of a call:
    mode ``json_schema``; ``json_object`` asks only for JSON; ``off`` relies on
    the prompt).  ``auto`` starts with ``json_schema`` and steps down, once per
    base URL for the life of the process, when the server answers a 4xx that
-   names the field.
+   names the field.  ``grammar``, the operator's choice for a llama.cpp
+   server, sends the schema as a compact GBNF grammar instead
+   (monikers/gbnf.py), so a small model's frame holds no indentation.
 3. **Request and reply.**  BAML renders the request (prompt, model, options:
    ``b.stream_request``/``b.request``) and parses the reply (``b.parse``), and
    :func:`_send` sends it.  Why not let BAML send it: BAML keeps client
@@ -60,7 +62,7 @@ from typing import Callable
 
 import aiohttp
 
-from monikers import output_schemas
+from monikers import gbnf, output_schemas
 from monikers.frame import StepError
 from monikers.llm_gate import gate, retry_after_s
 from monikers.llm_settings import LLMSettings
@@ -79,7 +81,7 @@ LIVE_CHARS = 4000  # the newest characters of the reply a delta carries
 ERROR_BODY_CHARS = 65_536  # of an error reply, read to find its message (a JSON body must be whole to parse)
 ERROR_EXCERPT_CHARS = 200  # of that message, kept (in last_error, the attempts): the body is the server's, not ours
 MODES = ("json_schema", "json_object", "off")
-FIELD_REFUSED = re.compile(r"response_format|json_schema|json_object|structured", re.IGNORECASE)
+FIELD_REFUSED = re.compile(r"response_format|json_schema|json_object|structured|grammar", re.IGNORECASE)
 
 _learned_modes: dict[str, str] = {}  # base URL -> the structured mode its server takes (``auto``)
 _learned_lock = threading.Lock()
@@ -256,8 +258,10 @@ class StreamTap:
 # ---- the request ---------------------------------------------------------------------
 
 def structured_mode(settings: LLMSettings, schema: dict | None) -> str:
-    if schema is None and settings.structured in ("auto", "json_schema"):
-        return "json_object" if settings.structured == "json_schema" else "off"
+    """The mode of one call: the setting's, except that a reply with no schema can
+    at most be asked for JSON, and ``auto`` follows what its server took."""
+    if schema is None and settings.structured in ("auto", "json_schema", "grammar"):
+        return "off" if settings.structured == "auto" else "json_object"
     if settings.structured != "auto":
         return settings.structured
     with _learned_lock:
@@ -275,13 +279,23 @@ def _step_down(settings: LLMSettings, mode: str) -> str | None:
     return weaker
 
 
-def response_format(function: str, schema: dict | None, mode: str) -> dict | None:
+def shape_fields(function: str, schema: dict | None, mode: str) -> dict:
+    """The request body's fields that hold the reply to ``mode``'s shape."""
     if mode == "json_schema":
-        return {"type": "json_schema", "json_schema": {
-            "name": function, "schema": schema, "strict": output_schemas.STRICT.get(function, False)}}
+        return {"response_format": {"type": "json_schema", "json_schema": {
+            "name": function, "schema": schema, "strict": output_schemas.STRICT.get(function, False)}}}
+    if mode == "grammar":
+        return {"grammar": _grammar(json.dumps(schema, sort_keys=False))}
     if mode == "json_object":
-        return {"type": "json_object"}
-    return None
+        return {"response_format": {"type": "json_object"}}
+    return {}
+
+
+@functools.lru_cache(maxsize=256)
+def _grammar(schema_json: str) -> str:
+    """A schema's grammar, once per distinct schema (a session's frame schema
+    depends on its tools, so a few sessions share each)."""
+    return gbnf.to_gbnf(json.loads(schema_json))
 
 
 def _registry(api, options: dict):
@@ -381,8 +395,7 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
     failures = rate_limited = timeouts = 0
     while True:
         url, headers, body = await _render(api, settings, function, args, max_tokens)
-        if (fmt := response_format(function, schema, info.mode)) is not None:
-            body["response_format"] = fmt
+        body.update(shape_fields(function, schema, info.mode))
         permit = await gate().acquire(settings.model, prompt_tokens + max_tokens)
         info.waited_s += permit.waited_s
         try:  # after the wait for a permit (a Retry-After may have used up the step's time)

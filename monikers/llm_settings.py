@@ -34,14 +34,17 @@ one it serves, checked the same way.
 write for minutes (a 135M model wrote 800-1,600 tokens of prose per request).
 The default is what a reply needs (:data:`FRAME_TOKENS`): a step frame under
 the enforced schema (``json_schema``) is bounded by it (``text`` 300
-characters, a few calls, a small ``state``) and fits in 512 tokens; without a
-grammar a frame gets 1,024; the other functions (orchestrator, summary, judge)
+characters, a few calls, a small ``state``) and fits in 512 tokens, and in
+256 under the compact grammar (``grammar``: no indentation to fill); without
+a grammar a frame gets 1,024; the other functions (orchestrator, summary, judge)
 1,024.  A frame cut at the cap is not a frame (monikers/baml_moniker.py).
 ``max_tool_calls`` bounds the calls of one step in the schema the server
 enforces and in the moniker's check (a small model otherwise repeats a call
 up to the cap).
 ``structured`` chooses how the reply's shape is enforced (monikers/llm_call.py):
-``json_schema`` sends the output schema, ``json_object`` asks for JSON only,
+``json_schema`` sends the output schema, ``grammar`` sends it as llama.cpp's
+own ``grammar`` field, compactly written (monikers/gbnf.py: a small model
+otherwise fills the server's whitespace allowance), ``json_object`` asks for JSON only,
 ``off`` relies on the prompt, and ``auto`` starts with ``json_schema`` and
 steps down, per base URL, when the server refuses the field.
 """
@@ -58,7 +61,7 @@ from monikers.frame import DEFAULT_TOOL_CALLS, StepError
 
 DEFAULTS = {"temperature": 0.2, "timeout_s": 120.0, "max_tokens": 1024, "stream": True,
             "max_tool_calls": DEFAULT_TOOL_CALLS}
-FRAME_TOKENS = {"json_schema": 512}  # RunMonikerStep's default cap per structured mode; others: max_tokens
+FRAME_TOKENS = {"json_schema": 512, "grammar": 256}  # RunMonikerStep's default cap per structured mode; others: max_tokens
 
 # Keys an API caller once could set and no longer may, with what to use instead.
 OPERATOR_ONLY = {
@@ -105,10 +108,11 @@ class LLMConfig(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_s: float | None = Field(None, gt=0, le=3600)
     max_tokens: json_int(ge=1, le=1_000_000) | None = Field(
-        None, description="a reply's cap (default: a step frame 512 under json_schema, else 1024)")
+        None, description="a reply's cap (default: a step frame 512 under json_schema, "
+                                                      "256 under grammar, else 1024)")
     max_tool_calls: json_int(ge=0, le=32) | None = Field(None, description="tool calls one step may ask for "
                                                                          "(default 4)")
-    structured: Literal["auto", "json_schema", "json_object", "off"] | None = Field(
+    structured: Literal["auto", "json_schema", "grammar", "json_object", "off"] | None = Field(
         None, description="how the reply's shape is enforced (default: the endpoint's, auto unless the operator "
                           "says otherwise: the output schema when the server takes it)")
     stream: bool | None = Field(None, description="stream replies, so the dashboard shows them as they come "

@@ -218,6 +218,32 @@ def test_settings_shape_the_request(fake, llm, expected):
     assert call["structured"] == llm.get("structured", "json_schema")
 
 
+def test_grammar_sends_the_frame_schema_as_a_compact_grammar_and_caps_the_frame_at_256(fake):
+    """``grammar`` (for llama.cpp): the session's own frame schema, its tools
+    included, as GBNF in the ``grammar`` field and no ``response_format``; the
+    frame's default cap is 256 tokens, what a compact frame needs."""
+    server = fake(scripted(then=Reply(frame(done=True))))
+    ctx = context(server, structured="grammar", tools=[ADD, FETCH])
+    assert step(ctx).done is True
+    [body] = received(server)
+    assert "response_format" not in body and body["max_tokens"] == 256
+    grammar = body["grammar"]
+    assert grammar.startswith("root ::= ") and "demo.add" in grammar and "http_fetch" in grammar
+    assert "\\n" not in grammar, "no rule lets a newline stand between tokens"
+    assert 'ws ::= " "?' in grammar.splitlines()
+    [call] = ctx.usage_calls
+    assert call["structured"] == "grammar"
+
+
+def test_grammar_for_a_reply_without_a_schema_asks_for_json(fake):
+    """A grammar comes from a schema; a function with none is asked for JSON."""
+    from monikers.llm_settings import LLMSettings
+    settings = LLMSettings(endpoint="e", base_url="http://x", model="m", api_key="", temperature=0, timeout_s=1,
+                           max_tokens=None, max_reasks=0, prices=None, structured="grammar")
+    assert llm_call.structured_mode(settings, None) == "json_object"
+    assert llm_call.structured_mode(settings, {"type": "object"}) == "grammar"
+
+
 def test_the_orchestrators_decision_schema_is_sent_strict(fake):
     decision = {"action": "answer", "reply": "You are welcome.", "task": None, "agent_name": None}
     server = fake(scripted(then=Reply(json.dumps(decision))))
