@@ -252,7 +252,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
     state_json = json.dumps(state, sort_keys=True, ensure_ascii=False)
     tools = getattr(ctx, "tools", None) or []
     max_calls = settings.max_tool_calls if tools else 0
-    schema = output_schemas.frame_schema(tools, max_calls)
+    schema = output_schemas.frame_schema(tools, max_calls, compact=settings.structured == "grammar")
     reask, raw, truncated = None, None, 0
     for ask in range(settings.max_reasks + 1):
         frame_in = prompt_frame(api, frame, ctx, state_json, reask, mem)

@@ -73,9 +73,41 @@ def loosened(schema):
             if not (key in ("maxLength", "maxItems") and isinstance(value, int) and value > LONG_BOUND)}
 
 
-def tool_call_schema(tool: dict) -> dict:
-    """One allowed call: the tool's name as a constant and its own args schema."""
+# A small model's tool args under ``structured: grammar``: every string, list and
+# open object bounded.  ``ask_user``'s question may be 4,000 characters and its
+# choices 20, ``spawn_agent``'s config any object; SmolLM2-135M filled such
+# fields until its frame was cut at 256 tokens (the real-model tier: 2 of 10
+# flows failed that way under the compact grammar).  Bounds already tighter
+# are kept; a tool that needs longer args runs on a larger model, with
+# ``json_schema``.
+COMPACT_CHARS = 120
+COMPACT_ITEMS = 5
+
+
+def compacted(schema):
+    """``schema`` with :data:`COMPACT_CHARS` and :data:`COMPACT_ITEMS` as the
+    most any string, list or open object of it may hold."""
+    if isinstance(schema, list):
+        return [compacted(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: compacted(value) for key, value in schema.items()}
+    kinds = out.get("type") if isinstance(out.get("type"), list) else [out.get("type")]
+    if "string" in kinds and "enum" not in out and "const" not in out:
+        out["maxLength"] = max(min(out.get("maxLength", COMPACT_CHARS), COMPACT_CHARS), out.get("minLength", 0))
+    if "array" in kinds:
+        out["maxItems"] = max(min(out.get("maxItems", COMPACT_ITEMS), COMPACT_ITEMS), out.get("minItems", 0))
+    if "object" in kinds and out.get("additionalProperties") is not False:
+        out["maxProperties"] = min(out.get("maxProperties", COMPACT_ITEMS), COMPACT_ITEMS)
+    return out
+
+
+def tool_call_schema(tool: dict, compact: bool = False) -> dict:
+    """One allowed call: the tool's name as a constant and its own args schema
+    (``compact``: bounded for a small model, :func:`compacted`)."""
     args = loosened(tool.get("args_schema") or {"type": "object"})
+    if compact:
+        args = compacted(args)
     return {"type": "object", "properties": {"name": {"const": tool["name"]}, "args": args},
             "required": ["name", "args"], "additionalProperties": False}
 
@@ -83,13 +115,14 @@ def tool_call_schema(tool: dict) -> dict:
 FRAME_ORDER = ("step", "text", "tool_calls", "done", "next_step", "state", "data", "notes")
 
 
-def frame_schema(tools: list[dict] | None, max_calls: int = DEFAULT_TOOL_CALLS) -> dict:
+def frame_schema(tools: list[dict] | None, max_calls: int = DEFAULT_TOOL_CALLS, compact: bool = False) -> dict:
     """StepFrameOut (baml_src/frame.baml) for a session that may call ``tools``,
     at most ``max_calls`` of them per step (``llm.max_tool_calls``), its
-    properties in :data:`FRAME_ORDER`."""
+    properties in :data:`FRAME_ORDER`; ``compact``: the tools' args bounded
+    for a small model (``structured: grammar``)."""
     if tools and max_calls > 0:
         calls = {"type": "array", "maxItems": min(max_calls, MAX_TOOL_CALLS),
-                 "items": {"anyOf": [tool_call_schema(t) for t in tools]}}
+                 "items": {"anyOf": [tool_call_schema(t, compact) for t in tools]}}
     else:
         calls = {"type": "array", "maxItems": 0}
     properties = {"step": TOKEN, "text": SAY, "tool_calls": calls, "done": {"type": "boolean"},

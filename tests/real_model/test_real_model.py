@@ -117,7 +117,7 @@ def check_record(svc: Service, session_id: str) -> list[dict]:
     allowed = set(snap["config"].get("tools") or [])
     for call in svc.get("/api/tool-calls", session_id=session_id).json()["tool_calls"]:
         assert call["name"] in allowed, f"the schema allows only the session's tools: {call['name']}"
-        assert call["status"] in ("success", "failed", "denied", "waiting_result", "running", "pending"), call
+        assert call["status"] in ("success", "failed", "denied", "waiting_result", "running", "pending", "replayed"), call
         if call["status"] in ("failed", "denied"):
             assert call["error"], call
     return steps

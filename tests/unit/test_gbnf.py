@@ -1,8 +1,8 @@
 """monikers/gbnf.py: a reply's JSON Schema as a grammar of compact JSON.
 
 These check the grammar's text (no whitespace allowance but one space, the
-bounds the schemas give); that llama-server accepts it and its replies parse is
-still to be tested against the real server (see the h10 report)."""
+bounds the schemas give); that llama-server takes it and its replies parse is
+what the real-model tier runs on (tests/real_model, ``structured: grammar``)."""
 import re
 
 from monikers import gbnf, output_schemas
@@ -51,3 +51,27 @@ def test_unreadable_patterns_and_schemas_are_loosened_not_refused():
         "p": {"type": "string", "pattern": "(a|b)+"}, "q": {"not": {}}}, "required": ["p", "q"]})
     found = rules(grammar)
     assert found["reply-p-kv"].endswith("string") and found["reply-q-kv"].endswith("value")
+
+
+def test_a_small_models_tool_args_are_bounded_under_grammar_and_left_alone_otherwise():
+    """ask_user's question (4,000 characters), its 20 choices and an open config
+    object: under ``compact`` each string holds at most 120 characters, each
+    list and open object 5 entries; tighter bounds and closed objects stay."""
+    ask = {"name": "ask_user", "args_schema": {"type": "object", "additionalProperties": False, "properties": {
+        "question": {"type": "string", "minLength": 1, "maxLength": 4000},
+        "choices": {"anyOf": [{"type": "array", "items": {"type": "string"}, "maxItems": 20}, {"type": "null"}]},
+        "mode": {"type": "string", "enum": ["a", "b"]}, "short": {"type": "string", "maxLength": 10},
+        "config": {"type": "object"}}, "required": ["question"]}}
+    def args(compact):
+        schema = output_schemas.frame_schema([ask], 2, compact=compact)
+        return schema["properties"]["tool_calls"]["items"]["anyOf"][0]["properties"]["args"]["properties"]
+    bounded, plain = args(True), args(False)
+    assert bounded["question"]["maxLength"] == 120 and bounded["question"]["minLength"] == 1
+    assert bounded["choices"]["anyOf"][0]["maxItems"] == 5
+    assert bounded["choices"]["anyOf"][0]["items"]["maxLength"] == 120
+    assert bounded["short"]["maxLength"] == 10 and "maxLength" not in bounded["mode"]
+    assert bounded["config"]["maxProperties"] == 5
+    assert "maxLength" not in plain["question"] and plain["choices"]["anyOf"][0]["maxItems"] == 20
+    assert "maxProperties" not in plain["config"]
+    found = rules(gbnf.to_gbnf(output_schemas.frame_schema([ask], 2, compact=True)))
+    assert '"\\"" char{1,120} "\\""' in found.values()
