@@ -189,6 +189,16 @@ def reply_tool_calls(raw: str | None, parsed) -> list[dict]:
     return [_one_call(i, call) for i, call in enumerate(calls)]
 
 
+def _distinct(calls: list[dict]) -> list[dict]:
+    """The calls without repeats, each at its first place."""
+    seen, kept = set(), []
+    for call in calls:
+        if (key := memory.call_key(call["name"], call["args"])) not in seen:
+            seen.add(key)
+            kept.append(call)
+    return kept
+
+
 def to_frame_out(frame: FrameIn, out, raw: str | None = None, mem: dict | None = None,
                  max_calls: int | None = None) -> FrameOut:
     """The model's frame as the runner's FrameOut.  ``step`` is the token that
@@ -199,10 +209,14 @@ def to_frame_out(frame: FrameIn, out, raw: str | None = None, mem: dict | None =
     is never the last (the model sees the results next step), so ``done`` is
     dropped from such a reply, unless every call was answered before in this
     session (``mem``, monikers/memory.py): those calls are dropped and ``done``
-    kept.  With ``mem``, the new state carries the updated memory."""
+    kept.  Identical calls (name and canonical args) in one reply are one call:
+    SmolLM2 asked for the same ``time.get_current_time`` four times in one
+    step, and all four ran.  With ``mem``, the new state carries the updated
+    memory."""
     calls = reply_tool_calls(raw, out.tool_calls)
     if max_calls is not None and len(calls) > max_calls:
         raise BadToolCalls(f"{len(calls)} tool calls; at most {max_calls} per step")
+    calls = _distinct(calls)
     mem = mem if mem is not None else memory.split({})[1]
     if out.done and memory.only_repeats(mem, calls):
         calls = []  # all answered already: the runner would only hand back the same results

@@ -177,6 +177,16 @@ def test_a_call_identical_to_an_answered_one_is_not_run_again(tmp_path):
     assert steps[2]["inputs"]["tool_results"][0]["result"]["reused_from"] == first["id"]
 
 
+def test_identical_calls_in_one_reply_are_one_call(llm_endpoints):
+    """SmolLM2 asked for the same call four times in one step and all four ran;
+    ``2`` and ``2.0`` are the same argument; different args stay apart, in order."""
+    calls = [{"name": "wait", "args": {"seconds": 2}}, {"name": "wait", "args": {"seconds": 1}},
+             {"name": "wait", "args": {"seconds": 2.0}}, {"name": "wait", "args": {"seconds": 2}}]
+    with FakeOpenAI(scripted(then=Reply(frame(text="waiting", tool_calls=calls)))) as server:
+        out = step(llm_endpoints.llm(server), FrameIn(step="0"), tools=[WAIT_TOOL])
+    assert [(c.name, c.args) for c in out.tool_calls] == [("wait", {"seconds": 2}), ("wait", {"seconds": 1})]
+
+
 def test_a_done_step_whose_calls_were_all_answered_keeps_its_done(tmp_path, llm_endpoints):
     call = {"name": "wait", "args": {"seconds": 0}}
     with FakeOpenAI(scripted(Reply(frame(text="waiting", tool_calls=[call])),
