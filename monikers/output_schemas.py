@@ -77,11 +77,13 @@ def loosened(schema):
 # open object bounded.  ``ask_user``'s question may be 4,000 characters and its
 # choices 20, ``spawn_agent``'s config any object; SmolLM2-135M filled such
 # fields until its frame was cut at 256 tokens (the real-model tier: 2 of 10
-# flows failed that way under the compact grammar).  Bounds already tighter
+# flows failed that way under the compact grammar).  The compact frame also
+# leaves out the optional ``data`` and ``notes``: SmolLM2 filled ``data`` with
+# copies of its answer and of the state's keys (5 keys of 80 characters).  Bounds already tighter
 # are kept; a tool that needs longer args runs on a larger model, with
 # ``json_schema``.
-COMPACT_CHARS = 120
-COMPACT_ITEMS = 5
+COMPACT_CHARS = 80
+COMPACT_ITEMS = 3
 
 
 def compacted(schema):
@@ -128,9 +130,10 @@ def frame_schema(tools: list[dict] | None, max_calls: int = DEFAULT_TOOL_CALLS, 
     properties = {"step": TOKEN, "text": SAY, "tool_calls": calls, "done": {"type": "boolean"},
                   "next_step": TOKEN, "state": STATE, "data": DATA,
                   "notes": {"type": ["string", "null"], "maxLength": 100}}
+    order = [name for name in FRAME_ORDER if not (compact and name in ("data", "notes"))]
     return {
         "type": "object",
-        "properties": {name: properties[name] for name in FRAME_ORDER},
+        "properties": {name: properties[name] for name in order},
         "required": ["step", "text", "tool_calls", "done", "next_step", "state"],
         "additionalProperties": False,
     }

@@ -55,8 +55,9 @@ def test_unreadable_patterns_and_schemas_are_loosened_not_refused():
 
 def test_a_small_models_tool_args_are_bounded_under_grammar_and_left_alone_otherwise():
     """ask_user's question (4,000 characters), its 20 choices and an open config
-    object: under ``compact`` each string holds at most 120 characters, each
-    list and open object 5 entries; tighter bounds and closed objects stay."""
+    object: under ``compact`` each string holds at most 80 characters, each
+    list and open object 3 entries; tighter bounds and closed objects stay;
+    the compact frame has no ``data`` or ``notes``."""
     ask = {"name": "ask_user", "args_schema": {"type": "object", "additionalProperties": False, "properties": {
         "question": {"type": "string", "minLength": 1, "maxLength": 4000},
         "choices": {"anyOf": [{"type": "array", "items": {"type": "string"}, "maxItems": 20}, {"type": "null"}]},
@@ -66,12 +67,14 @@ def test_a_small_models_tool_args_are_bounded_under_grammar_and_left_alone_other
         schema = output_schemas.frame_schema([ask], 2, compact=compact)
         return schema["properties"]["tool_calls"]["items"]["anyOf"][0]["properties"]["args"]["properties"]
     bounded, plain = args(True), args(False)
-    assert bounded["question"]["maxLength"] == 120 and bounded["question"]["minLength"] == 1
-    assert bounded["choices"]["anyOf"][0]["maxItems"] == 5
-    assert bounded["choices"]["anyOf"][0]["items"]["maxLength"] == 120
+    assert bounded["question"]["maxLength"] == 80 and bounded["question"]["minLength"] == 1
+    assert bounded["choices"]["anyOf"][0]["maxItems"] == 3
+    assert bounded["choices"]["anyOf"][0]["items"]["maxLength"] == 80
     assert bounded["short"]["maxLength"] == 10 and "maxLength" not in bounded["mode"]
-    assert bounded["config"]["maxProperties"] == 5
+    assert bounded["config"]["maxProperties"] == 3
     assert "maxLength" not in plain["question"] and plain["choices"]["anyOf"][0]["maxItems"] == 20
     assert "maxProperties" not in plain["config"]
-    found = rules(gbnf.to_gbnf(output_schemas.frame_schema([ask], 2, compact=True)))
-    assert '"\\"" char{1,120} "\\""' in found.values()
+    compact = output_schemas.frame_schema([ask], 2, compact=True)
+    assert list(compact["properties"]) == ["step", "text", "tool_calls", "done", "next_step", "state"]
+    assert "data" in output_schemas.frame_schema([ask], 2)["properties"]
+    assert '"\\"" char{1,80} "\\""' in rules(gbnf.to_gbnf(compact)).values()
