@@ -81,7 +81,8 @@ def test_a_right_finished_replay_passes_every_check():
 
 
 def test_each_way_of_going_wrong_is_counted():
-    wrong = score("task_right", SOURCE, record(text="It is Rome.", state={}, calls=[call("wait", {}, 0, status="failed")]))
+    failed_call = call("wait", {}, 0, status="failed")
+    wrong = score("task_right", SOURCE, record(text="It is Rome.", state={}, calls=[failed_call]))
     assert wrong.passed is False and len(wrong.detail["missing"]) == 3, wrong.detail
     cut_off = record(reason="max_steps")
     assert score("finished_by_agent", SOURCE, cut_off).passed is False
