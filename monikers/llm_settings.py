@@ -10,7 +10,7 @@ config ``llm.*``           environment variable        default
 ``temperature``            AGENTSVC_LLM_TEMPERATURE    0.2
 ``timeout_s``              AGENTSVC_LLM_TIMEOUT_S      120 (per HTTP request)
 ``max_tokens``             AGENTSVC_LLM_MAX_TOKENS     per mode (a reply's cap, below)
-``max_tool_calls``         AGENTSVC_LLM_MAX_TOOL_CALLS 4 (tool calls a step may ask for)
+``max_tool_calls``         AGENTSVC_LLM_MAX_TOOL_CALLS 4, 2 under grammar (calls a step may ask for)
 ``structured``             AGENTSVC_LLM_STRUCTURED     the endpoint's (auto)
 ``stream``                 AGENTSVC_LLM_STREAM         true
 ``seed``                   --                          none (the server's)
@@ -61,7 +61,11 @@ from monikers.frame import DEFAULT_TOOL_CALLS, StepError
 
 DEFAULTS = {"temperature": 0.2, "timeout_s": 120.0, "max_tokens": 1024, "stream": True,
             "max_tool_calls": DEFAULT_TOOL_CALLS}
-FRAME_TOKENS = {"json_schema": 512, "grammar": 256}  # RunMonikerStep's default cap per structured mode; others: max_tokens
+FRAME_TOKENS = {"json_schema": 512, "grammar": 256}
+# Calls a step may ask for under the compact grammar, unless set: SmolLM2
+# wrote the same ask_user call 4 times (the cap then) and its frame was cut
+# at 256 tokens; identical calls are merged, but their tokens were spent.
+COMPACT_TOOL_CALLS = 2  # RunMonikerStep's default cap per structured mode; others: max_tokens
 
 # Keys an API caller once could set and no longer may, with what to use instead.
 OPERATOR_ONLY = {
@@ -230,15 +234,17 @@ def resolve_settings(config: dict, environ=os.environ) -> LLMSettings:
         api_key = endpoint.key(environ)
     except EndpointError as exc:
         raise StepError(f"llm endpoint {name!r}: {exc}") from None
+    structured = cfg.structured or endpoint.structured
     return LLMSettings(
         endpoint=name, base_url=endpoint.base_url, model=cfg.model or endpoint.model, api_key=api_key,
         temperature=_first(cfg.temperature, _env("AGENTSVC_LLM_TEMPERATURE", DEFAULTS["temperature"], environ, _number)),
         timeout_s=cfg.timeout_s or _env("AGENTSVC_LLM_TIMEOUT_S", DEFAULTS["timeout_s"], environ, _number),
         max_tokens=cfg.max_tokens or _env("AGENTSVC_LLM_MAX_TOKENS", None, environ, _count),
-        max_tool_calls=_first(cfg.max_tool_calls, _env("AGENTSVC_LLM_MAX_TOOL_CALLS", DEFAULTS["max_tool_calls"],
-                                                        environ, _count)),
+        max_tool_calls=_first(cfg.max_tool_calls, _env("AGENTSVC_LLM_MAX_TOOL_CALLS",
+                                                        COMPACT_TOOL_CALLS if structured == "grammar"
+                                                        else DEFAULTS["max_tool_calls"], environ, _count)),
         max_reasks=cfg.max_reasks, prices=cfg.prices,
-        structured=cfg.structured or endpoint.structured,
+        structured=structured,
         stream=_first(cfg.stream, _env("AGENTSVC_LLM_STREAM", DEFAULTS["stream"], environ, _flag)),
         seed=cfg.seed,
     )

@@ -128,7 +128,7 @@ def frame_schema(tools: list[dict] | None, max_calls: int = DEFAULT_TOOL_CALLS, 
     else:
         calls = {"type": "array", "maxItems": 0}
     properties = {"step": TOKEN, "text": SAY, "tool_calls": calls, "done": {"type": "boolean"},
-                  "next_step": TOKEN, "state": STATE, "data": DATA,
+                  "next_step": TOKEN, "state": compacted(STATE) if compact else STATE, "data": DATA,
                   "notes": {"type": ["string", "null"], "maxLength": 100}}
     order = [name for name in FRAME_ORDER if not (compact and name in ("data", "notes"))]
     return {

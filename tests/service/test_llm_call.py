@@ -233,6 +233,8 @@ def test_grammar_sends_the_frame_schema_as_a_compact_grammar_and_caps_the_frame_
     assert 'ws ::= " "?' in grammar.splitlines()
     [call] = ctx.usage_calls
     assert call["structured"] == "grammar"
+    assert "demo.add" in grammar and '(ws "," ws reply-tool-calls-item-3){0,1}' in grammar, \
+        "at most 2 calls a step under grammar unless llm.max_tool_calls says otherwise"
 
 
 def test_grammar_for_a_reply_without_a_schema_asks_for_json(fake):
