@@ -149,6 +149,12 @@ def upkeep_session() -> lance.Session:
     return lance.Session(index_cache_size_bytes=LANCE_CACHE_BYTES, metadata_cache_size_bytes=LANCE_CACHE_BYTES)
 
 
+# Listing versions reads every manifest, and cleanup deletes hundreds of them
+# in one run: under load the listing lost that race four times running
+# (~0.1 s of retries, CI on 2026-11-28). Ten retries wait about five seconds.
+SHAPE_RETRIES = 10
+
+
 def table_shape(table) -> dict:
     """Fragments, versions, rows and bytes of a table, as it is now (read again
     should cleanup remove a manifest while it is listed)."""
@@ -156,7 +162,7 @@ def table_shape(table) -> dict:
         stats = table.stats()
         return {"fragments": stats["fragment_stats"]["num_fragments"], "versions": len(table.list_versions()),
                 "rows": stats["num_rows"], "bytes": stats["total_bytes"]}
-    return query.retrying(table, read)
+    return query.retrying(table, read, retries=SHAPE_RETRIES)
 
 
 class TableHealth:

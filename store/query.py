@@ -19,17 +19,20 @@ def _vanished_file(exc: Exception) -> bool:
     return isinstance(exc, (RuntimeError, OSError)) and "Not found" in str(exc)
 
 
-def retrying(table, read):
-    """Run ``read()`` and run it again on the newest version if a file vanished."""
-    for attempt in range(VANISHED_FILE_RETRIES + 1):
+def retrying(table, read, retries: int = VANISHED_FILE_RETRIES):
+    """Run ``read()`` and run it again on the newest version if a file vanished.
+
+    The pause doubles from 20 ms up to a second, so a caller that passes more
+    ``retries`` outlasts a cleanup that is still deleting files."""
+    for attempt in range(retries + 1):
         try:
             return read()
         except (RuntimeError, OSError) as exc:
-            if not _vanished_file(exc) or attempt == VANISHED_FILE_RETRIES:
+            if not _vanished_file(exc) or attempt == retries:
                 raise
             log.info("read of %s lost a race with cleanup (attempt %d); reading the newest version",
                      getattr(table, "name", "?"), attempt + 1)
-            time.sleep(0.02 * (attempt + 1))
+            time.sleep(min(0.02 * 2 ** attempt, 1.0))
             table.checkout_latest()
 
 

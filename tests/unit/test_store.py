@@ -367,6 +367,13 @@ class _LosesRacesWithCleanup:
         self._maybe_fail()
         return self.table.search()
 
+    def stats(self):
+        return self.table.stats()
+
+    def list_versions(self):
+        self._maybe_fail()
+        return self.table.list_versions()
+
     def checkout_latest(self):
         self.checkouts += 1
         self.table.checkout_latest()
@@ -384,6 +391,21 @@ def test_reads_that_lose_a_race_with_cleanup_read_again(store):
         query.count(_LosesRacesWithCleanup(real, failures=query.VANISHED_FILE_RETRIES + 1))
     with pytest.raises(RuntimeError, match="boom"):  # other errors are not retried
         query.count(_LosesRacesWithCleanup(real, failures=1, message="boom"))
+
+
+def test_a_table_shape_outlasts_a_cleanup_that_removes_manifests_while_they_are_listed(store):
+    # CI met a listing of versions that lost the race four times in a row
+    # (cleanup was deleting hundreds of manifests); the shape reads on.
+    from store import maintenance, query
+    store.steps.append(step(0, session_id="s1"))
+    real = store.tables["agent_steps"]
+    flaky = _LosesRacesWithCleanup(real, failures=query.VANISHED_FILE_RETRIES + 3,
+                                   message="lance error: Not found: /x/_versions/18446744073709551253.manifest")
+    shape = maintenance.table_shape(flaky)
+    assert shape["rows"] == 1 and shape["versions"] == len(real.list_versions())
+    assert flaky.checkouts == query.VANISHED_FILE_RETRIES + 3
+    with pytest.raises(RuntimeError, match="Not found"):  # still bounded
+        maintenance.table_shape(_LosesRacesWithCleanup(real, failures=maintenance.SHAPE_RETRIES + 1))
 
 
 def test_the_commit_watch_fires_on_a_commit_from_another_connection(tmp_path):
