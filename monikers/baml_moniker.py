@@ -305,7 +305,7 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
 BAML = Moniker("baml", baml_step,
                "Thinks with an LLM via BAML RunMonikerStep on any OpenAI-compatible endpoint "
                "(config.llm.endpoint names one of the operator's).", config_model=BamlConfig,
-               repeat_limit=REPEAT_LIMIT)
+               repeat_limit=REPEAT_LIMIT, reuses_tool_results=True)
 
 
 def register(registry) -> bool:

@@ -183,6 +183,10 @@ class Moniker:
     ``repeat_limit`` is the session's ``repeat_limit`` when its config sets
     none: a model that says the same text that many times in a row is stuck
     (the ``baml`` moniker's is 3); None for a moniker whose steps may repeat.
+
+    ``reuses_tool_results`` is the session's ``reuse_tool_results`` when its
+    config sets none: a model that calls the same tool again with the same
+    args is looping (issue 39), a script that does so means it.
     """
 
     name: str
@@ -191,6 +195,7 @@ class Moniker:
     initial_step: str = "0"
     config_model: type[BaseModel] | None = None
     repeat_limit: int | None = None
+    reuses_tool_results: bool = False
 
     def describe(self) -> Json:
         """What ``GET /api/monikers`` shows: ``config_schema`` is the JSON Schema of

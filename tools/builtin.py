@@ -73,7 +73,7 @@ async def wait_run(args: WaitArgs, ctx: ToolContext) -> dict:
 
 
 WAIT = Tool("wait", "Sleep until a time (seconds from now, or an ISO-8601 'until'); survives restarts.",
-            wait_run, WaitArgs, timeout_s=MAX_WAIT_S + 60, idempotent=True)
+            wait_run, WaitArgs, timeout_s=MAX_WAIT_S + 60, idempotent=True, reusable=False)
 
 
 # ---- human (external) -------------------------------------------------------

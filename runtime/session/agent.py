@@ -488,6 +488,13 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             self.note_status("stopped", "repetition")
 
     @property
+    def reuses_tool_results(self) -> bool:
+        """The config's ``reuse_tool_results``, else the moniker's default (on for a model's steps)."""
+        if self.config.reuse_tool_results is not None:
+            return self.config.reuse_tool_results
+        return bool(getattr(self.moniker, "reuses_tool_results", False))
+
+    @property
     def repeat_limit(self) -> int | None:
         """The config's, else the moniker's default (a model's; none for scripted steps)."""
         return self.config.repeat_limit or getattr(self.moniker, "repeat_limit", None)

@@ -8,12 +8,16 @@ After the runner has persisted a step whose frame_out asked for tools, a
    a human's yes; ``waiting_result`` for an external tool; or straight
    ``denied`` (not in the session's ``tools``) / ``failed`` (unknown tool, args
    that fail its schema or are too large), with a message that tells the model
-   what was wrong.  A call identical (name and canonical JSON args) to one
-   that already ended ``success`` in this session is not run again: it ends
-   ``success`` at once, its result the earlier one with a note naming the
-   earlier call (:data:`REUSED`; issue 39: a small model called the same tool
-   every step, 46 times in one run).  Every row but a ``pending`` one is
-   written (durable) before any tool starts.
+   what was wrong.  In a session that reuses tool results (config
+   ``reuse_tool_results``, on by default for the ``baml`` moniker), a call
+   identical (name and canonical JSON args) to one that ended ``success`` in
+   its last :data:`REUSE_WINDOW` steps is not run again: it ends ``success``
+   at once, its result the earlier one with a note naming the earlier call
+   (:data:`REUSED`; issue 39: a small model called the same tool every step,
+   46 times in one run).  Only a call that would run at once is reused, and
+   only of a ``reusable`` tool: approvals, humans, ``wait`` and sub-agents
+   always happen.  Every row but a ``pending`` one is written (durable)
+   before any tool starts.
 2. **Run.**  Pending calls start concurrently, at most ``tool_concurrency`` at
    once.  A tool that is not ``idempotent`` has its row written ``running``
    (durable) before it starts, so a call whose row is missing or still
@@ -105,6 +109,7 @@ RUNNING_ROW_AFTER_S = 0.2  # an idempotent tool running this long gets its ``run
 UNKNOWN_OUTCOME = ("outcome unknown: the worker running this tool stopped before it finished; "
                    "check whether it took effect before repeating it")
 CANCELLED = "cancelled: the session was destroyed while this call was {status}"
+REUSE_WINDOW = 50  # steps looked back for an identical answered call: a loop is recent, and the read stays small
 REUSED = ("already answered: the same call ({call_id}, step {iteration}) ended success in this session, so it "
           "was not run again; this is its result. Use it; do not make this call again.")
 
@@ -208,7 +213,7 @@ class ToolRunner:
             row = _blank_row(agent, iteration, seq, call, created_at)
             status, error = self.initial_status(agent.config, call["name"], row["args"])
             earlier = (answered or {}).get(call_key(row["name"], row["args"]))
-            if earlier is not None and status in ("pending", "waiting_approval", "waiting_result"):
+            if earlier is not None and status == "pending" and self.registry.get(call["name"]).reusable:
                 status, error = "success", None
                 row["result"] = {"reused_from": earlier["id"], "note": REUSED.format(
                     call_id=earlier["id"], iteration=earlier["iteration"]), "result": earlier["result"]}
@@ -219,15 +224,16 @@ class ToolRunner:
         return rows
 
     async def answered(self, agent: AgentView, iteration: int, inputs: dict | None) -> dict[str, dict]:
-        """The calls of this session's steps before ``iteration`` that ended
-        ``success``, by :func:`call_key`: the first of each (a reused call's row
-        points at it), as ``{id, iteration, result}``.  The previous step's
+        """The calls of this session's last :data:`REUSE_WINDOW` steps before
+        ``iteration`` that ended ``success``, by :func:`call_key`: the first of
+        each (a reused call's row points at it), as ``{id, iteration, result}``.  The previous step's
         ended rows may still be committing (they are written behind this
         step's row, see the module docstring), so its results are taken from
         this step's ``inputs.tool_results``, which records them in call order."""
         if iteration <= 0:
             return {}
-        rows = await self.persist.tool_calls_of_steps(agent.session_id, 0, iteration - 1)
+        rows = await self.persist.tool_calls_of_steps(agent.session_id, max(iteration - REUSE_WINDOW, 0),
+                                                      iteration - 1)
         found: dict[str, dict] = {}
         for row in rows:
             if row["status"] == "success" and not _reused(row["result"]):
@@ -540,7 +546,8 @@ class ToolPhase:
     async def load(self, fresh: bool) -> None:
         """Rows for the step's calls: planned now (``fresh``: the step was just
         persisted), or read back and recovered after a restart."""
-        self.answered = await self.runner.answered(self.agent, self.iteration, self.inputs) if self.calls else {}
+        if self.calls and self.agent.reuses_tool_results:
+            self.answered = await self.runner.answered(self.agent, self.iteration, self.inputs)
         if fresh:
             rows = self.runner.plan(self.agent, self.iteration, self.calls, self.created_at, self.answered)
             changed = rows

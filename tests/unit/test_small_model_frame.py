@@ -157,24 +157,52 @@ def test_guidance_stays_in_the_prompt_until_a_step_acted_on_it(llm_endpoints):
 
 # ---- part 3: no loops ----------------------------------------------------------
 
+def _counting_tools():
+    """The built-in tools, and ``add``, which counts its runs."""
+    from tests.plugins import ADD
+    from tools.builtin import BUILTINS
+    from tools.tool import Tool
+    from tools.tool_registry import ToolRegistry
+    runs = []
+
+    async def add(args, ctx):
+        runs.append(args.numbers)
+        return await ADD.run(args, ctx)
+
+    registry = ToolRegistry()
+    for tool in (*BUILTINS, Tool("add", ADD.description, add, ADD.args_model, timeout_s=5, idempotent=True)):
+        registry.register(tool)
+    return registry, runs
+
+
 def test_a_call_identical_to_an_answered_one_is_not_run_again(tmp_path):
-    call = {"name": "wait", "args": {"seconds": 0}}
-    frames = [{"text": "waiting", "tool_calls": [call]},
-              {"text": "waiting again", "tool_calls": [{"name": "wait", "args": {"seconds": 0.0}}]},
-              {"text": "something else", "tool_calls": [{"name": "wait", "args": {"seconds": 0.01}}]},
+    add = lambda *numbers: {"name": "add", "args": {"numbers": list(numbers)}}  # noqa: E731
+    wait = {"name": "wait", "args": {"seconds": 0}}
+    frames = [{"text": "adding", "tool_calls": [add(1, 2), wait]},
+              {"text": "adding again", "tool_calls": [add(1.0, 2), wait]},  # 1.0 is 1; wait is not reusable
+              {"text": "something else", "tool_calls": [add(1, 3)]},
               {"text": "done", "done": True}]
-    store, [snap] = run_sessions(tmp_path, ("wait", {"tools": ["wait"], "frames": frames}), moniker="scripted")
-    assert snap["status"] == "done", snap["last_error"]
-    rows = store.tool_calls.search(session_id=snap["session_id"], limit=100)
-    rows = sorted(rows, key=lambda r: r["iteration"])
-    assert [r["status"] for r in rows] == ["success"] * 3
-    first, repeat, other = rows
+    tools, runs = _counting_tools()
+    config = {"tools": ["add", "wait"], "frames": frames}
+    store, [reusing, plain] = run_sessions(tmp_path, ("reuse", {**config, "reuse_tool_results": True}),
+                                           ("scripted default", config), moniker="scripted", tools=tools)
+    assert reusing["status"] == plain["status"] == "done", (reusing["last_error"], plain["last_error"])
+    assert sorted(map(tuple, runs)) == sorted([(1, 2), (1, 3)] + [(1, 2), (1.0, 2), (1, 3)])  # the script's ran all
+
+    rows = sorted(store.tool_calls.search(session_id=reusing["session_id"], limit=100),
+                  key=lambda r: (r["iteration"], r["seq"]))
+    assert [(r["name"], r["status"]) for r in rows] == [("add", "success"), ("wait", "success")] * 2 + [
+        ("add", "success")]
+    first, first_wait, repeat, second_wait, other = rows
     assert isinstance(repeat["result"], dict) and "reused_from" in repeat["result"], rows
     assert repeat["result"]["reused_from"] == first["id"] and repeat["result"]["result"] == first["result"]
     assert "not run again" in repeat["result"]["note"] and repeat["started_at"] is None
+    assert second_wait["started_at"] is not None and "reused_from" not in second_wait["result"]
     assert "reused_from" not in (other["result"] or {}) and other["started_at"] is not None
-    steps = sorted(store.steps.search(session_id=snap["session_id"]), key=lambda s: s["iteration"])
+    steps = sorted(store.steps.search(session_id=reusing["session_id"]), key=lambda s: s["iteration"])
     assert steps[2]["inputs"]["tool_results"][0]["result"]["reused_from"] == first["id"]
+    assert not [r for r in store.tool_calls.search(session_id=plain["session_id"], limit=100)
+                if "reused_from" in (r["result"] or {})]
 
 
 def test_identical_calls_in_one_reply_are_one_call(llm_endpoints):
