@@ -44,7 +44,8 @@ class OrchestratorDecision(BaseModel):
 class StepFrameIn(BaseModel):
     step: typing.Optional[str] = Field(default=None, description='token of the step to run now')
     state_json: typing.Optional[str] = Field(default=None, description='the agent\'s state as a JSON object text')
-    guidance: typing.Optional[str] = Field(default=None, description='steering from a human, if any')
+    guidance: typing.Optional[str] = Field(default=None, description='steering from a human not yet acted on, if any')
+    memory: typing.Optional[str] = Field(default=None, description='a short transcript of the recent steps: text, calls, results')
     reask: typing.Optional[str] = Field(default=None, description='why the previous reply was rejected, when re-asking')
     tools_json: typing.Optional[str] = Field(default=None, description='JSON list of the tools this agent may call: name, description, args_schema')
     tool_results_json: typing.Optional[str] = Field(default=None, description='JSON list of the outcomes of the previous step\'s tool calls')
@@ -53,13 +54,13 @@ class StepFrameIn(BaseModel):
 
 class StepFrameOut(BaseModel):
     step: typing.Optional[str] = Field(default=None, description='the step token you were given')
-    next_step: typing.Optional[str] = Field(default=None, description='token of the step to run after this one')
-    state: typing.Dict[str, "JsonValue"] = Field(description='the complete new state; it is all you will remember')
-    text: typing.Optional[str] = Field(default=None, description='what this step says to the human watching')
+    text: typing.Optional[str] = Field(default=None, description='your answer or what this step says, in a few sentences')
+    tool_calls: typing.List["ToolCall"] = Field(description='tools to run now, at most a few; [] when you need none')
+    done: typing.Optional[bool] = Field(default=None, description='true when the task is finished: you gave the answer, or did what it asked')
+    next_step: typing.Optional[str] = Field(default=None, description='a short token for the next step: 1, 2, 3...')
+    state: typing.Dict[str, "JsonValue"] = Field(description='a few short notes to remember: progress, items, answer, count')
     data: typing.Optional["JsonValue"] = Field(default=None, description='structured result of this step, or null')
-    done: typing.Optional[bool] = Field(default=None, description='true when the task is complete')
-    notes: typing.Optional[str] = Field(default=None, description='short reasoning or remarks, optional')
-    tool_calls: typing.List["ToolCall"] = Field(description='tools to run before your next step, in order; [] for none')
+    notes: typing.Optional[str] = Field(default=None, description='short remark, optional')
 
 class ToolCall(BaseModel):
     name: typing.Optional[str] = Field(default=None, description='the name of one of the tools you were given')

@@ -314,7 +314,7 @@ class StepFrameInAst:
     def __init__(self, tb: type_builder.TypeBuilder):
         _tb = tb._tb # type: ignore (we know how to use this private attribute)
         self._bldr = _tb.class_("StepFrameIn")
-        self._properties: typing.Set[str] = set([  "step",  "state_json",  "guidance",  "reask",  "tools_json",  "tool_results_json",  "inbox_json",  "system_prompt",  ])
+        self._properties: typing.Set[str] = set([  "step",  "state_json",  "guidance",  "memory",  "reask",  "tools_json",  "tool_results_json",  "inbox_json",  "system_prompt",  ])
         self._props = StepFrameInProperties(self._bldr, self._properties)
 
     def type(self) -> baml_py.FieldType:
@@ -355,6 +355,10 @@ class StepFrameInProperties:
         return type_builder.ClassPropertyViewer(self.__bldr.property("guidance"))
     
     @property
+    def memory(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("memory"))
+    
+    @property
     def reask(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("reask"))
     
@@ -381,7 +385,7 @@ class StepFrameOutAst:
     def __init__(self, tb: type_builder.TypeBuilder):
         _tb = tb._tb # type: ignore (we know how to use this private attribute)
         self._bldr = _tb.class_("StepFrameOut")
-        self._properties: typing.Set[str] = set([  "step",  "next_step",  "state",  "text",  "data",  "done",  "notes",  "tool_calls",  ])
+        self._properties: typing.Set[str] = set([  "step",  "text",  "tool_calls",  "done",  "next_step",  "state",  "data",  "notes",  ])
         self._props = StepFrameOutProperties(self._bldr, self._properties)
 
     def type(self) -> baml_py.FieldType:
@@ -414,6 +418,18 @@ class StepFrameOutProperties:
         return type_builder.ClassPropertyViewer(self.__bldr.property("step"))
     
     @property
+    def text(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("text"))
+    
+    @property
+    def tool_calls(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("tool_calls"))
+    
+    @property
+    def done(self) -> type_builder.ClassPropertyViewer:
+        return type_builder.ClassPropertyViewer(self.__bldr.property("done"))
+    
+    @property
     def next_step(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("next_step"))
     
@@ -422,24 +438,12 @@ class StepFrameOutProperties:
         return type_builder.ClassPropertyViewer(self.__bldr.property("state"))
     
     @property
-    def text(self) -> type_builder.ClassPropertyViewer:
-        return type_builder.ClassPropertyViewer(self.__bldr.property("text"))
-    
-    @property
     def data(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("data"))
     
     @property
-    def done(self) -> type_builder.ClassPropertyViewer:
-        return type_builder.ClassPropertyViewer(self.__bldr.property("done"))
-    
-    @property
     def notes(self) -> type_builder.ClassPropertyViewer:
         return type_builder.ClassPropertyViewer(self.__bldr.property("notes"))
-    
-    @property
-    def tool_calls(self) -> type_builder.ClassPropertyViewer:
-        return type_builder.ClassPropertyViewer(self.__bldr.property("tool_calls"))
     
     
 

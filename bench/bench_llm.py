@@ -138,6 +138,8 @@ def classify(error: str, raw: str | None, attempts: list[dict], max_tokens: int,
         return "cancelled at the step deadline"
     if any(a["outcome"] == "timeout" for a in attempts) or "deadline" in error:
         return "timeout"
+    if "cut at max_tokens" in error or (attempts and attempts[-1]["outcome"] == "truncated"):
+        return "truncated at max_tokens"
     if not error.startswith("unparseable"):
         return "endpoint: " + error.splitlines()[0][:80]
     if attempts and attempts[-1]["output_tokens"] >= max_tokens:
@@ -194,6 +196,7 @@ class ModeStats:
     def __init__(self, mode: str, max_tokens: int):
         self.mode, self.max_tokens = mode, max_tokens
         self.steps = self.valid = self.valid_raw_json = self.valid_at_cap = 0
+        self.truncated = self.replies = 0
         self.ms: list[float] = []
         self.tokens_in: list[int] = []
         self.tokens_out: list[int] = []
@@ -224,6 +227,9 @@ class ModeStats:
                 self.rates.append(a["output_tokens"] / (a["duration_ms"] / 1000))
             self.estimated_attempts += bool(a.get("estimated"))
         self.timeouts += sum(a["outcome"] == "timeout" for a in r["attempts"]) + r["cancelled"]
+        # a reply cut at max_tokens is not a frame (the moniker re-asks it shorter): counted apart, never "valid"
+        self.truncated += sum(a["outcome"] == "truncated" or bool(a.get("truncated")) for a in r["attempts"])
+        self.replies += len(r["attempts"])
         task = self.by_task.setdefault(kind, collections.Counter())
         task["steps"] += 1
         at_cap = any(a["output_tokens"] >= self.max_tokens for a in r["attempts"])
@@ -290,6 +296,8 @@ class ModeStats:
             "valid_frames_at_max_tokens": self.valid_at_cap,
             "valid_frames_under_max_tokens_rate": rate(self.valid - self.valid_at_cap, self.steps),
             "valid_frames_done": self.done,
+            "truncated_replies": self.truncated,
+            "truncated_reply_rate": rate(self.truncated, self.replies),
             "by_task": {k: {"steps": v["steps"], "valid": v["valid"]} for k, v in self.by_task.items()},
             "counting": {"steps": self.count_steps, "counted_right": self.count_right},
             "tools": {

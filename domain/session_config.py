@@ -59,6 +59,11 @@ class SessionConfig(BaseModel):
     approve: list[ToolName] = Field(default_factory=list, max_length=256,
                                     description="tools whose calls wait for a human's approval first")
     tool_concurrency: JsonInt = Field(4, ge=1, le=64, description="calls of one step running at once")
+    reuse_tool_results: bool | None = Field(
+        None, description="a call identical (name and args) to one that already succeeded in this session gets "
+                          "that result instead of running again; tools whose repeat is the point (wait, "
+                          "spawn_agent, ask_user...) always run. Default: the moniker's (on for baml, off for "
+                          "scripted and plugins)")
     when_idle: Literal["continue", "wait"] = Field(
         "continue", description="after a step that calls no tool and is not done: keep stepping (continue), or end "
                                 "the turn and wait (wait: status waiting, reason idle, until anything reaches the "

@@ -35,6 +35,20 @@ except when ``AGENTSVC_LOG_PROMPTS=1``; ``agents.py --log-prompts`` sets that
 variable before loading monikers.  Failures still reach the service log through
 the runner (the step's error) and monikers/llm_call.py's logger.
 
+Small models (issue 39): the reply's fields come in the order the model
+should decide them (answer and calls, then ``done``), the prompt carries a
+short transcript of the recent steps and keeps guidance until a step acted on
+it (monikers/memory.py), a step asks for at most ``llm.max_tool_calls`` calls,
+and a reply cut at ``max_tokens`` is never read as a frame: it is re-asked
+once, told to be shorter, and a second cut reply fails the step
+(:data:`TRUNCATED_REASK`).
+
+``done`` with tool calls: the runner never ends a session on a step with
+calls (it runs them and steps again), so the moniker drops ``done`` from such
+a step, except when every call is one already answered in this session (the
+runner would not run it again, runtime/session/tool_runner.py): then the
+calls are dropped and ``done`` is kept.
+
 Big integers beyond 64 bits in a model's reply come back as floats (BAML's
 parser); everything else in ``state``/``data`` round-trips exactly.
 """
@@ -44,7 +58,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from monikers import llm_call, output_schemas
+from monikers import llm_call, memory, output_schemas
 from monikers.frame import FrameIn, FrameOut, Moniker, StepContext, StepError
 from monikers.llm_call import CallInfo, baml_api, endpoint_error, quiet_baml_logs  # noqa: F401 (quiet_baml_logs: tests)
 from monikers.llm_gate import estimate_tokens
@@ -54,6 +68,9 @@ log = logging.getLogger("monikers.baml")
 
 REASK_CHARS = 600  # how much of a parse error is shown to the model when re-asking
 GUIDANCE_KINDS = ("guidance", "message")  # already joined into frame.guidance (runtime/base/inbox.py)
+REPEAT_LIMIT = 3  # the same text 3 steps in a row: stuck (SmolLM2 repeated its answer until max_steps)
+TRUNCATED_REASK = ("your reply was cut at the token limit before it ended. Write a much shorter reply: "
+                   "text in one or two sentences, state {} or one short key, no notes")
 
 
 class BamlConfig(BaseModel):
@@ -172,16 +189,41 @@ def reply_tool_calls(raw: str | None, parsed) -> list[dict]:
     return [_one_call(i, call) for i, call in enumerate(calls)]
 
 
-def to_frame_out(frame: FrameIn, out, raw: str | None = None) -> FrameOut:
+def _distinct(calls: list[dict]) -> list[dict]:
+    """The calls without repeats, each at its first place."""
+    seen, kept = set(), []
+    for call in calls:
+        if (key := memory.call_key(call["name"], call["args"])) not in seen:
+            seen.add(key)
+            kept.append(call)
+    return kept
+
+
+def to_frame_out(frame: FrameIn, out, raw: str | None = None, mem: dict | None = None,
+                 max_calls: int | None = None) -> FrameOut:
     """The model's frame as the runner's FrameOut.  ``step`` is the token that
     was run, whatever the model echoed.  Tool calls pass through as the model
     wrote them: the runner checks each against the session's allowed tools and
     the tool's args schema, and tells the model in ``tool_results`` what was
-    wrong.  A step with tool calls is never the last (the model sees the
-    results next step), so ``done`` is dropped from such a reply."""
+    wrong; more than ``max_calls`` of them is re-asked.  A step with tool calls
+    is never the last (the model sees the results next step), so ``done`` is
+    dropped from such a reply, unless every call was answered before in this
+    session (``mem``, monikers/memory.py): those calls are dropped and ``done``
+    kept.  Identical calls (name and canonical args) in one reply are one call:
+    SmolLM2 asked for the same ``time.get_current_time`` four times in one
+    step, and all four ran.  With ``mem``, the new state carries the updated
+    memory."""
     calls = reply_tool_calls(raw, out.tool_calls)
+    if max_calls is not None and len(calls) > max_calls:
+        raise BadToolCalls(f"{len(calls)} tool calls; at most {max_calls} per step")
+    calls = _distinct(calls)
+    mem = mem if mem is not None else memory.split({})[1]
+    if out.done and memory.only_repeats(mem, calls):
+        calls = []  # all answered already: the runner would only hand back the same results
     done = out.done and not calls
-    return FrameOut(step=frame.step, next_step=out.next_step, state=out.state, text=out.text,
+    state = {k: v for k, v in (out.state or {}).items() if k != memory.KEY}
+    state[memory.KEY] = memory.after_step(mem, frame.step, out.text, calls, done)
+    return FrameOut(step=frame.step, next_step=out.next_step, state=state, text=out.text,
                     data=out.data, done=done, notes=out.notes, tool_calls=calls)
 
 
@@ -200,35 +242,50 @@ def tools_text(tools: list) -> str | None:
                         "args_schema": t.get("args_schema") or {"type": "object"}} for t in tools or []])
 
 
-def prompt_frame(api, frame: FrameIn, ctx: StepContext, state_json: str, reask: str | None):
+def prompt_frame(api, frame: FrameIn, ctx: StepContext, state_json: str, reask: str | None, mem: dict | None = None):
     """The BAML frame_in: v0's fields, plus the allowed tools, the previous
     step's tool results, the inbox (user guidance and messages are already in
-    ``guidance``, so they are not repeated) and the profile's system prompt."""
+    ``guidance``, so they are not repeated), the profile's system prompt, and
+    the transcript of the recent steps (``mem``; its open guidance is shown
+    until a step acted on it)."""
     inbox = [item for item in getattr(frame, "inbox", None) or []
              if (item.kind if isinstance(item, BaseModel) else item.get("kind")) not in GUIDANCE_KINDS]
-    return api.StepFrameIn(step=frame.step, state_json=state_json, guidance=frame.guidance, reask=reask,
+    guidance = frame.guidance or (memory.open_guidance(mem) if mem else None)
+    return api.StepFrameIn(step=frame.step, state_json=state_json, guidance=guidance, reask=reask,
                            tools_json=tools_text(getattr(ctx, "tools", None)),
                            tool_results_json=_json_text(getattr(frame, "tool_results", None)),
-                           inbox_json=_json_text(inbox), system_prompt=getattr(ctx, "system_prompt", None))
+                           inbox_json=_json_text(inbox), system_prompt=getattr(ctx, "system_prompt", None),
+                           memory=memory.transcript(mem) if mem else None)
 
 
 async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
     settings = resolve_settings(ctx.config)
     api = baml_api()
-    state_json = json.dumps(frame.state, sort_keys=True, ensure_ascii=False)
+    state, mem = memory.split(frame.state)
+    mem = memory.take_inputs(mem, frame.tool_results, frame.guidance)
+    state_json = json.dumps(state, sort_keys=True, ensure_ascii=False)
     tools = getattr(ctx, "tools", None) or []
-    schema = output_schemas.frame_schema(tools)
-    reask, raw = None, None
+    max_calls = settings.max_tool_calls if tools else 0
+    schema = output_schemas.frame_schema(tools, max_calls, compact=settings.structured == "grammar")
+    reask, raw, truncated = None, None, 0
     for ask in range(settings.max_reasks + 1):
-        frame_in = prompt_frame(api, frame, ctx, state_json, reask)
+        frame_in = prompt_frame(api, frame, ctx, state_json, reask, mem)
         info = CallInfo()
-        prompt_tokens = estimate_tokens(state_json, ctx.task, frame.guidance, frame_in.tools_json, ctx.system_prompt,
-                                        frame_in.tool_results_json, frame_in.inbox_json, reply_tokens=0)
+        prompt_tokens = estimate_tokens(state_json, ctx.task, frame_in.guidance, frame_in.tools_json,
+                                        ctx.system_prompt, frame_in.tool_results_json, frame_in.inbox_json,
+                                        frame_in.memory, reply_tokens=0)
         try:
             out = await llm_call.call(api, settings, "RunMonikerStep", (frame_in, ctx.task), info=info,
                                       prompt_tokens=prompt_tokens, schema=schema, deadline=ctx.deadline,
-                                      live=ctx.live_output("RunMonikerStep", ask, info))
-            return to_frame_out(frame, out, info.raw)
+                                      live=ctx.live_output("RunMonikerStep", ask, info), whole=True)
+            return to_frame_out(frame, out, info.raw, mem, max_calls)
+        except llm_call.Truncated as exc:
+            raw, truncated = exc.raw_output, truncated + 1
+            if truncated > 1:
+                raise StepError(f"the model's reply was cut at max_tokens ({exc.max_tokens}) twice, the second "
+                                f"time after being asked for a shorter one: raise llm.max_tokens, or use a "
+                                f"model that keeps to the frame", raw_output=raw) from None
+            reask = TRUNCATED_REASK
         except api.errors.BamlValidationError as exc:
             raw, reask = exc.raw_output, _short(exc.message)
         except BadToolCalls as exc:
@@ -240,14 +297,15 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
             raise endpoint_error(api, exc, settings, info) from None
         finally:
             ctx.record_call(llm_call.usage_entry(settings, info, attempt=ask))
-        log.info("session %s step %s: unparseable reply (ask %d of %d, %s): %s", ctx.session_id, frame.step,
+        log.info("session %s step %s: unusable reply (ask %d of %d, %s): %s", ctx.session_id, frame.step,
                  ask + 1, settings.max_reasks + 1, info.mode, reask)
     raise StepError(f"unparseable LLM output after {settings.max_reasks + 1} ask(s): {reask}", raw_output=raw)
 
 
 BAML = Moniker("baml", baml_step,
                "Thinks with an LLM via BAML RunMonikerStep on any OpenAI-compatible endpoint "
-               "(config.llm.endpoint names one of the operator's).", config_model=BamlConfig)
+               "(config.llm.endpoint names one of the operator's).", config_model=BamlConfig,
+               repeat_limit=REPEAT_LIMIT, reuses_tool_results=True)
 
 
 def register(registry) -> bool:

@@ -18,7 +18,8 @@ rate limits file), given to agents.py and app.py alike with
     api_key_env = "OPENAI_API_KEY"            # the variable of agents.py's environment that holds its key
     models = ["gpt-4o-mini", "gpt-4o"]        # or "*": any model
     default_model = "gpt-4o-mini"             # default: the first of models ("*" needs one)
-    structured = "json_schema"                # the default of its sessions' llm.structured (auto)
+    structured = "json_schema"                # the default of its sessions' llm.structured (auto);
+                                              # "grammar" for a llama.cpp server (monikers/gbnf.py)
 
     [endpoints.openai.rate_limits."gpt-4o"]   # shared rate limits, as in the rate limits file
     requests_per_minute = 500
@@ -58,7 +59,7 @@ log = logging.getLogger("monikers.endpoints")
 FILE_ENV = "AGENTSVC_LLM_ENDPOINTS"
 DEFAULT = "default"
 ANY = "*"
-STRUCTURED = ("auto", "json_schema", "json_object", "off")
+STRUCTURED = ("auto", "json_schema", "grammar", "json_object", "off")
 DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"  # a local Ollama: an unconfigured service never pays a cloud API
 DEFAULT_MODEL = "llama3.2"
 DEFAULT_KEY_ENV = "AGENTSVC_LLM_API_KEY"
@@ -83,8 +84,9 @@ class Endpoint(BaseModel):
     models: list[ModelName] | Literal["*"] = Field(description="the models it may serve, or \"*\" for any")
     default_model: ModelName | None = Field(None, description="for sessions that name no model (default: the first "
                                                               "of models)")
-    structured: Literal["auto", "json_schema", "json_object", "off"] = Field(
-        "auto", description="how replies are held to a shape, unless a session's llm.structured says otherwise")
+    structured: Literal["auto", "json_schema", "grammar", "json_object", "off"] = Field(
+        "auto", description="how replies are held to a shape, unless a session's llm.structured says otherwise "
+                            "(grammar: llama.cpp's own grammar field, a compact one; see monikers/gbnf.py)")
     rate_limits: dict[ModelName, ModelLimit] = Field(default_factory=dict,
                                                      description="shared rate limits of its models")
     # The default endpoint from the environment only: no AGENTSVC_LLM_API_KEY means no key.

@@ -35,7 +35,8 @@ from domain.statuses import TOOL_CALL_ENDED, ToolCallStatus
 
 Json = dict[str, Any]
 
-MAX_TOOL_CALLS = 32  # per step
+MAX_TOOL_CALLS = 32  # per step, whatever a session sets
+DEFAULT_TOOL_CALLS = 4  # per step, unless llm.max_tool_calls says otherwise (a small model repeats a call up to the cap)
 TOOL_RESULT_STATUSES = tuple(s.value for s in ToolCallStatus if s in TOOL_CALL_ENDED)  # a call ends in one
 
 
@@ -178,6 +179,14 @@ class Moniker:
     ``config_model`` is the pydantic model of the moniker's own session-config
     keys (``countdown``'s ``n``...), beside the runner's keys in
     ``domain.session_config.SessionConfig``; None for a moniker that declares none.
+
+    ``repeat_limit`` is the session's ``repeat_limit`` when its config sets
+    none: a model that says the same text that many times in a row is stuck
+    (the ``baml`` moniker's is 3); None for a moniker whose steps may repeat.
+
+    ``reuses_tool_results`` is the session's ``reuse_tool_results`` when its
+    config sets none: a model that calls the same tool again with the same
+    args is looping (issue 39), a script that does so means it.
     """
 
     name: str
@@ -185,6 +194,8 @@ class Moniker:
     description: str = ""
     initial_step: str = "0"
     config_model: type[BaseModel] | None = None
+    repeat_limit: int | None = None
+    reuses_tool_results: bool = False
 
     def describe(self) -> Json:
         """What ``GET /api/monikers`` shows: ``config_schema`` is the JSON Schema of

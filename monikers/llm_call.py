@@ -12,7 +12,9 @@ of a call:
    mode ``json_schema``; ``json_object`` asks only for JSON; ``off`` relies on
    the prompt).  ``auto`` starts with ``json_schema`` and steps down, once per
    base URL for the life of the process, when the server answers a 4xx that
-   names the field.
+   names the field.  ``grammar``, the operator's choice for a llama.cpp
+   server, sends the schema as a compact GBNF grammar instead
+   (monikers/gbnf.py), so a small model's frame holds no indentation.
 3. **Request and reply.**  BAML renders the request (prompt, model, options:
    ``b.stream_request``/``b.request``) and parses the reply (``b.parse``), and
    :func:`_send` sends it.  Why not let BAML send it: BAML keeps client
@@ -60,7 +62,7 @@ from typing import Callable
 
 import aiohttp
 
-from monikers import output_schemas
+from monikers import gbnf, output_schemas
 from monikers.frame import StepError
 from monikers.llm_gate import gate, retry_after_s
 from monikers.llm_settings import LLMSettings
@@ -79,7 +81,7 @@ LIVE_CHARS = 4000  # the newest characters of the reply a delta carries
 ERROR_BODY_CHARS = 65_536  # of an error reply, read to find its message (a JSON body must be whole to parse)
 ERROR_EXCERPT_CHARS = 200  # of that message, kept (in last_error, the attempts): the body is the server's, not ours
 MODES = ("json_schema", "json_object", "off")
-FIELD_REFUSED = re.compile(r"response_format|json_schema|json_object|structured", re.IGNORECASE)
+FIELD_REFUSED = re.compile(r"response_format|json_schema|json_object|structured|grammar", re.IGNORECASE)
 
 _learned_modes: dict[str, str] = {}  # base URL -> the structured mode its server takes (``auto``)
 _learned_lock = threading.Lock()
@@ -115,6 +117,20 @@ class CallFailed(Exception):
 
     outcome = "error"
     status: int | None = None
+
+
+class Truncated(Exception):
+    """A reply cut at ``max_tokens`` (finish_reason ``length``): not a whole
+    reply, so not parsed (BAML's lenient parser would close the cut object and
+    call it a frame).  Raised only for callers that ask (``whole=True``); the
+    step moniker re-asks it shorter once, then fails."""
+
+    outcome = "truncated"
+
+    def __init__(self, text: str | None, max_tokens: int):
+        super().__init__(f"the reply was cut at max_tokens ({max_tokens} tokens) before it ended")
+        self.raw_output = text
+        self.max_tokens = max_tokens
 
 
 class TimedOut(CallFailed):
@@ -242,8 +258,10 @@ class StreamTap:
 # ---- the request ---------------------------------------------------------------------
 
 def structured_mode(settings: LLMSettings, schema: dict | None) -> str:
-    if schema is None and settings.structured in ("auto", "json_schema"):
-        return "json_object" if settings.structured == "json_schema" else "off"
+    """The mode of one call: the setting's, except that a reply with no schema can
+    at most be asked for JSON, and ``auto`` follows what its server took."""
+    if schema is None and settings.structured in ("auto", "json_schema", "grammar"):
+        return "off" if settings.structured == "auto" else "json_object"
     if settings.structured != "auto":
         return settings.structured
     with _learned_lock:
@@ -261,13 +279,23 @@ def _step_down(settings: LLMSettings, mode: str) -> str | None:
     return weaker
 
 
-def response_format(function: str, schema: dict | None, mode: str) -> dict | None:
+def shape_fields(function: str, schema: dict | None, mode: str) -> dict:
+    """The request body's fields that hold the reply to ``mode``'s shape."""
     if mode == "json_schema":
-        return {"type": "json_schema", "json_schema": {
-            "name": function, "schema": schema, "strict": output_schemas.STRICT.get(function, False)}}
+        return {"response_format": {"type": "json_schema", "json_schema": {
+            "name": function, "schema": schema, "strict": output_schemas.STRICT.get(function, False)}}}
+    if mode == "grammar":
+        return {"grammar": _grammar(json.dumps(schema, sort_keys=False))}
     if mode == "json_object":
-        return {"type": "json_object"}
-    return None
+        return {"response_format": {"type": "json_object"}}
+    return {}
+
+
+@functools.lru_cache(maxsize=256)
+def _grammar(schema_json: str) -> str:
+    """A schema's grammar, once per distinct schema (a session's frame schema
+    depends on its tools, so a few sessions share each)."""
+    return gbnf.to_gbnf(json.loads(schema_json))
 
 
 def _registry(api, options: dict):
@@ -353,20 +381,21 @@ def _json_or_empty(text: str) -> dict:
 
 async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: CallInfo, prompt_tokens: int,
                schema: dict | None = None, deadline: float | None = None,
-               live: Callable[[dict], None] | None = None):
+               live: Callable[[dict], None] | None = None, whole: bool = False):
     """Call the BAML ``function`` until an attempt succeeds or the rules above give
     up.  Raises BAML's ``BamlValidationError`` for a reply that does not parse,
     :class:`CallFailed` for an attempt that brought none, or a :class:`StepError`
     when the deadline left no time for another attempt.  ``prompt_tokens`` is the
     request's estimated prompt size, for the gate and for attempts the server
-    gives no usage for."""
+    gives no usage for.  ``whole``: a reply cut at ``max_tokens`` raises
+    :class:`Truncated` (its attempt's outcome ``truncated``) instead of being
+    parsed."""
     info.mode = structured_mode(settings, schema)
-    max_tokens = settings.max_tokens
+    max_tokens = settings.tokens_for(function, info.mode)
     failures = rate_limited = timeouts = 0
     while True:
         url, headers, body = await _render(api, settings, function, args, max_tokens)
-        if (fmt := response_format(function, schema, info.mode)) is not None:
-            body["response_format"] = fmt
+        body.update(shape_fields(function, schema, info.mode))
         permit = await gate().acquire(settings.model, prompt_tokens + max_tokens)
         info.waited_s += permit.waited_s
         try:  # after the wait for a permit (a Retry-After may have used up the step's time)
@@ -378,11 +407,13 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
         started, error, text, usage, finish = time.monotonic(), None, None, None, None
         try:
             text, usage, finish = await _send(url, headers, body, timeout_s, tap)
+            if whole and finish == "length":
+                raise Truncated(text, max_tokens)
             return _parse(api, function, text)
         except asyncio.CancelledError as exc:
             error = exc
             raise
-        except (CallFailed, api.errors.BamlValidationError) as exc:
+        except (CallFailed, Truncated, api.errors.BamlValidationError) as exc:
             error = exc
         finally:
             attempt = _finish_attempt(info, tap, error, text, usage, started, prompt_tokens)
@@ -391,7 +422,7 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
                 else None
             gate().release(permit, tokens=attempt.input_tokens + attempt.output_tokens, status=attempt.status,
                            retry_after=retry_after)
-        if isinstance(error, api.errors.BamlValidationError):
+        if isinstance(error, (api.errors.BamlValidationError, Truncated)):
             raise error  # the moniker re-asks, telling the model what was wrong
         if attempt.outcome == "error" and attempt.status in (400, 422) and FIELD_REFUSED.search(str(error)):
             weaker = _step_down(settings, info.mode)
@@ -431,7 +462,7 @@ def _finish_attempt(info: CallInfo, tap: StreamTap | None, error, text: str | No
     if tap is not None:
         tap.finish()
     outcome = "ok" if error is None else "cancelled" if isinstance(error, asyncio.CancelledError) \
-        else "unparseable" if not isinstance(error, CallFailed) else error.outcome
+        else error.outcome if isinstance(error, (CallFailed, Truncated)) else "unparseable"
     status = getattr(error, "status", None) if isinstance(error, CallFailed) else (200 if text is not None else None)
     text = text if text is not None else (tap.text if tap is not None else None)
     tokens_in, tokens_out, estimated = _tokens(usage, tap, text, prompt_tokens, outcome)
@@ -497,7 +528,7 @@ def endpoint_error(api, exc: Exception, settings: LLMSettings, info: CallInfo | 
     if isinstance(exc, TimedOut) or getattr(exc, "outcome", None) == "timeout":
         count = len(info.attempts) if info is not None else 1
         return StepError(f"LLM call timed out after {settings.timeout_s:g}s ({where}), {count} attempt(s); "
-                         f"raise llm.timeout_s or lower llm.max_tokens ({settings.max_tokens}){tried}")
+                         f"raise llm.timeout_s or lower llm.max_tokens ({settings.max_tokens or 'default'}){tried}")
     if isinstance(exc, HttpStatus):
         return StepError(f"LLM endpoint answered HTTP {exc.status} ({where})\n{excerpt(exc.message)}{tried}")
     return StepError(f"LLM call failed ({where})\n{type(exc).__name__}: {excerpt(str(exc))}{tried}")

@@ -9,7 +9,8 @@ config ``llm.*``           environment variable        default
 ``model``                  AGENTSVC_LLM_MODEL          the endpoint's default model
 ``temperature``            AGENTSVC_LLM_TEMPERATURE    0.2
 ``timeout_s``              AGENTSVC_LLM_TIMEOUT_S      120 (per HTTP request)
-``max_tokens``             AGENTSVC_LLM_MAX_TOKENS     1024 (a reply's cap)
+``max_tokens``             AGENTSVC_LLM_MAX_TOKENS     per mode (a reply's cap, below)
+``max_tool_calls``         AGENTSVC_LLM_MAX_TOOL_CALLS 4, 2 under grammar (calls a step may ask for)
 ``structured``             AGENTSVC_LLM_STRUCTURED     the endpoint's (auto)
 ``stream``                 AGENTSVC_LLM_STREAM         true
 ``seed``                   --                          none (the server's)
@@ -30,10 +31,20 @@ fails saying why.  ``endpoint`` must be one the operator named and ``model``
 one it serves, checked the same way.
 
 ``max_tokens`` has a default because a model that is not held to a shape can
-write for minutes (a 135M model wrote 800-1,600 tokens of prose per request):
-a frame fits well within 1,024 tokens, and a step that needs more says so.
+write for minutes (a 135M model wrote 800-1,600 tokens of prose per request).
+The default is what a reply needs (:data:`FRAME_TOKENS`): a step frame under
+the enforced schema (``json_schema``) is bounded by it (``text`` 300
+characters, a few calls, a small ``state``) and fits in 512 tokens, and in
+256 under the compact grammar (``grammar``: no indentation to fill); without
+a grammar a frame gets 1,024; the other functions (orchestrator, summary, judge)
+1,024.  A frame cut at the cap is not a frame (monikers/baml_moniker.py).
+``max_tool_calls`` bounds the calls of one step in the schema the server
+enforces and in the moniker's check (a small model otherwise repeats a call
+up to the cap).
 ``structured`` chooses how the reply's shape is enforced (monikers/llm_call.py):
-``json_schema`` sends the output schema, ``json_object`` asks for JSON only,
+``json_schema`` sends the output schema, ``grammar`` sends it as llama.cpp's
+own ``grammar`` field, compactly written (monikers/gbnf.py: a small model
+otherwise fills the server's whitespace allowance), ``json_object`` asks for JSON only,
 ``off`` relies on the prompt, and ``auto`` starts with ``json_schema`` and
 steps down, per base URL, when the server refuses the field.
 """
@@ -46,9 +57,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from domain.json_types import JsonInt, json_int
 from monikers import endpoints
 from monikers.endpoints import EndpointError
-from monikers.frame import StepError
+from monikers.frame import DEFAULT_TOOL_CALLS, StepError
 
-DEFAULTS = {"temperature": 0.2, "timeout_s": 120.0, "max_tokens": 1024, "stream": True}
+DEFAULTS = {"temperature": 0.2, "timeout_s": 120.0, "max_tokens": 1024, "stream": True,
+            "max_tool_calls": DEFAULT_TOOL_CALLS}
+FRAME_TOKENS = {"json_schema": 512, "grammar": 256}
+# Calls a step may ask for under the compact grammar, unless set: SmolLM2
+# wrote the same ask_user call 4 times (the cap then) and its frame was cut
+# at 256 tokens; identical calls are merged, but their tokens were spent.
+COMPACT_TOOL_CALLS = 2  # RunMonikerStep's default cap per structured mode; others: max_tokens
 
 # Keys an API caller once could set and no longer may, with what to use instead.
 OPERATOR_ONLY = {
@@ -94,8 +111,12 @@ class LLMConfig(BaseModel):
                               description="a model the endpoint serves (default: its default model)")
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_s: float | None = Field(None, gt=0, le=3600)
-    max_tokens: json_int(ge=1, le=1_000_000) | None = Field(None, description="a reply's cap (default 1024)")
-    structured: Literal["auto", "json_schema", "json_object", "off"] | None = Field(
+    max_tokens: json_int(ge=1, le=1_000_000) | None = Field(
+        None, description="a reply's cap (default: a step frame 512 under json_schema, "
+                                                      "256 under grammar, else 1024)")
+    max_tool_calls: json_int(ge=0, le=32) | None = Field(None, description="tool calls one step may ask for "
+                                                                         "(default 4)")
+    structured: Literal["auto", "json_schema", "grammar", "json_object", "off"] | None = Field(
         None, description="how the reply's shape is enforced (default: the endpoint's, auto unless the operator "
                           "says otherwise: the output schema when the server takes it)")
     stream: bool | None = Field(None, description="stream replies, so the dashboard shows them as they come "
@@ -129,18 +150,27 @@ class LLMSettings:
     api_key: str
     temperature: float
     timeout_s: float
-    max_tokens: int
+    max_tokens: int | None  # None: the default per function and mode (tokens_for)
     max_reasks: int
     prices: Prices | None
     structured: str = "auto"
     stream: bool = True
     seed: int | None = None
+    max_tool_calls: int = DEFAULTS["max_tool_calls"]
+
+    def tokens_for(self, function: str, mode: str) -> int:
+        """A reply's cap: the one set, else what ``function``'s reply needs in ``mode``."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        if function == "RunMonikerStep":
+            return FRAME_TOKENS.get(mode, DEFAULTS["max_tokens"])
+        return DEFAULTS["max_tokens"]
 
     def client_options(self, timeout_s: float | None = None) -> dict:
         """BAML ``openai-generic`` options; ``timeout_s`` bounds this one request."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         options = {"base_url": self.base_url, "model": self.model, "temperature": self.temperature,
-                   "max_tokens": self.max_tokens, "http": {"request_timeout_ms": max(1, round(timeout * 1000))}}
+                   "max_tokens": self.max_tokens or DEFAULTS["max_tokens"], "http": {"request_timeout_ms": max(1, round(timeout * 1000))}}
         if self.api_key:
             options["api_key"] = self.api_key
         if self.seed is not None:
@@ -204,13 +234,17 @@ def resolve_settings(config: dict, environ=os.environ) -> LLMSettings:
         api_key = endpoint.key(environ)
     except EndpointError as exc:
         raise StepError(f"llm endpoint {name!r}: {exc}") from None
+    structured = cfg.structured or endpoint.structured
     return LLMSettings(
         endpoint=name, base_url=endpoint.base_url, model=cfg.model or endpoint.model, api_key=api_key,
         temperature=_first(cfg.temperature, _env("AGENTSVC_LLM_TEMPERATURE", DEFAULTS["temperature"], environ, _number)),
         timeout_s=cfg.timeout_s or _env("AGENTSVC_LLM_TIMEOUT_S", DEFAULTS["timeout_s"], environ, _number),
-        max_tokens=cfg.max_tokens or _env("AGENTSVC_LLM_MAX_TOKENS", DEFAULTS["max_tokens"], environ, _count),
+        max_tokens=cfg.max_tokens or _env("AGENTSVC_LLM_MAX_TOKENS", None, environ, _count),
+        max_tool_calls=_first(cfg.max_tool_calls, _env("AGENTSVC_LLM_MAX_TOOL_CALLS",
+                                                        COMPACT_TOOL_CALLS if structured == "grammar"
+                                                        else DEFAULTS["max_tool_calls"], environ, _count)),
         max_reasks=cfg.max_reasks, prices=cfg.prices,
-        structured=cfg.structured or endpoint.structured,
+        structured=structured,
         stream=_first(cfg.stream, _env("AGENTSVC_LLM_STREAM", DEFAULTS["stream"], environ, _flag)),
         seed=cfg.seed,
     )

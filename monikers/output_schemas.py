@@ -9,32 +9,50 @@ schema (llama.cpp, vLLM, OpenAI, Ollama) then cannot produce a call to a tool
 that does not exist, and a small model that would otherwise ramble in prose
 writes a frame.
 
-Property order matters to a model that writes left to right: the frame's
-small required fields come first and the bulky ``state`` last (the optional
-``data`` and ``notes`` after it), so that a reply cut by the token cap still
-holds what the step decided (BAML reads a truncated object up to where it
-stops).  Step tokens are short words, never sentences, and ``text`` has a cap:
-a small model otherwise writes until ``max_tokens``.
+Property order matters to a model that writes left to right: it writes its
+answer (``text``) and its ``tool_calls`` first, and only then decides ``done``
+and ``next_step``, so ``done`` follows from what the step said and did (in the
+old order, step/next_step/done first, SmolLM2-135M decided ``done: false``
+before writing "The capital of France is Paris." and then repeated it until
+``max_steps``).  The small ``state`` comes after them, ``data`` and ``notes``
+last.  The prompt's format block (BAML's ``ctx.output_format``, from
+baml_src/frame.baml) lists the fields in the same order.  Step tokens are
+short words, never sentences, and ``text`` has a cap: a small model otherwise
+writes until ``max_tokens``.  A reply cut at ``max_tokens`` is not a frame
+(monikers/baml_moniker.py re-asks it shorter once, then fails).
 """
-from monikers.frame import MAX_TOOL_CALLS
+from monikers.frame import DEFAULT_TOOL_CALLS, MAX_TOOL_CALLS
 
 TOKEN = {"type": "string", "pattern": "^[A-Za-z0-9_./:-]{1,32}$"}  # "3", "review/1": never a sentence
 NULLABLE_TEXT = {"type": ["string", "null"]}
-SAY = {"type": ["string", "null"], "maxLength": 600}  # what a step says; a short paragraph
+SAY = {"type": ["string", "null"], "maxLength": 200}  # what a step says; a sentence or two
 
-# JSON of bounded depth for a frame's ``state`` and ``data``.  A free-form
-# object lets a small model nest without end ({"data": {"data": {…}}} until the
-# token cap: SmolLM2-135M did exactly that); three levels hold what a step
-# remembers.  A server that enforces the schema cannot write deeper; an agent
-# that needs deeper state runs with ``llm.structured`` json_object.  Strings and
-# lists have caps for the same reason (llama.cpp enforces maxLength and
-# maxItems; it does not enforce maxProperties).
-SCALAR = {"anyOf": [{"type": "string", "maxLength": 200}, {"type": ["number", "boolean", "null"]}]}
-LEAF = {"anyOf": [SCALAR, {"type": "array", "items": SCALAR, "maxItems": 10}]}
-NESTED = {"anyOf": [SCALAR, {"type": "array", "items": LEAF, "maxItems": 10},
-                    {"type": "object", "additionalProperties": LEAF}]}
-STATE = {"type": "object", "additionalProperties": NESTED}
-DATA = {"anyOf": [NESTED, STATE]}
+# A frame's ``data``: a short value, a short list or a flat object of short
+# values.  A free-form object lets a small model nest without end ({"data":
+# {"data": {…}}} until the token cap: SmolLM2-135M did exactly that); an agent
+# that needs more runs with ``llm.structured`` json_object.  Strings and lists
+# have caps for the same reason (llama.cpp enforces maxLength and maxItems; it
+# does not enforce maxProperties).
+SHORT = {"anyOf": [{"type": "string", "maxLength": 80}, {"type": ["number", "boolean", "null"]}]}
+DATA = {"anyOf": [SHORT, {"type": "array", "items": SHORT, "maxItems": 5},
+                  {"type": "object", "additionalProperties": SHORT, "maxProperties": 5}]}  # optional; small, like state
+
+# The frame's ``state`` as a grammar holds it: a few named keys with short
+# values.  An open object (``additionalProperties``) lets a grammar write any
+# number of keys (llama.cpp's json-schema-to-grammar spells it ``("," kv)*``
+# and does not enforce ``maxProperties``), and SmolLM2-135M filled 31 of 33
+# replies to the 256-token cap with ``"state_schema_schema_…"``.  Named optional
+# properties with ``additionalProperties: false``, string ``maxLength`` and
+# list ``maxItems`` are what llama.cpp does enforce, so a whole frame stays
+# near 100 tokens.  The step's memory of what it did is the transcript the
+# moniker keeps (monikers/memory.py), not this state.
+STATE_KEYS = {
+    "progress": {"type": "string", "maxLength": 80},            # where the task stands, in a few words
+    "items": {"type": "array", "maxItems": 5, "items": {"type": "string", "maxLength": 40}},  # a list kept
+    "answer": {"type": "string", "maxLength": 80},              # the answer found so far
+    "count": {"type": "integer"},
+}
+STATE = {"type": "object", "properties": STATE_KEYS, "additionalProperties": False}
 
 
 LONG_BOUND = 500  # bounds above this are left to the runner's check of the args
@@ -55,33 +73,68 @@ def loosened(schema):
             if not (key in ("maxLength", "maxItems") and isinstance(value, int) and value > LONG_BOUND)}
 
 
-def tool_call_schema(tool: dict) -> dict:
-    """One allowed call: the tool's name as a constant and its own args schema."""
+# A small model's tool args under ``structured: grammar``: every string, list and
+# open object bounded.  ``ask_user``'s question may be 4,000 characters and its
+# choices 20, ``spawn_agent``'s config any object; SmolLM2-135M filled such
+# fields until its frame was cut at 256 tokens (the real-model tier: 2 of 10
+# flows failed that way under the compact grammar).  The compact frame also
+# leaves out the optional ``data`` and ``notes``: SmolLM2 filled ``data`` with
+# copies of its answer and of the state's keys (5 keys of 80 characters).  Bounds already tighter
+# are kept; a tool that needs longer args runs on a larger model, with
+# ``json_schema``.
+COMPACT_CHARS = 80
+COMPACT_ITEMS = 3
+
+
+def compacted(schema):
+    """``schema`` with :data:`COMPACT_CHARS` and :data:`COMPACT_ITEMS` as the
+    most any string, list or open object of it may hold."""
+    if isinstance(schema, list):
+        return [compacted(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: compacted(value) for key, value in schema.items()}
+    kinds = out.get("type") if isinstance(out.get("type"), list) else [out.get("type")]
+    if "string" in kinds and "enum" not in out and "const" not in out:
+        out["maxLength"] = max(min(out.get("maxLength", COMPACT_CHARS), COMPACT_CHARS), out.get("minLength", 0))
+    if "array" in kinds:
+        out["maxItems"] = max(min(out.get("maxItems", COMPACT_ITEMS), COMPACT_ITEMS), out.get("minItems", 0))
+    if "object" in kinds and out.get("additionalProperties") is not False:
+        out["maxProperties"] = min(out.get("maxProperties", COMPACT_ITEMS), COMPACT_ITEMS)
+    return out
+
+
+def tool_call_schema(tool: dict, compact: bool = False) -> dict:
+    """One allowed call: the tool's name as a constant and its own args schema
+    (``compact``: bounded for a small model, :func:`compacted`)."""
     args = loosened(tool.get("args_schema") or {"type": "object"})
+    if compact:
+        args = compacted(args)
     return {"type": "object", "properties": {"name": {"const": tool["name"]}, "args": args},
             "required": ["name", "args"], "additionalProperties": False}
 
 
-def frame_schema(tools: list[dict] | None) -> dict:
-    """StepFrameOut (baml_src/frame.baml) for a session that may call ``tools``."""
-    if tools:
-        calls = {"type": "array", "maxItems": MAX_TOOL_CALLS,
-                 "items": {"anyOf": [tool_call_schema(t) for t in tools]}}
+FRAME_ORDER = ("step", "text", "tool_calls", "done", "next_step", "state", "data", "notes")
+
+
+def frame_schema(tools: list[dict] | None, max_calls: int = DEFAULT_TOOL_CALLS, compact: bool = False) -> dict:
+    """StepFrameOut (baml_src/frame.baml) for a session that may call ``tools``,
+    at most ``max_calls`` of them per step (``llm.max_tool_calls``), its
+    properties in :data:`FRAME_ORDER`; ``compact``: the tools' args bounded
+    for a small model (``structured: grammar``)."""
+    if tools and max_calls > 0:
+        calls = {"type": "array", "maxItems": min(max_calls, MAX_TOOL_CALLS),
+                 "items": {"anyOf": [tool_call_schema(t, compact) for t in tools]}}
     else:
         calls = {"type": "array", "maxItems": 0}
+    properties = {"step": TOKEN, "text": SAY, "tool_calls": calls, "done": {"type": "boolean"},
+                  "next_step": TOKEN, "state": compacted(STATE) if compact else STATE, "data": DATA,
+                  "notes": {"type": ["string", "null"], "maxLength": 100}}
+    order = [name for name in FRAME_ORDER if not (compact and name in ("data", "notes"))]
     return {
         "type": "object",
-        "properties": {
-            "step": TOKEN,
-            "next_step": TOKEN,
-            "done": {"type": "boolean"},
-            "tool_calls": calls,
-            "text": SAY,
-            "state": STATE,
-            "data": DATA,
-            "notes": {"type": ["string", "null"], "maxLength": 200},
-        },
-        "required": ["step", "next_step", "done", "tool_calls", "text", "state"],
+        "properties": {name: properties[name] for name in order},
+        "required": ["step", "text", "tool_calls", "done", "next_step", "state"],
         "additionalProperties": False,
     }
 

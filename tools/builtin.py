@@ -29,7 +29,22 @@ class Strict(BaseModel):
 
 # ---- wait -------------------------------------------------------------------
 
+def _exactly_one_of(schema: dict) -> None:
+    """The args schema says what the validator below says: exactly one of
+    ``seconds`` and ``until``, as two closed objects.  With two optional
+    properties a grammar built from the schema (llama.cpp's) allows ``{}`` and
+    both at once, and SmolLM2-135M wrote 10-16 such invalid calls a run."""
+    props = schema.pop("properties")
+    schema.pop("additionalProperties", None)
+    schema.pop("type", None)
+    schema["anyOf"] = [{"type": "object", "properties": {name: {k: v for k, v in props[name]["anyOf"][0].items()}
+                                                         | {"description": props[name]["description"]}},
+                        "required": [name], "additionalProperties": False} for name in ("seconds", "until")]
+
+
 class WaitArgs(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_exactly_one_of)
+
     seconds: float | None = Field(None, ge=0, le=MAX_WAIT_S, description="how long from when the call was made")
     until: datetime | None = Field(None, description="ISO-8601 time to wake at (UTC if no zone)")
 
@@ -58,7 +73,7 @@ async def wait_run(args: WaitArgs, ctx: ToolContext) -> dict:
 
 
 WAIT = Tool("wait", "Sleep until a time (seconds from now, or an ISO-8601 'until'); survives restarts.",
-            wait_run, WaitArgs, timeout_s=MAX_WAIT_S + 60, idempotent=True)
+            wait_run, WaitArgs, timeout_s=MAX_WAIT_S + 60, idempotent=True, reusable=False)
 
 
 # ---- human (external) -------------------------------------------------------

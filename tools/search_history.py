@@ -68,7 +68,8 @@ def build(search: HistorySearch) -> Tool:
 
     return Tool(name=NAME, description="Search your own history: summaries of past sessions, earlier steps, "
                                         "messages and tool calls. Summaries come first.",
-                run=run, args_model=SearchHistoryArgs, timeout_s=30.0, idempotent=True)
+                run=run, args_model=SearchHistoryArgs, timeout_s=30.0, idempotent=True,
+                reusable=False)
 
 
 def summaries_first(hits: list[dict]) -> list[dict]:

@@ -246,8 +246,9 @@ def build(store, monikers, profiles: Callable[[str, dict], dict] | None = None) 
     return [
         Tool(SPAWN, "Start a sub-agent on a task: {task, moniker, config?, name?, wait?}. wait=false (default) "
                     "returns its ids at once and its result arrives later in your inbox (kind child_result); "
-                    "wait=true ends this call with its result.", spawn, SpawnArgs, timeout_s=60, idempotent=True),
+                    "wait=true ends this call with its result.", spawn, SpawnArgs, timeout_s=60, idempotent=True,
+             reusable=False),
         Tool(MESSAGE, "Send a follow-up to one of your sub-agents: {session_id or name, text}. A finished one is "
                       "reactivated; its next result arrives in your inbox.", message, MessageArgs, timeout_s=60,
-             idempotent=True),
+             idempotent=True, reusable=False),
     ]

@@ -48,7 +48,9 @@ class Tool:
     ``external`` tool, whose result is posted from outside (a human, another
     system); ``waits_for`` is the session's ``status_reason`` while such a
     call waits (``user`` for ``ask_user``).  ``idempotent`` tools may run again after a crash left their
-    outcome unknown; others never are.
+    outcome unknown; others never are.  ``reusable``: in a session that reuses
+    tool results, an identical earlier success may stand for a new call;
+    False for a tool whose repeat is the point (``wait``, ``spawn_agent``).
     """
 
     name: str
@@ -61,6 +63,7 @@ class Tool:
     needs_approval: bool = False
     external: bool = False
     waits_for: str = "tool_result"  # an external call's waiting reason: "user" for a human's answer
+    reusable: bool = True
 
     def schema(self) -> dict:
         if self.args_model is not None:

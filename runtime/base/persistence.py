@@ -117,6 +117,10 @@ class Persistence:
     async def tool_calls_of_step(self, session_id: str, iteration: int) -> list[dict]:
         return await asyncio.to_thread(self.store.tool_calls.of_step, session_id, iteration)
 
+    async def tool_calls_of_steps(self, session_id: str, first: int, last: int) -> list[dict]:
+        """The call rows of a session's steps ``first``..``last``, in step and call order."""
+        return await asyncio.to_thread(self.store.tool_calls.of_steps, session_id, first, last)
+
     async def get_tool_call(self, tool_call_id: str) -> dict | None:
         return await asyncio.to_thread(self.store.tool_calls.get, tool_call_id)
 

@@ -89,7 +89,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.step_started_at: datetime | None = None  # set while a long step is in flight
         self.heartbeat_at: datetime | None = None
         self.last_step_usage: dict | None = None
-        self.repetition = limits.RepetitionWatch(self.config.repeat_limit)
+        self.repetition = limits.RepetitionWatch(self.repeat_limit)
         # The profile's prompt, observers, flow rules and inbox priorities (profiles/hooks.py)
         self.hooks = profile_hooks.SessionHooks.for_config(self.config)
         self.inbox_priorities: dict[str, int] | None = self.hooks.inbox_priorities  # per kind, over the defaults
@@ -484,8 +484,20 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         elif limits.limit_reached(self.config, self.iteration, self.created_at) == "max_steps":
             self.note_status("done", "max_steps")
         elif self.repetition.repeated(text):
-            self.last_error = f"the same output came {self.config.repeat_limit} times in a row"
+            self.last_error = f"the same output came {self.repeat_limit} times in a row"
             self.note_status("stopped", "repetition")
+
+    @property
+    def reuses_tool_results(self) -> bool:
+        """The config's ``reuse_tool_results``, else the moniker's default (on for a model's steps)."""
+        if self.config.reuse_tool_results is not None:
+            return self.config.reuse_tool_results
+        return bool(getattr(self.moniker, "reuses_tool_results", False))
+
+    @property
+    def repeat_limit(self) -> int | None:
+        """The config's, else the moniker's default (a model's; none for scripted steps)."""
+        return self.config.repeat_limit or getattr(self.moniker, "repeat_limit", None)
 
     async def _long_step(self, started: float) -> None:
         """Heartbeat: this session has a step in flight and its worker is alive."""

@@ -8,8 +8,16 @@ After the runner has persisted a step whose frame_out asked for tools, a
    a human's yes; ``waiting_result`` for an external tool; or straight
    ``denied`` (not in the session's ``tools``) / ``failed`` (unknown tool, args
    that fail its schema or are too large), with a message that tells the model
-   what was wrong.  Every row but a ``pending`` one is written (durable) before
-   any tool starts.
+   what was wrong.  In a session that reuses tool results (config
+   ``reuse_tool_results``, on by default for the ``baml`` moniker), a call
+   identical (name and canonical JSON args) to one that ended ``success`` in
+   its last :data:`REUSE_WINDOW` steps is not run again: it ends ``success``
+   at once, its result the earlier one with a note naming the earlier call
+   (:data:`REUSED`; issue 39: a small model called the same tool every step,
+   46 times in one run).  Only a call that would run at once is reused, and
+   only of a ``reusable`` tool: approvals, humans, ``wait`` and sub-agents
+   always happen.  Every row but a ``pending`` one is written (durable)
+   before any tool starts.
 2. **Run.**  Pending calls start concurrently, at most ``tool_concurrency`` at
    once.  A tool that is not ``idempotent`` has its row written ``running``
    (durable) before it starts, so a call whose row is missing or still
@@ -101,6 +109,27 @@ RUNNING_ROW_AFTER_S = 0.2  # an idempotent tool running this long gets its ``run
 UNKNOWN_OUTCOME = ("outcome unknown: the worker running this tool stopped before it finished; "
                    "check whether it took effect before repeating it")
 CANCELLED = "cancelled: the session was destroyed while this call was {status}"
+REUSE_WINDOW = 50  # steps looked back for an identical answered call: a loop is recent, and the read stays small
+REUSED = ("already answered: the same call ({call_id}, step {iteration}) ended success in this session, so it "
+          "was not run again; this is its result. Use it; do not make this call again.")
+
+
+def call_key(name: str, args) -> str:
+    """A call's identity for reuse: its name and its args as canonical JSON
+    (monikers/memory.py keeps the same key for the moniker's side)."""
+    return name + " " + json.dumps(_plain(args or {}), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                   default=str)
+
+
+def _plain(value):
+    """Numbers by value: 2.0 and 2 are the same argument."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def now() -> datetime:
@@ -170,20 +199,58 @@ class ToolRunner:
 
     # ---- planning -------------------------------------------------------
 
-    def plan(self, agent: AgentView, iteration: int, calls: list[dict], created_at=None) -> list[dict]:
+    def plan(self, agent: AgentView, iteration: int, calls: list[dict], created_at=None,
+             answered: dict[str, dict] | None = None) -> list[dict]:
         """Rows for a step's calls (``[{id, call_id, name, args}]`` as on the
         step row), each with the status it starts in.  ``created_at``: the step
         row's, so a call planned again after a crash keeps its time (the
-        ``wait`` tool counts from it)."""
+        ``wait`` tool counts from it).  ``answered``: the session's earlier
+        calls that ended ``success``, by :func:`call_key` (:meth:`answered`);
+        an allowed call identical to one of them ends ``success`` with its
+        result, not run again."""
         rows = []
         for seq, call in enumerate(calls):
             row = _blank_row(agent, iteration, seq, call, created_at)
             status, error = self.initial_status(agent.config, call["name"], row["args"])
+            earlier = (answered or {}).get(call_key(row["name"], row["args"]))
+            if earlier is not None and status == "pending" and self.registry.get(call["name"]).reusable:
+                status, error = "success", None
+                row["result"] = {"reused_from": earlier["id"], "note": REUSED.format(
+                    call_id=earlier["id"], iteration=earlier["iteration"]), "result": earlier["result"]}
             row.update(status=status, error=error)
             if status in TOOL_CALL_ENDED:
                 row["finished_at"] = row["created_at"]
             rows.append(row)
         return rows
+
+    async def answered(self, agent: AgentView, iteration: int, inputs: dict | None) -> dict[str, dict]:
+        """The calls of this session's last :data:`REUSE_WINDOW` steps before
+        ``iteration`` that ended ``success``, by :func:`call_key`: the first of
+        each (a reused call's row points at it), as ``{id, iteration, result}``.  The previous step's
+        ended rows may still be committing (they are written behind this
+        step's row, see the module docstring), so its results are taken from
+        this step's ``inputs.tool_results``, which records them in call order."""
+        if iteration <= 0:
+            return {}
+        rows = await self.persist.tool_calls_of_steps(agent.session_id, max(iteration - REUSE_WINDOW, 0),
+                                                      iteration - 1)
+        found: dict[str, dict] = {}
+        for row in rows:
+            if row["status"] == "success" and not _reused(row["result"]):
+                found.setdefault(call_key(row["name"], row["args"]),
+                                 {"id": row["id"], "iteration": row["iteration"], "result": row["result"]})
+        results = (inputs or {}).get("tool_results") or []
+        seen = {r["id"] for r in rows}
+        if results and any(r.get("id") not in seen for r in results):
+            before = await self.persist.step_at(agent.session_id, iteration - 1)
+            calls = (before or {}).get("tool_calls") or []
+            if len(calls) == len(results):
+                for call, result in zip(calls, results):
+                    if result.get("status") == "success" and not _reused(result.get("result")):
+                        found.setdefault(call_key(call["name"], call.get("args")),
+                                         {"id": call["id"], "iteration": iteration - 1,
+                                          "result": result.get("result")})
+        return found
 
     async def settle_after_restart(self, agent: AgentView, newer_steps: list[dict]) -> list[dict]:
         """On adoption: when the newest step (persisted past the snapshot)
@@ -399,6 +466,10 @@ async def _written(shown: _RunningRow | None, stored: bool) -> bool:
     return stored or written
 
 
+def _reused(result) -> bool:
+    return isinstance(result, dict) and "reused_from" in result and "note" in result
+
+
 def _blank_row(agent: AgentView, iteration: int, seq: int, call: dict, created_at) -> dict:
     """A call's row as planned, before its status is decided."""
     return {"id": call["id"], "created_at": _as_time(created_at) or now(), "agent_id": agent.agent_id,
@@ -427,6 +498,8 @@ class ToolPhase:
         self.iteration = step["iteration"]
         self.created_at = step.get("created_at")
         self.calls = list(step.get("tool_calls") or [])
+        self.inputs = step.get("inputs") or {}
+        self.answered: dict[str, dict] = {}  # the session's earlier answered calls (ToolRunner.answered)
         self.rows: dict[str, dict] = {}
         self.stored: set[str] = set()  # ids of the calls that have a row in the table
         self.delivered: dict[str, dict] = {}  # rows changed by controls before the phase had loaded
@@ -473,8 +546,10 @@ class ToolPhase:
     async def load(self, fresh: bool) -> None:
         """Rows for the step's calls: planned now (``fresh``: the step was just
         persisted), or read back and recovered after a restart."""
+        if self.calls and self.agent.reuses_tool_results:
+            self.answered = await self.runner.answered(self.agent, self.iteration, self.inputs)
         if fresh:
-            rows = self.runner.plan(self.agent, self.iteration, self.calls, self.created_at)
+            rows = self.runner.plan(self.agent, self.iteration, self.calls, self.created_at, self.answered)
             changed = rows
         else:
             stored = {r["id"]: r for r in await self.runner.persist.tool_calls_of_step(
@@ -500,7 +575,8 @@ class ToolPhase:
         """The step's rows after a restart: the stored ones, and the calls with no
         row planned again, as the first time (the whole step is planned, so each
         keeps its place, ``seq``, in the step)."""
-        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, self.calls, self.created_at)
+        planned = {r["id"]: r for r in self.runner.plan(self.agent, self.iteration, self.calls, self.created_at,
+                                                        self.answered)
                    if r["id"] not in stored}
         rows, changed = [], list(planned.values())
         for call in self.calls:

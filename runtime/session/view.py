@@ -47,6 +47,9 @@ class AgentView(Protocol):
     tool_slots: asyncio.Semaphore
 
     @property
+    def reuses_tool_results(self) -> bool: ...
+
+    @property
     def stop_requested(self) -> bool: ...
 
     @property

@@ -171,7 +171,7 @@ def test_baml_usage_cost_and_raising_a_budget_from_the_page(page, shared_service
     server = FakeOpenAI(scripted(then=Reply(content=content, prompt_tokens=60, completion_tokens=40))).start()
     try:
         made = shared_service.create("baml", "think", name="thinker", config={
-            "interval_s": 0, "budget_tokens": 250,
+            "interval_s": 0, "budget_tokens": 250, "repeat_limit": 100,  # the fake says "thinking" every step
             "llm": shared_service.endpoints.llm(server, prices={"input_per_1k": 0.01, "output_per_1k": 0.03})})
         shared_service.wait_status(made["session_id"], "paused", timeout=60)
         page.goto(f"{shared_service.url}/#/session/{made['session_id']}")

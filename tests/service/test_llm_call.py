@@ -28,7 +28,7 @@ import pytest
 import requests
 
 from monikers import baml_moniker, llm_call, output_schemas
-from monikers.frame import MAX_TOOL_CALLS, FrameIn, InboxItem, StepContext, StepError
+from monikers.frame import DEFAULT_TOOL_CALLS, FrameIn, InboxItem, StepContext, StepError
 from monikers.orchestrator import orchestrator_step
 from runtime.base import usage as usage_math
 from tests import fake_openai
@@ -182,7 +182,7 @@ def test_by_default_the_frame_schema_is_sent_streamed_with_usage_and_a_token_cap
         "name": "RunMonikerStep", "schema": output_schemas.frame_schema([]), "strict": False}}
     assert body["response_format"]["json_schema"]["schema"]["properties"]["tool_calls"]["maxItems"] == 0, \
         "without tools the model may call none"
-    assert body["max_tokens"] == 1024
+    assert body["max_tokens"] == 512, "a step frame under json_schema: what the bounded frame needs"
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert "seed" not in body
 
@@ -192,7 +192,7 @@ def test_the_schema_allows_exactly_the_sessions_tools_with_their_args(fake):
     step(context(server, tools=[ADD, FETCH, CLOCK]))
     [body] = received(server)
     calls = body["response_format"]["json_schema"]["schema"]["properties"]["tool_calls"]
-    assert calls["maxItems"] == MAX_TOOL_CALLS
+    assert calls["maxItems"] == DEFAULT_TOOL_CALLS
     allowed = calls["items"]["anyOf"]
     assert [c["properties"]["name"] for c in allowed] == [{"const": t["name"]} for t in (ADD, FETCH, CLOCK)]
     assert [c["properties"]["args"] for c in allowed] == [ADD["args_schema"], FETCH["args_schema"],
@@ -216,6 +216,34 @@ def test_settings_shape_the_request(fake, llm, expected):
     [call] = ctx.usage_calls
     assert (call["input_tokens"], call["output_tokens"]) == (12, 3), "the server's usage, streamed or not"
     assert call["structured"] == llm.get("structured", "json_schema")
+
+
+def test_grammar_sends_the_frame_schema_as_a_compact_grammar_and_caps_the_frame_at_256(fake):
+    """``grammar`` (for llama.cpp): the session's own frame schema, its tools
+    included, as GBNF in the ``grammar`` field and no ``response_format``; the
+    frame's default cap is 256 tokens, what a compact frame needs."""
+    server = fake(scripted(then=Reply(frame(done=True))))
+    ctx = context(server, structured="grammar", tools=[ADD, FETCH])
+    assert step(ctx).done is True
+    [body] = received(server)
+    assert "response_format" not in body and body["max_tokens"] == 256
+    grammar = body["grammar"]
+    assert grammar.startswith("root ::= ") and "demo.add" in grammar and "http_fetch" in grammar
+    assert "\\n" not in grammar, "no rule lets a newline stand between tokens"
+    assert 'ws ::= " "?' in grammar.splitlines()
+    [call] = ctx.usage_calls
+    assert call["structured"] == "grammar"
+    assert "demo.add" in grammar and '(ws "," ws reply-tool-calls-item-3){0,1}' in grammar, \
+        "at most 2 calls a step under grammar unless llm.max_tool_calls says otherwise"
+
+
+def test_grammar_for_a_reply_without_a_schema_asks_for_json(fake):
+    """A grammar comes from a schema; a function with none is asked for JSON."""
+    from monikers.llm_settings import LLMSettings
+    settings = LLMSettings(endpoint="e", base_url="http://x", model="m", api_key="", temperature=0, timeout_s=1,
+                           max_tokens=None, max_reasks=0, prices=None, structured="grammar")
+    assert llm_call.structured_mode(settings, None) == "json_object"
+    assert llm_call.structured_mode(settings, {"type": "object"}) == "grammar"
 
 
 def test_the_orchestrators_decision_schema_is_sent_strict(fake):
@@ -403,7 +431,7 @@ def test_a_timeout_is_retried_once_with_fewer_tokens_when_it_was_generating(fake
     assert len(server.requests) == 2, "a timed-out request is tried at most once more"
     assert "timed out" in error and "attempt 1: timeout" in error and "attempt 2: timeout" in error
     first, retry = received(server)
-    assert first["max_tokens"] == 1024 and retry["max_tokens"] < first["max_tokens"], \
+    assert first["max_tokens"] == 512 and retry["max_tokens"] < first["max_tokens"], \
         "the retry asks for what the measured rate writes in time"
     assert outcomes(ctx) == ["timeout", "timeout"]
     assert all(a["output_tokens"] >= 8 and a["estimated"] for a in attempts(ctx))
@@ -414,7 +442,7 @@ def test_a_timeout_before_any_token_is_retried_once_unchanged(fake):
     ctx = context(server, timeout_s=0.5)
     error = step_error(ctx)
     assert "timed out" in error and len(server.requests) == 2
-    assert [b["max_tokens"] for b in received(server)] == [1024, 1024], "the server was busy, not the reply long"
+    assert [b["max_tokens"] for b in received(server)] == [512, 512], "the server was busy, not the reply long"
     assert outcomes(ctx) == ["timeout", "timeout"]
 
 
@@ -575,7 +603,8 @@ def test_streamed_steps_reach_the_stream_as_step_deltas_before_their_step(tmp_pa
         reader = Reader(svc, f"session:{streamed['session_id']}")
         wait_for(lambda: any(e.event == "ready" for e in reader.all()), timeout=90, what="the stream to be ready")
         go.set()
-        wait_for(lambda: any(e.event == "agent_step" for e in reader.all()), timeout=60, what="the step")
+        # longer than the hold above may keep the reply's second half (120 s)
+        wait_for(lambda: any(e.event == "agent_step" for e in reader.all()), timeout=240, what="the step")
         plain = svc.create("baml", task="stream it", config={"interval_s": 0, "llm": {**llm, "stream": False}})
         svc.wait_status(plain["session_id"], "done", "error", timeout=60)
         svc.wait_status(streamed["session_id"], "done", "error", timeout=60)

@@ -192,7 +192,8 @@ def test_a_profile_runs_with_its_prompt_segments_tools_and_limits(env):
     assert profile["hash"] == file_hash(os.path.join(svc.profiles_dir, "helper.yaml"))
     assert done["config"]["tools"] == ["add"] and done["config"]["llm"]["temperature"] == 0.1
     # the fake LLM saw the segments, rendered, in the system message
-    asked = [r for r in fake.requests if r.model == "m-helper" and "frame_in:" in r.prompt]  # not the summary
+    asked = [r for r in fake.requests if r.model == "m-helper"  # the steps' requests, not the summary's
+             and ((r.body.get("response_format") or {}).get("json_schema") or {}).get("name") == "RunMonikerStep"]
     assert len(asked) == 3
     system = asked[0].body["messages"][0]
     assert system["role"] == "system"

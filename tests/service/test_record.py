@@ -31,7 +31,7 @@ def llm(request):
     if "archive entry" in request.prompt:
         return Reply(json.dumps({"summary": "The agent planned a voyage to Quokkaland and finished it.",
                                  "key_points": ["destination Quokkaland", "two steps"]}))
-    if "step: 0" in request.prompt:
+    if "This is step 0." in request.prompt:
         return Reply(frame("0", "1", {"n": 1}, text="packing the bags"))
     return Reply(frame("1", "2", {"n": 2}, text="arrived", done=True))
 

@@ -14,6 +14,7 @@ import pytest
 from tests.baml_sessions import run_sessions
 from tests.fake_openai import FakeOpenAI, Reply, by_model, scripted
 from monikers import baml_moniker, default_registry
+from monikers.memory import own
 from monikers.frame import FrameIn, StepContext, StepError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,8 +80,8 @@ def test_multi_step_agent_runs_to_done_with_usage_and_cost(tmp_path, fake, monke
     assert [s["iteration"] for s in steps] == [0, 1, 2]
     assert [s["status"] for s in steps] == ["ok", "ok", "done"]
     assert [s["text"] for s in steps] == ["one", "two", "three"]
-    assert [s["state"] for s in steps] == [{"n": 1}, {"n": 2}, {"n": 3}]
-    assert steps[2]["data"] == {"total": 3} and snap["state"] == {"n": 3}
+    assert [own(s["state"]) for s in steps] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert steps[2]["data"] == {"total": 3} and own(snap["state"]) == {"n": 3}
 
     # each step carries exactly what the server reported, and the snapshot their sums
     assert [(s["usage"]["input_tokens"], s["usage"]["output_tokens"]) for s in steps] == [(100, 10), (200, 20), (300, 30)]
@@ -110,9 +111,9 @@ def test_nested_state_round_trips_exactly(tmp_path, fake):
 
     assert snap["status"] == "done", snap["last_error"]
     steps = steps_of(store, snap)
-    assert [exact(s["state"]) for s in steps] == [exact(state)] * 2
+    assert [exact(own(s["state"])) for s in steps] == [exact(state)] * 2
     assert exact(steps[1]["data"]) == exact(state)
-    assert exact(snap["state"]) == exact(state)
+    assert exact(own(snap["state"])) == exact(state)
     # the prompt carries the state as stable, sorted JSON text
     assert "state: " + json.dumps(state, sort_keys=True, ensure_ascii=False) in server.requests[1].prompt
 
@@ -145,7 +146,7 @@ def test_rate_limit_then_success_is_retried(fake):
     ctx = StepContext(task="t", agent_id="a", session_id="s", iteration=0, config={"llm": llm(server)})
     out = asyncio.run(baml_moniker.baml_step(FrameIn(step="0"), ctx))
 
-    assert out.done and out.state == {"ok": True}
+    assert out.done and own(out.state) == {"ok": True}
     assert len(server.requests) == 2
     [call] = ctx.usage_calls
     assert (call["input_tokens"], call["output_tokens"], call["http_calls"]) == (9, 4, 2)
@@ -209,7 +210,7 @@ def test_reask_can_recover(fake):
     ctx = StepContext(task="t", agent_id="a", session_id="s", iteration=0, config={"llm": llm(server)})
     out = asyncio.run(baml_moniker.baml_step(FrameIn(step="0"), ctx))
 
-    assert out.state == {"n": 1} and len(server.requests) == 2
+    assert own(out.state) == {"n": 1} and len(server.requests) == 2
     assert [c["attempt"] for c in ctx.usage_calls] == [0, 1]
 
 

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from monikers import baml_moniker
+from monikers.memory import own
 from monikers.frame import FrameIn, InboxItem, StepContext, ToolResult
 from tests.fake_openai import FakeOpenAI, Reply, scripted
 
@@ -80,7 +81,7 @@ def test_without_tools_the_prompt_says_so_and_v0_replies_still_parse(llm_endpoin
     with FakeOpenAI(scripted(v0_reply)) as server:
         out = step(llm_endpoints.llm(server), FrameIn(step="0"))
         prompt = server.requests[0].prompt
-    assert out.tool_calls == [] and out.state == {"n": 1}
+    assert out.tool_calls == [] and own(out.state) == {"n": 1}
     assert "You have no tools" in prompt and "\"args_schema\":" not in prompt and "Only these" not in prompt
 
 

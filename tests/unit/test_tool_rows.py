@@ -45,6 +45,7 @@ class Agent:
         self.tool_slots = asyncio.Semaphore(concurrency)
         self.stop_requested, self.status = False, "running"
         self.intercept = intercept.chain(None)  # not a replay (runtime/session/intercept.py)
+        self.reuses_tool_results = False
         self._stopped = asyncio.Event()
 
     async def reflect_waiting(self, reason):

@@ -17,7 +17,8 @@ import { stepNumber, tokens } from "../core/format.js";
 
 const QUIET_MS = 30_000;
 const LIVE_STATUSES = ["running", "waiting"];
-const MODES = { json_schema: "JSON schema", json_object: "JSON object", off: "none (free text)" };
+const MODES = { json_schema: "JSON schema", grammar: "grammar (compact JSON)", json_object: "JSON object",
+                off: "none (free text)" };
 const DOING = { DecideNextMove: "deciding the next move", SummarizeRecord: "summarizing" };
 const STUCK_TO_END_PX = 24;  // this close to the end counts as "reading the newest"
 
