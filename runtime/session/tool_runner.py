@@ -87,13 +87,11 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
 from domain.statuses import TOOL_CALL_ENDED, TOOL_CALL_WAITING
 from runtime.base.fanout import Observers
 from runtime.base.fence import SessionLost
 from runtime.base.persistence import Persistence
-from tools import schema
+from tools import args_check
 from tools.tool_registry import Deferred, ToolContext, ToolRegistry
 from store.codec import parse_time
 
@@ -102,7 +100,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runtime.tools")
 
-MAX_ARGS_BYTES = 64 * 1024
 MAX_RESULT_BYTES = 64 * 1024
 CANCEL_GRACE_S = 2.0
 RUNNING_ROW_AFTER_S = 0.2  # an idempotent tool running this long gets its ``running`` row written (for readers)
@@ -134,10 +131,6 @@ def _plain(value):
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _size(value) -> int:
-    return len(json.dumps(value, default=str, ensure_ascii=False).encode())
 
 
 def capped_result(value):
@@ -327,7 +320,7 @@ class ToolRunner:
             usable = [n for n in allowed if n in self.registry]
             return "failed", f"no tool named {name!r} is installed; tools you may call: {usable or 'none'}"
         tool = self.registry.get(name)
-        problem = self.args_problem(tool, args)
+        problem = args_check.args_problem(tool, args)
         if problem:
             return "failed", problem
         if tool.needs_approval or name in (config.approve or []):
@@ -335,37 +328,6 @@ class ToolRunner:
         if tool.external:
             return "waiting_result", None
         return "pending", None
-
-    @staticmethod
-    def args_problem(tool, args) -> str | None:
-        if not isinstance(args, dict):
-            return f"args of {tool.name!r} must be a JSON object"
-        if _size(args) > MAX_ARGS_BYTES:
-            return f"args of {tool.name!r} are {_size(args)} bytes; the cap is {MAX_ARGS_BYTES}"
-        if tool.args_model is None:
-            return ToolRunner.schema_problem(tool, args)
-        try:
-            tool.args_model.model_validate(args)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(args)'}: {e['msg']}" for e in exc.errors()[:5])
-            schema = json.dumps(tool.schema(), separators=(",", ":"))[:2000]
-            return f"invalid args for {tool.name!r}: {problems}. Expected JSON schema: {schema}"
-        return None
-
-    @staticmethod
-    def schema_problem(tool, args) -> str | None:
-        """A tool with only a JSON schema (an MCP tool) is checked against it here
-        too, so a bad call ends ``failed`` without ever running."""
-        if not tool.args_schema:
-            return None
-        try:
-            problem = schema.args_problem(tool.args_schema, args)
-        except schema.BadSchema:
-            return None  # the tool validates (or not) in its own run
-        if problem is None:
-            return None
-        expected = json.dumps(tool.args_schema, separators=(",", ":"))[:2000]
-        return f"invalid args for {tool.name!r}: {problem}. Expected JSON schema: {expected}"
 
     # ---- running one call -----------------------------------------------
 
