@@ -114,6 +114,7 @@ TOOL_CALLS = _schema(
     ("call_id", pa.string(), True),  # the moniker's id for the call (frame_out), echoed in its result
     ("name", pa.string(), False),
     ("args", pa.string(), True),
+    ("original_args", pa.string(), True),  # what the model asked, when a person changed the args before approving
     # pending | waiting_approval | waiting_result | running | success | failed | denied | unknown | replayed
     ("status", pa.string(), False),
     ("result", pa.string(), True),
@@ -377,7 +378,7 @@ JSON_COLUMNS = {
     "agent_state": {"config", "state", "result", "pending_guidance", "used_guidance", "usage", "forked_from",
                     "replayed_from", "replay", "subagent"},
     "agent_steps": {"data", "state", "guidance", "usage", "tool_calls", "inputs", "observers"},
-    "tool_calls": {"args", "result", "usage"},
+    "tool_calls": {"args", "original_args", "result", "usage"},
     "conversations": {"tags"},
     "conversation_messages": {"data"},
     "summaries": {"data"},

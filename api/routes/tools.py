@@ -27,7 +27,7 @@ from api.errors import ApiError
 from api.openapi import operation
 from api.requests import body, not_found, path_id, query
 from api.sessions import enqueue
-from tools import catalog
+from tools import args_check, catalog
 
 bp = Blueprint("tools", __name__, url_prefix="/api")
 
@@ -59,6 +59,12 @@ class ToolCallQuery(schemas.Page):
     @classmethod
     def _since_in_range(cls, value: datetime | None) -> datetime | None:
         return schemas.clamp_to_calendar(value)
+
+
+class ApproveRequest(schemas.Strict):
+    args: dict[str, Any] | None = Field(None, description="run the call with these args instead of the model's "
+                                                         "(checked against the tool's args_schema); the row keeps "
+                                                         "the model's as original_args")
 
 
 class DenyRequest(schemas.Strict):
@@ -115,6 +121,7 @@ class ToolCall(schemas.Open):
     call_id: str | None = None
     name: str
     args: Any = None
+    original_args: Any = Field(None, description="the model's args, when a person changed them before approving")
     status: Literal[STATUSES]
     result: Any = None
     error: str | None = None
@@ -182,11 +189,20 @@ def _control(tool_call_id: str, type_: str, expected: str, payload: dict):
 
 
 @bp.post("/tool-calls/<id:tool_call_id>/approve")
-@operation(202, ToolCallAccepted, body=schemas.EmptyRequest, errors=(400, 404, 409), idempotent=True)
+@operation(202, ToolCallAccepted, body=ApproveRequest, errors=(400, 404, 409), idempotent=True)
 def approve_tool_call(tool_call_id):
-    """approve a call waiting for approval (409 unless waiting_approval)"""
-    body()
-    return _control(tool_call_id, "tool_approve", "waiting_approval", {})
+    """approve a call waiting for approval, as the model asked it or with edited args
+    (400: they do not fit the tool; 409 unless waiting_approval)"""
+    req: ApproveRequest = body()
+    if req.args is None:
+        return _control(tool_call_id, "tool_approve", "waiting_approval", {})
+    row = _call(tool_call_id)
+    tools = registry()
+    if row["name"] in tools:  # an MCP tool is known to the workers only: they check it
+        problem = args_check.args_problem(tools.get(row["name"]), req.args)
+        if problem:
+            raise ApiError(400, "invalid_args", problem)
+    return _control(tool_call_id, "tool_approve", "waiting_approval", {"args": req.args})
 
 
 @bp.post("/tool-calls/<id:tool_call_id>/deny")

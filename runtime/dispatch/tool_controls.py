@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 from domain.errors import ActionError
 from runtime.session.tool_runner import ToolRunner, capped_result, now
+from tools import args_check
 
 if TYPE_CHECKING:
     from runtime.session.agent import SessionAgent
@@ -80,13 +81,24 @@ class ToolControls:
             status = agent.status if agent else "not running here"
             raise ActionError(f"cannot {verb} tool call {row['id']}: its session is {status}")
         row = await record_decision(self.runner, agent, row, action["id"], change(row))
-        log.info("tool call %s %s -> %s action=%s session=%s", row["id"], verb, row["status"], action["id"],
-                 row["session_id"])
+        log.info("tool call %s %s -> %s action=%s session=%s%s", row["id"], verb, row["status"], action["id"],
+                 row["session_id"], " (args edited)" if row.get("original_args") is not None else "")
 
     async def approve(self, action: dict, payload: dict) -> None:
+        """Approve a call, as the model asked it or with ``args`` a person edited
+        (checked against the tool here too: the API cannot check an MCP tool's);
+        the model's args are kept as ``original_args``."""
+        edited = payload.get("args")
+
         def change(row):
             tool = self.runner.registry.get(row["name"]) if row["name"] in self.runner.registry else None
-            return {"status": "waiting_result" if tool is not None and tool.external else "pending"}
+            decided = {"status": "waiting_result" if tool is not None and tool.external else "pending"}
+            if edited is not None and edited != row["args"]:
+                problem = args_check.args_problem(tool, edited) if tool is not None else None
+                if problem:
+                    raise ActionError(f"cannot approve tool call {row['id']} with these args: {problem}")
+                decided.update(args=edited, original_args=row["args"])
+            return decided
         await self.decide(action, "waiting_approval", "approve", change)
 
     async def deny(self, action: dict, payload: dict) -> None:

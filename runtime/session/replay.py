@@ -250,9 +250,12 @@ def _mismatch(row: dict, recorded: dict | None) -> str | None:
     where = f"call {row['seq'] + 1} of step {row['iteration']}"
     if recorded is None:
         return f"{where} is {row['name']}({_args(row['args'])}); the recording made no such call"
-    if recorded["name"] != row["name"] or _canonical(recorded.get("args")) != _canonical(row.get("args")):
+    # A call a person edited before approving is matched by what the model asked
+    # (original_args); its recorded outcome, of the approved args, is served.
+    asked = recorded.get("original_args") if recorded.get("original_args") is not None else recorded.get("args")
+    if recorded["name"] != row["name"] or _canonical(asked) != _canonical(row.get("args")):
         return (f"{where} is {row['name']}({_args(row['args'])}); "
-                f"the recording called {recorded['name']}({_args(recorded.get('args'))})")
+                f"the recording called {recorded['name']}({_args(asked)})")
     if recorded["status"] not in TOOL_CALL_ENDED:
         return f"{where}: the recorded call has no outcome (it is {recorded['status']})"
     return None

@@ -118,3 +118,58 @@ def test_a_childs_question_is_answered_from_the_root_conversation(browser, share
         expect(pg.locator("[data-testid=message].user").filter(has_text="aisle")).to_have_count(1, timeout=30_000)
     finally:
         context.close()
+
+
+def test_args_edited_before_approving_run_and_the_timeline_says_so(browser, shared_service):
+    """Issue 40: a person changes a call's args before approving it, on Needs you
+    (text that is not a JSON object is refused on the page, args that do not fit
+    the tool by the service, with its reason) and on the session's timeline."""
+    svc = shared_service
+    expect = playwright_api.expect
+    adds = [{"tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]},
+            {"tool_calls": [{"name": "add", "args": {"numbers": [3, 4]}}]}, {"done": True}]
+    made = svc.create("scripted", name="Edited adder", config={"interval_s": 0, "tools": ["add"], "approve": ["add"],
+                                                               "frames": adds})
+    first = only_call(svc, made["session_id"], "waiting_approval")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        pg.goto(svc.url + "/#/needs-you")
+        card = pg.locator(f"[data-testid=waiting-item][data-call='{first['id']}']")
+        expect(card).to_be_visible(timeout=30_000)
+        card.get_by_test_id("waiting-args-toggle").click()
+        box = card.get_by_test_id("waiting-args-edit")
+        expect(box).to_be_focused()
+        box.fill('{"numbers": [40, 2]')  # not JSON: refused here, nothing sent
+        card.get_by_test_id("waiting-approve").click()
+        expect(card.get_by_test_id("waiting-args-problem")).to_contain_text("not JSON")
+        box.fill('{"numbers": "forty-two"}')  # JSON, but not what add takes: the service says why
+        card.get_by_test_id("waiting-approve").click()
+        expect(pg.locator("#toasts .toast.bad").last).to_contain_text("invalid args for 'add'", timeout=30_000)
+        assert svc.get(f"/api/tool-calls/{first['id']}").json()["status"] == "waiting_approval"
+        box.fill('{"numbers": [40, 2]}')
+        card.get_by_test_id("waiting-approve").click()
+        expect(card).to_have_count(0, timeout=30_000)
+        ran = wait_for(lambda: (r := svc.get(f"/api/tool-calls/{first['id']}").json())["status"] == "success" and r,
+                       timeout=90, what="the edited call to run")
+        assert ran["args"] == {"numbers": [40, 2]} and ran["original_args"] == {"numbers": [1, 2]}
+        assert ran["result"] == {"sum": 42}
+
+        # On the timeline: the second call, edited there; the first says it was edited.
+        second = only_call(svc, made["session_id"], "waiting_approval")
+        pg.goto(svc.url + f"/#/session/{made['session_id']}")
+        call = pg.locator(f"[data-testid=tool-call][data-call='{second['id']}']")
+        expect(call.get_by_test_id("tool-approval-args")).to_be_visible(timeout=30_000)
+        call.get_by_test_id("tool-approval-args-toggle").click()
+        call.get_by_test_id("tool-approval-args-edit").fill('{"numbers": [5, 5]}')
+        assert not scan(pg), scan(pg)
+        call.get_by_test_id("tool-approve").click()
+        svc.wait_status(made["session_id"], "done", timeout=90)
+        assert svc.get(f"/api/tool-calls/{second['id']}").json()["result"] == {"sum": 10}
+        edited = pg.locator(f"[data-testid=tool-call][data-call='{first['id']}'] [data-testid=tool-original-args]")
+        expect(edited).to_have_count(1, timeout=30_000)
+        assert not errors, errors
+    finally:
+        context.close()

@@ -258,6 +258,41 @@ def test_a_tool_running_when_its_worker_dies_is_unknown_unless_idempotent(servic
 
 # ---- 6. approval across restarts of both processes ------------------------------
 
+def test_an_approval_with_edited_args_runs_them_and_a_replay_serves_it(shared_service):
+    """Issue 40: a person changes a call's args before approving it.  The args
+    are checked against the tool's schema first; the row keeps the model's as
+    original_args; a replay matches the call by what the model asked and
+    serves the outcome of the approved args."""
+    svc = shared_service
+    made = scripted(svc, [{"tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]}, {"text": "end", "done": True}],
+                    tools=["add"], approve=["add"])
+    sid = made["session_id"]
+    row = wait_call(svc, sid, 0, "waiting_approval")
+    refused = {"a wrong type": {"args": {"numbers": "forty-two"}}, "not an object": {"args": [40, 2]},
+               "an unknown field": {"args": {"numbers": [40, 2]}, "also": 1}}
+    for what, body in refused.items():
+        r = svc.post(f"/api/tool-calls/{row['id']}/approve", json=body)
+        assert r.status_code == 400, (what, r.text)
+    r = svc.post(f"/api/tool-calls/{row['id']}/approve", json={"args": {"numbers": "forty-two"}})
+    assert r.json()["error"]["code"] == "invalid_args" and "numbers" in r.json()["error"]["message"]
+    assert svc.get(f"/api/tool-calls/{row['id']}").json()["status"] == "waiting_approval"  # nothing changed
+
+    r = svc.post(f"/api/tool-calls/{row['id']}/approve", json={"args": {"numbers": [40, 2]}})
+    assert r.status_code == 202 and svc.action(r.json()["action_id"])["status"] == "done"
+    ran = wait_call(svc, sid, 0, "success")
+    assert ran["args"] == {"numbers": [40, 2]} and ran["original_args"] == {"numbers": [1, 2]}
+    assert ran["result"] == {"sum": 42}
+    svc.wait_status(sid, "done")
+    assert results_of(svc.steps(sid)[1])[0]["result"] == {"sum": 42}  # the model was given what ran
+
+    r = svc.post(f"/api/sessions/{sid}/replay", json={"config": {"interval_s": 0}})
+    assert r.status_code == 202, r.text
+    replay = svc.wait_status(r.json()["session_id"], "done", timeout=60)
+    assert replay["replay"]["diverged_at"] is None, replay["replay"]
+    [served] = tool_calls(svc, replay["session_id"])
+    assert served["status"] == "replayed" and served["result"] == {"sum": 42}
+
+
 def test_an_approval_survives_restarts_and_runs_the_tool_exactly_once(service):
     svc = service
     made = scripted(svc, [

@@ -15,6 +15,7 @@ import { get, post } from "../core/api.js";
 import { $, h } from "../core/dom.js";
 import { registerLiveEvent, registerSessionHook, registerStepPart } from "../core/registry.js";
 import { toast } from "../core/toast.js";
+import { argsEditor } from "./args_editor.js";
 import { refusedWords } from "./settled.js";
 
 const rows = new Map();  // tool call id -> newest row (open session)
@@ -67,6 +68,9 @@ function callNode(row, open) {
       row.error ? h("div.step-error", row.error) : null),
     h("details", { open }, h("summary", "args and result"),
       h("div.hint", "args"), h("pre.tool-json", JSON.stringify(row.args, null, 2)),
+      row.original_args != null ? [h("div.hint", { dataset: { testid: "tool-original-args" } },
+        "edited before approval; the model asked"), h("pre.tool-json", JSON.stringify(row.original_args, null, 2))]
+        : null,
       row.status === "success" ? [h("div.hint", "result"), h("pre.tool-json", JSON.stringify(row.result, null, 2))]
         : null),
     controls(row));
@@ -76,12 +80,14 @@ function controls(row) {
   if (row.status === "waiting_approval") {
     const reason = h("input", { placeholder: "reason (told to the model)", name: "reason",
       "aria-label": "Reason for denying " + row.name });
-    // What is to be approved is shown, not folded away in "args and result".
-    return h("div.tool-actions", h("span", "Run ", h("strong", row.name), " with"),
-      h("pre.tool-json", { style: { flexBasis: "100%" }, dataset: { testid: "tool-approval-args" } },
-        JSON.stringify(row.args, null, 2)),
-      h("button", { type: "button", dataset: { testid: "tool-approve" }, onclick: () => decide(row, "approve", {}) },
-        "Approve"),
+    // What is to be approved is shown, not folded away in "args and result", and can be edited first.
+    const args = argsEditor(row.args, { tool: row.name, testid: "tool-approval-args" });
+    const approve = () => {
+      const body = args.approval();
+      if (body) decide(row, "approve", body);
+    };
+    return h("div.tool-actions", h("span", "Run ", h("strong", row.name), " with"), args.root,
+      h("button", { type: "button", dataset: { testid: "tool-approve" }, onclick: approve }, "Approve"),
       h("button.danger", { type: "button", dataset: { testid: "tool-deny" },
         onclick: () => decide(row, "deny", reason.value ? { reason: reason.value } : {}) }, "Deny"),
       reason);

@@ -11,6 +11,7 @@ import { agentLabel, when } from "../core/format.js";
 import { registerPage } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 import { refreshCount } from "../components/needs_you_count.js";
+import { argsEditor } from "../components/args_editor.js";
 import { refusedWords } from "../components/settled.js";
 
 const PAGE = 100;
@@ -93,12 +94,17 @@ function question(w) {
 function approval(w) {
   const reason = h("input", { name: "reason", placeholder: "reason (told to the model)",
     "aria-label": "Reason for denying " + w.tool });
+  const args = argsEditor(w.args, { tool: w.tool, testid: "waiting-args" });
+  const approve = () => {
+    const body = args.approval();
+    if (body) act(`/api/tool-calls/${w.tool_call_id}/approve`, body, body.args ? "approved with your args" : "approved",
+      w.tool_call_id);
+  };
   return [
     h("p", "Run ", h("strong", w.tool), "?"),
-    h("pre.tool-json", JSON.stringify(w.args, null, 2)),
+    args.root,
     h("div.tool-actions",
-      h("button", { type: "button", dataset: { testid: "waiting-approve" },
-        onclick: () => act(`/api/tool-calls/${w.tool_call_id}/approve`, {}, "approved", w.tool_call_id) }, "Approve"),
+      h("button", { type: "button", dataset: { testid: "waiting-approve" }, onclick: approve }, "Approve"),
       h("button.danger", { type: "button", dataset: { testid: "waiting-deny" },
         onclick: () => act(`/api/tool-calls/${w.tool_call_id}/deny`, reason.value ? { reason: reason.value } : {},
           "denied", w.tool_call_id) }, "Deny"),
