@@ -177,6 +177,17 @@ class StepLog:
         ascending = not newest_first
         return where, [("iteration", ascending), ("created_at", ascending), ("id", ascending)]
 
+    def texts_at(self, places) -> dict[tuple[str, int], str | None]:
+        """The text of each step ``(session_id, iteration)`` of ``places``, in one
+        read (Needs you shows each approval with the step that asked for it)."""
+        places = sorted(set(places))
+        if not places:
+            return {}
+        where = filters.any_of(*(self._window(sid, None, it, it) for sid, it in places))
+        found = query.rows(self.table, self.name, where, limit=len(places) + WINDOW_SLACK,
+                           columns=("session_id", "iteration", "text"))
+        return {(r["session_id"], r["iteration"]): r["text"] for r in found}
+
     def since_iteration(self, session_id: str, after: int, limit: int = 100) -> list[dict]:
         """The steps after iteration ``after`` (a live catch-up: the newest rows)."""
         return self.session_page(session_id, min_iteration=after + 1, limit=limit, recent=True)

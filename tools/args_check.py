@@ -25,14 +25,18 @@ def args_problem(tool: Tool, args) -> str | None:
     if size(args) > MAX_ARGS_BYTES:
         return f"args of {tool.name!r} are {size(args)} bytes; the cap is {MAX_ARGS_BYTES}"
     if tool.args_model is None:
-        return schema_problem(tool, args)
-    try:
-        tool.args_model.model_validate(args)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(args)'}: {e['msg']}" for e in exc.errors()[:5])
-        expected = json.dumps(tool.schema(), separators=(",", ":"))[:2000]
-        return f"invalid args for {tool.name!r}: {problems}. Expected JSON schema: {expected}"
-    return None
+        problem = schema_problem(tool, args)
+    else:
+        try:
+            tool.args_model.model_validate(args)
+            problem = None
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(args)'}: {e['msg']}" for e in exc.errors()[:5])
+            expected = json.dumps(tool.schema(), separators=(",", ":"))[:2000]
+            problem = f"invalid args for {tool.name!r}: {problems}. Expected JSON schema: {expected}"
+    if problem is None and tool.precheck is not None:
+        problem = tool.precheck(args)
+    return problem
 
 
 def schema_problem(tool: Tool, args) -> str | None:

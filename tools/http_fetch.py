@@ -325,7 +325,16 @@ def make_tool(policy: FetchPolicy) -> Tool:
             args = FetchArgs.model_validate(args)
         return await fetch(args.url, policy)
 
+    def precheck(args: dict) -> str | None:
+        """A URL the policy refuses fails when planned, before anyone is asked to approve it."""
+        try:
+            policy.check(FetchArgs.model_validate(args).url)
+        except FetchRefused as exc:
+            return f"{NAME} refused: {exc}"
+        return None
+
     return Tool(name=NAME, run=run, args_model=FetchArgs, timeout_s=policy.timeout_s + 5, idempotent=True,
+                precheck=precheck,
                 description=(f"HTTP GET a URL and return its status, content type and text (text cut at "
                              f"{policy.max_chars} characters; bodies over {policy.max_bytes} bytes refused). "
                              f"Allowed hosts: {hosts}."))

@@ -51,6 +51,10 @@ class Tool:
     outcome unknown; others never are.  ``reusable``: in a session that reuses
     tool results, an identical earlier success may stand for a new call;
     False for a tool whose repeat is the point (``wait``, ``spawn_agent``).
+    ``precheck(args)``: a reason the call cannot succeed, known from its args
+    alone (``http_fetch``: a host the operator's allowlist refuses), or None;
+    such a call ends ``failed`` when it is planned, never waiting for a
+    person's approval that could only lead to the same refusal.
     """
 
     name: str
@@ -64,6 +68,7 @@ class Tool:
     external: bool = False
     waits_for: str = "tool_result"  # an external call's waiting reason: "user" for a human's answer
     reusable: bool = True
+    precheck: Callable[[dict], str | None] | None = None
 
     def schema(self) -> dict:
         if self.args_model is not None:

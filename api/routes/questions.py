@@ -60,11 +60,13 @@ class WaitingItem(schemas.Open):
     iteration: int
     created_at: str
     args: Any = None
+    step_text: str | None = Field(None, description="what the step that made the call said (first 500 characters)")
     question: str | None = None
     choices: list[str] | None = None
     default: str | None = None
     deadline: str | None = Field(None, description="when an unanswered question gets its default")
-    session: dict | None = Field(None, description="name, moniker, status, parent and root of the session")
+    session: dict | None = Field(None, description="name, task (first 500 characters), moniker, status, parent "
+                                                   "and root of the session")
 
 
 class WaitingList(schemas.Open):
@@ -102,16 +104,23 @@ SESSION_FIELDS = ("name", "moniker", "status", "status_reason", "conversation_id
                   "parent_session_id")
 
 
-def _item(row: dict, snapshot: dict | None) -> dict:
+CONTEXT_CHARS = 500  # of the task and of the step's text, on each item
+
+
+def _clip(text: str | None) -> str | None:
+    return text if text is None or len(text) <= CONTEXT_CHARS else text[:CONTEXT_CHARS] + "…"
+
+
+def _item(row: dict, snapshot: dict | None, step_text: str | None = None) -> dict:
     item = {"kind": _kind(row), "tool_call_id": row["id"], "tool": row["name"], "agent_id": row["agent_id"],
             "session_id": row["session_id"], "iteration": row["iteration"], "created_at": row["created_at"],
-            "args": row.get("args")}
+            "args": row.get("args"), "step_text": _clip(step_text)}
     if row["name"] == ask_user.NAME and (parsed := ask_user.parse_args(row.get("args"))) is not None:
         deadline = ask_user.deadline(row)
         item.update(question=parsed.question, choices=parsed.choices, default=parsed.default,
                     deadline=deadline.isoformat() if deadline else None)
     if snapshot is not None:
-        item["session"] = {k: snapshot.get(k) for k in SESSION_FIELDS}
+        item["session"] = {**{k: snapshot.get(k) for k in SESSION_FIELDS}, "task": _clip(snapshot.get("task"))}
     return item
 
 
@@ -124,9 +133,11 @@ def list_waiting():
     rows = store.tool_calls.waiting(kind=q.kind, agent_id=q.agent_id, session_id=q.session_id, limit=q.limit,
                                     offset=q.offset)
     total = store.tool_calls.count_waiting(kind=q.kind, agent_id=q.agent_id, session_id=q.session_id)
-    snapshots = store.states.get_many([r["session_id"] for r in rows], columns=("session_id", *SESSION_FIELDS))
-    return jsonify({"waiting": [_item(r, snapshots.get(r["session_id"])) for r in rows], "total": total,
-                    "limit": q.limit, "offset": q.offset})
+    snapshots = store.states.get_many([r["session_id"] for r in rows],
+                                      columns=("session_id", "task", *SESSION_FIELDS))
+    texts = store.steps.texts_at((r["session_id"], r["iteration"]) for r in rows)
+    return jsonify({"waiting": [_item(r, snapshots.get(r["session_id"]), texts.get((r["session_id"], r["iteration"])))
+                                for r in rows], "total": total, "limit": q.limit, "offset": q.offset})
 
 
 class WaitingCollector:

@@ -126,9 +126,9 @@ def test_args_edited_before_approving_run_and_the_timeline_says_so(browser, shar
     the tool by the service, with its reason) and on the session's timeline."""
     svc = shared_service
     expect = playwright_api.expect
-    adds = [{"tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]},
+    adds = [{"text": "I will add one and two", "tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]},
             {"tool_calls": [{"name": "add", "args": {"numbers": [3, 4]}}]}, {"done": True}]
-    made = svc.create("scripted", name="Edited adder", config={"interval_s": 0, "tools": ["add"], "approve": ["add"],
+    made = svc.create("scripted", "sum what you are given", name="Edited adder", config={"interval_s": 0, "tools": ["add"], "approve": ["add"],
                                                                "frames": adds})
     first = only_call(svc, made["session_id"], "waiting_approval")
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -139,6 +139,9 @@ def test_args_edited_before_approving_run_and_the_timeline_says_so(browser, shar
         pg.goto(svc.url + "/#/needs-you")
         card = pg.locator(f"[data-testid=waiting-item][data-call='{first['id']}']")
         expect(card).to_be_visible(timeout=30_000)
+        # the card says why it is asked: the task, and what the step said
+        expect(card.get_by_test_id("waiting-context")).to_have_text(
+            "Task: sum what you are givenStep 1 said: I will add one and two")
         card.get_by_test_id("waiting-args-toggle").click()
         box = card.get_by_test_id("waiting-args-edit")
         expect(box).to_be_focused()

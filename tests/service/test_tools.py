@@ -293,6 +293,26 @@ def test_an_approval_with_edited_args_runs_them_and_a_replay_serves_it(shared_se
     assert served["status"] == "replayed" and served["result"] == {"sum": 42}
 
 
+def test_a_fetch_the_allowlist_refuses_is_never_offered_for_approval(shared_service):
+    """Issue 40: approving an http_fetch to a host off the operator's allowlist was
+    offered, then failed.  It now fails when planned, with the reason; the
+    other call of the step (add, on the approve list too) still waits."""
+    svc = shared_service
+    made = scripted(svc, [{"text": "fetch and add", "tool_calls": [
+        {"name": "http_fetch", "args": {"url": "http://example.com/"}},
+        {"name": "add", "args": {"numbers": [1, 1]}}]}, {"text": "end", "done": True}],
+        tools=["http_fetch", "add"], approve=["http_fetch", "add"])
+    sid = made["session_id"]
+    refused = wait_call(svc, sid, 0, "failed")
+    assert "not on the operator's allowlist" in refused["error"] and refused["started_at"] is None
+    waiting = wait_call(svc, sid, 1, "waiting_approval")
+    listed = svc.get("/api/waiting", session_id=sid).json()["waiting"]
+    assert [w["tool_call_id"] for w in listed] == [waiting["id"]]  # only the one that can run is offered
+    assert listed[0]["step_text"] == "fetch and add"
+    assert svc.post(f"/api/tool-calls/{waiting['id']}/approve").status_code == 202
+    svc.wait_status(sid, "done")
+
+
 def test_an_approval_survives_restarts_and_runs_the_tool_exactly_once(service):
     svc = service
     made = scripted(svc, [

@@ -183,6 +183,26 @@ def test_the_tool(site):
     assert "none yet" in make_tool(FetchPolicy()).description
 
 
+def test_a_url_the_policy_refuses_fails_when_planned_not_after_an_approval(site):
+    """Issue 40: approving an http_fetch to a host off the allowlist was offered,
+    then failed.  The call's args are checked against the policy with its schema,
+    so such a call ends failed at once, with the reason; a listed host still waits."""
+    from runtime.session.tool_runner import ToolRunner
+    from domain.session_config import SessionConfig
+    from tools import args_check
+    from tools.tool_registry import ToolRegistry
+    tool = make_tool(policy(site))
+    registry = ToolRegistry()
+    registry.register(tool)
+    runner = ToolRunner(registry, persist=None, observers=None)
+    config = SessionConfig.model_validate({"tools": ["http_fetch"], "approve": ["http_fetch"]})
+    status, error = runner.initial_status(config, "http_fetch", {"url": "http://example.com/x"})
+    assert status == "failed" and "not on the operator's allowlist" in error, error
+    assert runner.initial_status(config, "http_fetch", {"url": base(site) + "/text"}) == ("waiting_approval", None)
+    assert "only http and https" in args_check.args_problem(tool, {"url": "file:///etc/passwd"})
+    assert args_check.args_problem(tool, {"url": base(site) + "/text"}) is None
+
+
 # ---- addresses, not names: every hop is resolved and its address checked ----------
 
 @pytest.fixture

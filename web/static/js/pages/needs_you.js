@@ -72,7 +72,17 @@ function item(w) {
       parent, " ", h("span.hint", "asked ", when(w.created_at)),
       w.deadline ? h("span.hint", " · answers itself ", when(w.deadline),
         w.default != null ? ` with “${w.default}”` : " as unanswered") : null),
+    context(w),
     w.kind === "question" ? question(w) : w.kind === "approval" ? approval(w) : result(w));
+}
+
+// Why it is asked: the session's task and what the step that made the call said.
+function context(w) {
+  const task = w.session && w.session.task;
+  if (!task && !w.step_text) return null;
+  return h("div.waiting-context", { dataset: { testid: "waiting-context" } },
+    task ? h("p", h("span.hint", "Task: "), task) : null,
+    w.step_text ? h("p", h("span.hint", `Step ${w.iteration + 1} said: `), w.step_text) : null);
 }
 
 function question(w) {
