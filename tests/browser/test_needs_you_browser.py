@@ -21,6 +21,16 @@ def only_call(svc, session_id: str, status: str) -> dict:
                              if c["status"] == status], what=f"a {status} call of {session_id}")[0]
 
 
+def needs_you_page(browser, svc):
+    """A fresh browser context on Needs you, and the page errors it records."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.goto(svc.url + "/#/needs-you")
+    return context, pg, errors
+
+
 def total(svc) -> int:
     return svc.get("/api/waiting", limit=1).json()["total"]
 
@@ -36,12 +46,8 @@ def test_questions_and_approvals_are_answered_in_place(browser, shared_service):
     colour_call = only_call(svc, colour["session_id"], "waiting_result")
     add_call = only_call(svc, approval["session_id"], "waiting_approval")
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    context, pg, errors = needs_you_page(browser, svc)
     try:
-        pg.goto(svc.url + "/#/needs-you")
         count = pg.get_by_test_id("needs-you-count")
         expect(count).to_have_text(str(total(svc)), timeout=30_000)
         item = lambda call: pg.locator(f"[data-testid=waiting-item][data-call='{call['id']}']")  # noqa: E731
@@ -128,15 +134,11 @@ def test_args_edited_before_approving_run_and_the_timeline_says_so(browser, shar
     expect = playwright_api.expect
     adds = [{"text": "I will add one and two", "tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]},
             {"tool_calls": [{"name": "add", "args": {"numbers": [3, 4]}}]}, {"done": True}]
-    made = svc.create("scripted", "sum what you are given", name="Edited adder", config={"interval_s": 0, "tools": ["add"], "approve": ["add"],
-                                                               "frames": adds})
+    made = svc.create("scripted", "sum what you are given", name="Edited adder",
+                      config={"interval_s": 0, "tools": ["add"], "approve": ["add"], "frames": adds})
     first = only_call(svc, made["session_id"], "waiting_approval")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    context, pg, errors = needs_you_page(browser, svc)
     try:
-        pg.goto(svc.url + "/#/needs-you")
         card = pg.locator(f"[data-testid=waiting-item][data-call='{first['id']}']")
         expect(card).to_be_visible(timeout=30_000)
         # the card says why it is asked: the task, and what the step said
