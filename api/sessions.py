@@ -56,14 +56,20 @@ def enqueue(type_: str, agent_id: str, session_id: str, payload: dict, status: i
     return jsonify(body), status
 
 
-def queue(type_: str, targets, payload: dict, answer, **extra) -> tuple[dict, int, list[dict]]:
+def queue(type_: str, targets, payload: dict, answer, payloads: list[dict] | None = None,
+          **extra) -> tuple[dict, int, list[dict]]:
     """Append one action per ``(agent_id, session_id)`` of ``targets`` in one
     commit, recorded as asked by this request's token (api/auth.py); returns
-    ``answer(rows)`` (a body and a status) and the rows.  Under an
-    Idempotency-Key the key and that answer commit with the rows
-    (api/idempotency.py)."""
+    ``answer(rows)`` (a body and a status) and the rows.  Every action carries
+    ``payload``, or its own of ``payloads`` (one per target: a bulk decision
+    names a different tool call in each).  Under an Idempotency-Key the key and
+    that answer commit with the rows (api/idempotency.py)."""
     actions = ctx().store.actions
     rows = actions.new_rows(type_, targets, payload, actor=auth.actor(), **extra)
+    if payloads is not None:
+        assert len(payloads) == len(rows)
+        for row, own in zip(rows, payloads):
+            row["payload"] = own
     body, status = answer(rows)
     idempotency.stamp(rows, body, status)
     if rows:

@@ -82,9 +82,11 @@ class ToolCallTable:
     WAIT_KINDS = ("question", "approval", "result")
     QUESTION_TOOL = "ask_user"
 
-    def _waiting_where(self, kind: str | None, agent_id: str | None, session_id: str | None) -> str:
+    def _waiting_where(self, kind: str | None, agent_id: str | None, session_id: str | None,
+                       tool: str | None = None, ids=None) -> str:
         """question: an ask_user call waiting for its answer; approval: any call
-        waiting for a yes; result: another external call waiting for its result."""
+        waiting for a yes; result: another external call waiting for its result.
+        ``tool`` keeps the calls of one tool, ``ids`` those of these call ids."""
         question = filters.eq_id("name", self.QUESTION_TOOL)
         by_kind = {
             "question": filters.all_of(filters.eq_word("status", "waiting_result", STATUSES), question),
@@ -94,18 +96,28 @@ class ToolCallTable:
         return filters.all_of(
             by_kind[kind] if kind else filters.in_words("status", WAITING, STATUSES),
             filters.eq_id("agent_id", agent_id) if agent_id else None,
-            filters.eq_id("session_id", session_id) if session_id else None)
+            filters.eq_id("session_id", session_id) if session_id else None,
+            filters.eq_id("name", tool) if tool else None,
+            filters.in_ids("id", ids) if ids else None)
 
     def waiting(self, *, kind: str | None = None, agent_id: str | None = None, session_id: str | None = None,
-                limit: int = 100, offset: int = 0) -> list[dict]:
+                tool: str | None = None, ids=None, limit: int = 100, offset: int = 0) -> list[dict]:
         """Calls waiting on a person, oldest first."""
         order = [("created_at", True), ("iteration", True), ("seq", True), ("id", True)]
-        return query.rows(self.table, self.name, self._waiting_where(kind, agent_id, session_id), order=order,
-                          limit=limit, offset=offset)
+        return query.rows(self.table, self.name, self._waiting_where(kind, agent_id, session_id, tool, ids),
+                          order=order, limit=limit, offset=offset)
 
     def count_waiting(self, *, kind: str | None = None, agent_id: str | None = None,
-                      session_id: str | None = None) -> int:
-        return query.count(self.table, self._waiting_where(kind, agent_id, session_id))
+                      session_id: str | None = None, tool: str | None = None, ids=None) -> int:
+        return query.count(self.table, self._waiting_where(kind, agent_id, session_id, tool, ids))
+
+    def waiting_brief(self, *, kind: str | None = None, agent_id: str | None = None,
+                      session_id: str | None = None, tool: str | None = None, ids=None,
+                      cap: int = 10_000) -> list[dict]:
+        """The name and status of (at most ``cap``) calls waiting on a person, for
+        counting them by tool and kind (Needs you's filters): two narrow columns."""
+        return query.rows(self.table, self.name, self._waiting_where(kind, agent_id, session_id, tool, ids),
+                          limit=cap, columns=["name", "status"])
 
     def open_among(self, tool_call_ids: list[str]) -> list[dict]:
         """Those of these calls that are questions still waiting, oldest first."""

@@ -49,6 +49,7 @@ class WaitingQuery(schemas.Page):
                                                           "external tool's result); default all")
     agent_id: schemas.Id | None = None
     session_id: schemas.Id | None = None
+    tool: schemas.Id | None = Field(None, description="the calls of this tool only")
 
 
 class WaitingItem(schemas.Open):
@@ -72,6 +73,9 @@ class WaitingItem(schemas.Open):
 class WaitingList(schemas.Open):
     waiting: list[WaitingItem]
     total: int
+    tools: dict[str, int] = Field(description="how many calls of each tool wait, under every filter but tool "
+                                              "(Needs you's tool filter lists them)")
+    kinds: dict[str, int] = Field(description="how many of each kind wait, under every filter but kind")
     limit: int
     offset: int
 
@@ -124,20 +128,36 @@ def _item(row: dict, snapshot: dict | None, step_text: str | None = None) -> dic
     return item
 
 
+def facets(rows: list[dict], q: WaitingQuery) -> tuple[dict[str, int], dict[str, int]]:
+    """Counts by tool (of the kind asked) and by kind (of the tool asked): what
+    the page's two filters would show if changed."""
+    tools: dict[str, int] = {}
+    kinds = {kind: 0 for kind in KINDS}
+    for row in rows:
+        kind = _kind(row)
+        if q.kind in (None, kind):
+            tools[row["name"]] = tools.get(row["name"], 0) + 1
+        if q.tool in (None, row["name"]):
+            kinds[kind] += 1
+    return dict(sorted(tools.items())), kinds
+
+
 @bp.get("/waiting")
 @operation(200, WaitingList, query=WaitingQuery)
 def list_waiting():
     """every open question and tool approval (and external result) across all agents, oldest first"""
     q: WaitingQuery = query()
     store = ctx().store
-    rows = store.tool_calls.waiting(kind=q.kind, agent_id=q.agent_id, session_id=q.session_id, limit=q.limit,
-                                    offset=q.offset)
-    total = store.tool_calls.count_waiting(kind=q.kind, agent_id=q.agent_id, session_id=q.session_id)
+    where = dict(kind=q.kind, agent_id=q.agent_id, session_id=q.session_id, tool=q.tool)
+    rows = store.tool_calls.waiting(**where, limit=q.limit, offset=q.offset)
+    total = store.tool_calls.count_waiting(**where)
+    tools, kinds = facets(store.tool_calls.waiting_brief(agent_id=q.agent_id, session_id=q.session_id), q)
     snapshots = store.states.get_many([r["session_id"] for r in rows],
                                       columns=("session_id", "task", *SESSION_FIELDS))
     texts = store.steps.texts_at((r["session_id"], r["iteration"]) for r in rows)
     return jsonify({"waiting": [_item(r, snapshots.get(r["session_id"]), texts.get((r["session_id"], r["iteration"])))
-                                for r in rows], "total": total, "limit": q.limit, "offset": q.offset})
+                                for r in rows], "total": total, "tools": tools, "kinds": kinds,
+                    "limit": q.limit, "offset": q.offset})
 
 
 class WaitingCollector:

@@ -178,3 +178,73 @@ def test_args_edited_before_approving_run_and_the_timeline_says_so(browser, shar
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_approve_all_and_deny_all_of_a_tool_with_a_preview(browser, shared_service):
+    """Issue 40, What must hold 3: Needs you filters what waits by kind and tool
+    and decides every approval shown at once, after a preview that says how
+    many and of which tool; a question among them is left alone."""
+    svc = shared_service
+    expect = playwright_api.expect
+    waits_for = lambda tool, args: svc.create("scripted", name=f"uses {tool}", config={  # noqa: E731
+        "interval_s": 0, "tools": [tool], "approve": [tool],
+        "frames": [{"text": f"use {tool}", "tool_calls": [{"name": tool, "args": args}]}, {"done": True}]})
+    repeats = [waits_for("repeat", {"text": "ab", "times": n}) for n in (2, 3)]
+    adder = waits_for("add", {"numbers": [4, 5]})
+    question = asking(svc, {"question": "Left alone?"}, name="Asker")
+    repeat_calls = [only_call(svc, r["session_id"], "waiting_approval") for r in repeats]
+    add_call = only_call(svc, adder["session_id"], "waiting_approval")
+    question_call = only_call(svc, question["session_id"], "waiting_result")
+
+    context, pg, errors = needs_you_page(browser, svc)
+    try:
+        item = lambda call: pg.locator(f"[data-testid=waiting-item][data-call='{call['id']}']")  # noqa: E731
+        for call in (*repeat_calls, add_call, question_call):
+            expect(item(call)).to_be_visible(timeout=30_000)
+        pg.get_by_test_id("waiting-tool").select_option("repeat")
+        expect(item(add_call)).to_have_count(0, timeout=30_000)  # the filter shows repeat's calls only
+        expect(item(question_call)).to_have_count(0)
+        n_repeat = svc.get("/api/waiting", tool="repeat", kind="approval").json()["total"]
+        assert n_repeat >= 2
+        approve_all = pg.get_by_test_id("approve-all")
+        expect(approve_all).to_have_text(f"Approve all {n_repeat} calls…", timeout=30_000)
+        approve_all.click()
+        dialog = pg.get_by_test_id("decide-dialog")
+        expect(dialog).to_be_visible()
+        expect(pg.get_by_test_id("decide-dialog-title")).to_have_text(f"Approve {n_repeat} calls?")
+        expect(pg.get_by_test_id("decide-preview")).to_have_text(f"repeat: {n_repeat}.")
+        expect(dialog).to_contain_text("uses repeat")  # the sample names the sessions
+        assert not scan(pg), scan(pg)
+        pg.get_by_test_id("decide-confirm").click()
+        for made in repeats:
+            svc.wait_status(made["session_id"], "done", timeout=90)
+        for call, n in zip(repeat_calls, (2, 3)):
+            ran = svc.get(f"/api/tool-calls/{call['id']}").json()
+            assert ran["status"] == "success" and ran["result"] == "ab" * n
+        for call in repeat_calls:
+            expect(item(call)).to_have_count(0, timeout=30_000)
+        assert svc.get(f"/api/tool-calls/{add_call['id']}").json()["status"] == "waiting_approval"
+
+        pg.get_by_test_id("waiting-tool").select_option("add")
+        expect(item(add_call)).to_be_visible(timeout=30_000)
+        pg.get_by_test_id("deny-all").click()
+        pg.get_by_test_id("decide-reason").fill("adding is done by hand today")
+        pg.get_by_test_id("decide-confirm").click()
+        svc.wait_status(adder["session_id"], "done", timeout=90)
+        denied = svc.get(f"/api/tool-calls/{add_call['id']}").json()
+        assert denied["status"] == "denied" and "adding is done by hand today" in denied["error"]
+        assert svc.get(f"/api/tool-calls/{question_call['id']}").json()["status"] == "waiting_result"
+
+        # the kind filter: questions only, and no bulk decision offered for them
+        pg.get_by_test_id("waiting-tool").select_option("")
+        pg.get_by_test_id("waiting-kind").select_option("question")
+        expect(item(question_call)).to_be_visible(timeout=30_000)
+        expect(approve_all).to_be_hidden()
+        pg.set_viewport_size({"width": 400, "height": 800})
+        assert not scan(pg), scan(pg)
+        item(question_call).get_by_test_id("answer-text").fill("yes")
+        item(question_call).get_by_test_id("answer-submit").click()
+        svc.wait_status(question["session_id"], "done", timeout=90)
+        assert not errors, errors
+    finally:
+        context.close()

@@ -133,6 +133,13 @@ def test_roles_bound_each_token_and_every_action_names_its_actor(locked, tokens)
     destroy_all = {"action": "destroy", "filter": {"ids": [created.json()["agent_id"]]}}
     assert post("/api/agents/bulk", destroy_all, "operator").status_code == 403
     assert post("/api/agents/bulk", destroy_all, "admin").status_code == 202
+    # approving many tool calls at once runs many tools: admin; denying them: an operator
+    approve_all = {"filter": {"tool": "add"}, "decision": "approve"}
+    assert post("/api/tool-calls/bulk", approve_all, "operator").status_code == 403
+    assert post("/api/tool-calls/bulk", {**approve_all, "dry_run": True}, "operator").status_code == 200
+    assert post("/api/tool-calls/bulk", approve_all, "admin").status_code == 202
+    assert post("/api/tool-calls/bulk", {**approve_all, "decision": "deny"}, "operator").status_code == 202
+    assert post("/api/tool-calls/bulk", {**approve_all, "decision": "deny"}, "viewer").status_code == 403
     actions = locked.get("/api/actions", agent_id=created.json()["agent_id"]).json()["actions"]
     assert {(a["type"], a["actor"]) for a in actions} == {("create", "operator-1"), ("destroy", "admin-1")}
 

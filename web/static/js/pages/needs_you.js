@@ -13,31 +13,65 @@ import { toast } from "../core/toast.js";
 import { refreshCount } from "../components/needs_you_count.js";
 import { argsEditor } from "../components/args_editor.js";
 import { refusedWords } from "../components/settled.js";
+import { decideAll } from "../components/decide_all.js";
 
 const PAGE = 100;
 const KIND_WORDS = { question: "question", approval: "approval", result: "external result" };
 let ui = null;
 let reloadTimer = null;
+const shown = { kind: "", tool: "" };  // the filters ("" is any), kept while the page is left
 
 function mount(section) {
+  const kind = h("select", { id: "waiting-kind", dataset: { testid: "waiting-kind" },
+    onchange: () => { shown.kind = kind.value; reload(); } });
+  const tool = h("select", { id: "waiting-tool", dataset: { testid: "waiting-tool" },
+    onchange: () => { shown.tool = tool.value; reload(); } });
+  const decide = decideAll({ filter: () => (shown.tool ? { tool: shown.tool } : {}),
+    done: () => scheduleReload(300) });
   ui = {
+    kind, tool, decide,
+    filters: h("div.filters.waiting-filters", { role: "group", "aria-label": "Filter what waits" },
+      h("label", { for: "waiting-kind" }, "Show"), kind, h("label", { for: "waiting-tool" }, "Tool"), tool,
+      decide.root),
     list: h("ul.waiting-list", { tabIndex: -1, "aria-label": "Waiting for you", dataset: { testid: "waiting" } }),
-    empty: h("p.empty", { hidden: true }, "Nothing waits for you. Questions agents ask (ask_user) and tool calls "
-      + "that need your approval show up here."),
+    empty: h("p.empty", { hidden: true }),
     more: h("p.hint", { hidden: true }),
     count: h("span.hint"),
   };
-  replace(section, h("div.panel", h("h1", "Needs you ", ui.count), ui.list, ui.empty, ui.more));
+  replace(section, h("div.panel", h("h1", "Needs you ", ui.count), ui.filters, ui.list, ui.empty, ui.more));
 }
 
+const reload = () => load().catch((err) => toast("Could not load: " + err.message, true));
+
 async function load() {
-  const data = await get("/api/waiting", { limit: PAGE });
+  const data = await get("/api/waiting", { limit: PAGE, ...(shown.kind ? { kind: shown.kind } : {}),
+    ...(shown.tool ? { tool: shown.tool } : {}) });
   update(data.waiting);
+  drawFilters(data);
+  const filtered = shown.kind || shown.tool;
   ui.empty.hidden = data.waiting.length > 0;
-  ui.count.textContent = data.total ? `(${data.total} open, oldest first)` : "";
+  ui.empty.textContent = filtered ? "Nothing that matches these filters waits for you."
+    : "Nothing waits for you. Questions agents ask (ask_user) and tool calls that need your approval show up here.";
+  ui.count.textContent = data.total ? `(${data.total} open${filtered ? " that match" : ""}, oldest first)` : "";
   ui.more.hidden = data.total <= data.waiting.length;
   ui.more.textContent = `${data.total - data.waiting.length} more wait behind these; they show as these are settled.`;
-  refreshCount(data.total);
+  if (!filtered) refreshCount(data.total);
+}
+
+// The filters' options say how many each would show (the answer's kinds and
+// tools); a chosen tool no longer waiting stays listed, at 0, until changed.
+// Approve all / Deny all reach the approvals the filters show.
+function drawFilters(data) {
+  const option = (value, label, n) => h("option", { value }, n == null ? label : `${label} (${n})`);
+  const kinds = Object.entries(KIND_WORDS).map(([k, word]) => option(k, word + "s", data.kinds[k]));
+  replace(ui.kind, option("", "everything"), kinds);
+  const tools = { ...data.tools };
+  if (shown.tool && !(shown.tool in tools)) tools[shown.tool] = 0;
+  replace(ui.tool, option("", "any"), Object.entries(tools).map(([t, n]) => option(t, t, n)));
+  ui.kind.value = shown.kind;
+  ui.tool.value = shown.tool;
+  const approvals = shown.kind && shown.kind !== "approval" ? 0 : data.kinds.approval;
+  ui.decide.refresh(approvals);
 }
 
 // Keyed in place, by tool call id: a settled item's card goes, a new one is
@@ -165,7 +199,7 @@ registerPage({
   mount,
   enter() {},
   rooms: () => ["all"],
-  catchUp: () => load().catch((err) => toast("Could not load: " + err.message, true)),
+  catchUp: reload,
   on: {
     tool_call: () => scheduleReload(),
   },
