@@ -93,6 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-attempts", type=int, default=settings.env_int("AGENTSVC_MAX_ATTEMPTS", 5),
                         help="park an action as failed after this many attempts, none of which ended "
                              "(its handler raised or its worker died) [AGENTSVC_MAX_ATTEMPTS, 5]")
+    parser.add_argument("--keep-model-io", type=int, default=settings.env_int("AGENTSVC_KEEP_MODEL_IO", 20),
+                        help="keep what the model was sent and answered for each session's last N steps "
+                             "(a step's \"what the model saw\"; not for private sessions), 0 = keep none "
+                             "[AGENTSVC_KEEP_MODEL_IO, 20]")
     parser.add_argument("--log-prompts", action="store_true",
                         default=os.environ.get("AGENTSVC_LOG_PROMPTS") == "1",
                         help="log every LLM prompt and reply (BAML_LOG=info) [AGENTSVC_LOG_PROMPTS=1]")
@@ -169,6 +173,7 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
                             destroy_grace_s=args.destroy_grace, maintainer=maintainer, watch_s=args.watch_interval,
                             full_poll_s=args.full_poll, dead_after_s=args.dead_after, max_attempts=args.max_attempts,
                             session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
+                            keep_model_io=args.keep_model_io,
                             monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
                                              "keep_summaries": args.retention_keep_summaries,
                                              # retention asks the archive for missing summaries first

@@ -69,6 +69,9 @@ class SessionConfig(BaseModel):
                                 "the turn and wait (wait: status waiting, reason idle, until anything reaches the "
                                 "inbox: a message, guidance, a child's result, an answer); a profile's flow rules "
                                 "decide instead when they match")
+    private: bool = Field(False, description="keep no record of what the model was sent and what it answered "
+                                             "(a step's \"what the model saw\"); a sub-agent of a private "
+                                             "session is private too")
     # sub-agents (spawn_agent / message_agent, runtime/session/child_sessions.py)
     inherit: InheritConfig | None = Field(None, description="a sub-agent's view of its parent at its first step")
     on_parent_destroy: Literal["destroy", "abandon"] = Field(
@@ -127,6 +130,8 @@ def within_parent(parent: dict, child: dict) -> dict:
     approve = list(child.get("approve") or [])
     approve += [t for t in parent.get("approve") or [] if t in tools and t not in approve]
     child["approve"] = approve
+    if parent.get("private"):
+        child["private"] = True  # what a private session's model saw stays unkept in its tree too
     parent_llm = parent.get("llm") if isinstance(parent.get("llm"), dict) else {}
     child_llm = child.get("llm") if isinstance(child.get("llm"), dict) else {}
     for key in LLM_BOUND_KEYS:

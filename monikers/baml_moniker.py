@@ -258,6 +258,26 @@ def prompt_frame(api, frame: FrameIn, ctx: StepContext, state_json: str, reask: 
                            memory=memory.transcript(mem) if mem else None)
 
 
+def _tokens_of(*texts) -> int:
+    """A part's tokens, estimated as the gate does (~4 characters a token)."""
+    return sum(len(t if isinstance(t, str) else json.dumps(t, default=str)) for t in texts if t) // 4
+
+
+def token_split(frame_in, ctx: StepContext, state_json: str, info: CallInfo) -> dict:
+    """How the prompt's tokens split between its parts (estimated: the server
+    counts only the whole), beside the server's counts of the last attempt;
+    what the parts do not account for is the template and the output schema."""
+    last = info.attempts[-1] if info.attempts else None
+    return {"parts": {"system": _tokens_of(ctx.system_prompt), "task": _tokens_of(ctx.task),
+                      "history": _tokens_of(frame_in.memory), "tools": _tokens_of(frame_in.tools_json),
+                      "state": _tokens_of(state_json),
+                      "inputs": _tokens_of(frame_in.guidance, frame_in.tool_results_json, frame_in.inbox_json,
+                                           frame_in.reask)},
+            "input_tokens": last.input_tokens if last else None,
+            "output_tokens": last.output_tokens if last else None,
+            "estimated": bool(last.estimated) if last else True}
+
+
 async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
     settings = resolve_settings(ctx.config)
     api = baml_api()
@@ -297,6 +317,10 @@ async def baml_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
             raise endpoint_error(api, exc, settings, info) from None
         finally:
             ctx.record_call(llm_call.usage_entry(settings, info, attempt=ask))
+            if info.request is not None:
+                ctx.record_model_io(function="RunMonikerStep", ask=ask, request=info.request, reply=info.raw,
+                                    model=settings.model, mode=info.mode,
+                                    tokens=token_split(frame_in, ctx, state_json, info))
         log.info("session %s step %s: unusable reply (ask %d of %d, %s): %s", ctx.session_id, frame.step,
                  ask + 1, settings.max_reasks + 1, info.mode, reask)
     raise StepError(f"unparseable LLM output after {settings.max_reasks + 1} ask(s): {reask}", raw_output=raw)

@@ -130,6 +130,7 @@ class StepContext:
     iteration: int
     config: Json = field(default_factory=dict)
     usage_calls: list = field(default_factory=list)
+    model_io: list = field(default_factory=list)
     tools: list = field(default_factory=list)
     system_prompt: str | None = None
     deadline: float | None = None
@@ -149,6 +150,14 @@ class StepContext:
         """Report one model call given as :func:`monikers.llm_call.usage_entry` made it."""
         if entry:
             self.record_usage(**entry)
+
+    def record_model_io(self, *, function: str, ask: int, request: dict | None, reply: str | None,
+                        model: str | None = None, mode: str | None = None, tokens: dict | None = None) -> None:
+        """Report what one model call sent (the request body, no headers) and
+        got back: the runner keeps it for the session's last steps when the
+        operator asks (runtime/record/model_io.py)."""
+        self.model_io.append({"function": function, "ask": ask, "request": request, "reply": reply,
+                              "model": model, "mode": mode, "tokens": tokens})
 
     def record_usage(self, *, model: str | None = None, input_tokens: int = 0, output_tokens: int = 0,
                      duration_ms: float = 0.0, cost: float | None = None, **extra) -> None:

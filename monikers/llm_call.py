@@ -185,6 +185,7 @@ class CallInfo:
     waited_s: float = 0.0
     mode: str = "off"
     raw: str | None = None  # the last attempt's reply text, as the model wrote it
+    request: dict | None = None  # the last attempt's request body as sent (no headers)
 
     @property
     def http_calls(self) -> int:
@@ -396,6 +397,7 @@ async def call(api, settings: LLMSettings, function: str, args: tuple, *, info: 
     while True:
         url, headers, body = await _render(api, settings, function, args, max_tokens)
         body.update(shape_fields(function, schema, info.mode))
+        info.request = body
         permit = await gate().acquire(settings.model, prompt_tokens + max_tokens)
         info.waited_s += permit.waited_s
         try:  # after the wait for a permit (a Retry-After may have used up the step's time)

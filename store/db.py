@@ -34,6 +34,7 @@ from store.actions import ActionQueue
 from store.conversations import Conversations
 from store.evals import EvalTables
 from store.maintenance import ensure_indexes, table_shape
+from store.model_io import ModelIOTable
 from store.schemas import DERIVED_COLUMNS, PRIMARY_KEYS, TABLES
 from store.search import ensure_search_indexes
 from store.state import StateTable
@@ -96,6 +97,7 @@ class Store:
         self.tool_catalog = ToolCatalogTable(self.tables["tool_catalog"], self.writer)
         self.summaries = SummaryTable(self.tables["summaries"], self.writer)
         self.turns = TurnTable(self.tables["turns"], self.writer)
+        self.model_io = ModelIOTable(self.tables["model_io"], self.writer)  # what the model saw (issue 40)
         self.rate_ledger = RateLedger(self.tables["rate_ledger"], self.writer)
         self.evals = EvalTables(self.tables, self.writer)  # eval sets, runs and scores (issue 29)
         self.vectors = None

@@ -307,11 +307,29 @@ EVAL_SCORES = _schema(
     ("created_at", TS, False),
 )
 
+# What a model was sent and answered, per model call of a step, for each
+# session's last steps (store/model_io.py); deleted as newer steps come.
+MODEL_IO = _schema(
+    ("id", pa.string(), False),  # "<session_id>:<iteration>:<ask>"
+    ("created_at", TS, False),
+    ("agent_id", pa.string(), False),
+    ("session_id", pa.string(), False),
+    ("iteration", pa.int64(), False),
+    ("ask", pa.int32(), False),  # 0, then 1, 2... when the step re-asked the model
+    ("function", pa.string(), True),  # the BAML function
+    ("model", pa.string(), True),
+    ("mode", pa.string(), True),  # structured output: json_schema | grammar | off
+    ("request", pa.string(), True),  # JSON: the body as sent (messages, schema, options), no headers
+    ("reply", pa.string(), True),  # the reply's text as received
+    ("tokens", pa.string(), True),  # JSON: the prompt's estimated split by part, and the server's counts
+)
+
 TABLES = {"actions": ACTIONS, "agent_state": AGENT_STATE, "agent_steps": AGENT_STEPS, "workers": WORKERS}
 TABLES.update(conversations=CONVERSATIONS, conversation_participants=CONVERSATION_PARTICIPANTS,
               conversation_messages=CONVERSATION_MESSAGES, tool_calls=TOOL_CALLS, summaries=SUMMARIES)
 TABLES.update(tool_catalog=TOOL_CATALOG, turns=TURNS, rate_ledger=RATE_LEDGER)
 TABLES.update(evalsets=EVALSETS, eval_runs=EVAL_RUNS, eval_results=EVAL_RESULTS, eval_scores=EVAL_SCORES)
+TABLES.update(model_io=MODEL_IO)
 
 # Tables whose rows are upserted name their key here; it is declared as the
 # table's primary key so that concurrent merge_insert calls cannot duplicate
@@ -339,6 +357,7 @@ INDEXES = {
                    ("created_at", "btree")],
     "summaries": [("session_id", "btree"), ("conversation_id", "btree"), ("agent_id", "btree")],
     "turns": [("session_id", "btree"), ("status", "bitmap")],
+    "model_io": [("session_id", "btree")],
     "rate_ledger": [("model_key", "btree")],
 }
 
@@ -385,6 +404,7 @@ JSON_COLUMNS = {
     "tool_catalog": {"tools"},
     "workers": {"maintenance"},
     "turns": {"trigger_ids", "usage", "summary_data"},
+    "model_io": {"request", "tokens"},
     "rate_ledger": {"shares"},
     "evalsets": {"session_ids", "search"},
     "eval_runs": {"request"},

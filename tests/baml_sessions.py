@@ -11,8 +11,8 @@ from store import Store
 TERMINAL = ("done", "error", "stopped")
 
 
-async def _drive(store, sessions, statuses, timeout_s, moniker="baml", tools=None):
-    service = AgentService(store, default_registry(), tools=tools, watch_s=0.02)
+async def _drive(store, sessions, statuses, timeout_s, moniker="baml", tools=None, service_options=None):
+    service = AgentService(store, default_registry(), tools=tools, watch_s=0.02, **(service_options or {}))
     stopping = asyncio.Event()
     runner = asyncio.create_task(service.run(stopping))
     ids = []
@@ -35,10 +35,12 @@ async def _drive(store, sessions, statuses, timeout_s, moniker="baml", tools=Non
         await runner
 
 
-def run_sessions(tmp_path, *sessions, statuses=TERMINAL, timeout_s=30.0, moniker="baml", tools=None):
+def run_sessions(tmp_path, *sessions, statuses=TERMINAL, timeout_s=30.0, moniker="baml", tools=None,
+                 service_options=None):
     """Run ``(task, config)`` sessions of the baml moniker (or ``moniker``) until
     each has one of ``statuses`` (a terminal one by default); returns the store
     and their snapshots.  ``tools``: a tool registry (default: the built-in
-    tools and installed plugins)."""
+    tools and installed plugins); ``service_options``: more keywords for the
+    AgentService (``keep_model_io``...)."""
     store = Store(str(tmp_path / "db"))
-    return store, asyncio.run(_drive(store, sessions, tuple(statuses), timeout_s, moniker, tools))
+    return store, asyncio.run(_drive(store, sessions, tuple(statuses), timeout_s, moniker, tools, service_options))

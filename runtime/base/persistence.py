@@ -34,6 +34,7 @@ from runtime.base.fence import Fence, SessionLost
 from store.writer import Fenced
 
 if TYPE_CHECKING:
+    from runtime.record.model_io import ModelIOKeeper
     from store import Store
     from store.maintenance import Maintainer
 
@@ -43,6 +44,8 @@ class Persistence:
         self.store = store
         self._queue_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="queue")
         self.fence: Fence | None = None  # this worker's (set by the service); None: unfenced
+        # what the model saw (runtime/record/model_io.py), when the worker keeps it (set by the service)
+        self.model_io: ModelIOKeeper | None = None
 
     async def _queue(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self._queue_pool, partial(fn, *args, **kwargs))
@@ -225,4 +228,5 @@ class Persistence:
         await asyncio.to_thread(self.store.steps.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.tool_calls.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.turns.delete_sessions, session_ids)
+        await asyncio.to_thread(self.store.model_io.delete_sessions, session_ids)
         await asyncio.to_thread(self.store.states.delete_sessions, session_ids)

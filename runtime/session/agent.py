@@ -417,6 +417,14 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
 
     # ---- one step -------------------------------------------------------
 
+    async def _keep_model_io(self, ctx: StepContext) -> None:
+        """What the model was sent and answered in this step, once the step is
+        recorded, when the worker keeps it and the session is not private."""
+        keeper = self.persist.model_io
+        if ctx.model_io and keeper is not None and keeper.keeps(self.config):
+            await keeper.keep(ctx.model_io, agent_id=self.agent_id, session_id=self.session_id,
+                              iteration=ctx.iteration)
+
     async def _step_once(self) -> bool:
         """Run one iteration; False when it ended the session in error."""
         iteration = self.iteration + 1
@@ -443,6 +451,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.step_started_at = self.heartbeat_at = None
         if outcome.error:
             await self._record_error(row, frame_in, outcome)
+            await self._keep_model_io(ctx)
             return False
         out = outcome.out
         calls = [{"id": str(ULID()), "call_id": c.id, "name": c.name, "args": c.args} for c in out.tool_calls]
@@ -462,6 +471,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self.tool_results, self.tool_step = None, (iteration if calls else None)
         self.open_step = dict(stored, _fresh=True) if calls else None
         await self.tool_rows_landed()
+        await self._keep_model_io(ctx)
         await self.observers.notify("step_persisted", self.snapshot(), stored)
         if not calls:
             self._finish_if_over(done, out.text)

@@ -40,6 +40,7 @@ from runtime.session.live_sessions import SessionRegistry
 from runtime.worker.monitor import HealthMonitor
 from runtime.worker.revival import Revivals
 from runtime.base.persistence import Persistence
+from runtime.record.model_io import ModelIOKeeper
 from runtime.session.agent import SessionAgent, SessionFactory
 from runtime.session.tool_runner import ToolRunner
 from tools.tool_registry import ToolRegistry, default_tool_registry
@@ -59,8 +60,10 @@ class AgentService:
                  destroy_grace_s: float = 5.0, maintainer: Maintainer | None = None, maintain_every_s: float = 2.0,
                  heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
                  session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
-                 **dispatcher_options):
+                 keep_model_io: int = 0, **dispatcher_options):
         self.persist = Persistence(store)
+        if keep_model_io:
+            self.persist.model_io = ModelIOKeeper(store, keep_model_io)
         self.monikers = monikers
         self.sessions = SessionRegistry()
         self.observers = Observers()

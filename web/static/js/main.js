@@ -37,6 +37,7 @@ import "./components/replay.js";
 import "./components/search_box.js";
 import "./components/session_tree.js";
 import "./components/observers.js";
+import "./components/model_seen.js";
 
 import { $, h } from "./core/dom.js";
 import { connect, follow } from "./core/live.js";
