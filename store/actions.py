@@ -196,6 +196,16 @@ class ActionQueue:
         order = [("created_at", not newest_first), ("id", not newest_first)]
         return query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
 
+    def cascaded(self, cause: str, type: str, session_ids: list[str]) -> set[str]:
+        """The sessions among ``session_ids`` that have a ``type`` action whose
+        payload says it was cascaded from the action ``cause`` (a tree's control,
+        runtime/session/session_tree.py): read by session and type, checked here."""
+        if not session_ids:
+            return set()
+        where = filters.all_of(filters.in_ids("session_id", session_ids), filters.eq_word("type", type, TYPES))
+        rows = query.rows(self.table, self.name, where, limit=100_000, columns=["session_id", "payload"])
+        return {r["session_id"] for r in rows if (r.get("payload") or {}).get("cascaded_from") == cause}
+
     def pending(self, limit: int = 100) -> list[dict]:
         """Pending actions, most urgent first, then in the order they were accepted."""
         order = [("priority", False), ("created_at", True), ("id", True)]

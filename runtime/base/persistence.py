@@ -206,6 +206,10 @@ class Persistence:
         return await asyncio.to_thread(self.store.actions.enqueue, type_, agent_id=agent_id,
                                        session_id=session_id, payload=payload)
 
+    async def cascaded(self, cause: str, type_: str, session_ids: list[str]) -> set[str]:
+        """Which of these sessions have a ``type_`` action cascaded from the action ``cause``."""
+        return await asyncio.to_thread(self.store.actions.cascaded, cause, type_, session_ids)
+
     async def children(self, session_id: str) -> list[dict]:
         return await asyncio.to_thread(self.store.states.children, session_id)
 

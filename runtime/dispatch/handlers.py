@@ -148,12 +148,14 @@ class SessionControls:
     async def pause(self, action: dict, payload: dict) -> None:
         """Pause at the next step boundary; ``tree: true`` pauses its descendants too."""
         reason = "budget" if payload.get("reason") == "budget" else "user"
+        below = {"tree": True, "reason": reason}
         if await self._applied_before(action):
+            await self._cascade_again(action, "pause", below)
             return
         if payload.get("tree"):
             agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
             if agent is None or agent.finished:  # a finished parent may still have children at work
-                await self._cascade_from_finished(action, "pause", {"tree": True, "reason": reason})
+                await self._cascade_from_finished(action, "pause", below)
                 return
         agent = await self._live(action, "pause")
         if agent.status != "paused":
@@ -161,17 +163,26 @@ class SessionControls:
             agent.note_applied(action["id"])
             await agent.set_status("paused", reason)
         if payload.get("tree"):
-            await session_tree.cascade(self.persist, agent.session_id, "pause", {"tree": True, "reason": reason})
+            await session_tree.cascade(self.persist, agent.session_id, "pause", below, cause=action["id"])
 
     async def _cascade_from_finished(self, action: dict, verb: str, payload: dict) -> None:
         snapshot = await self.persist.load_snapshot(action["session_id"])
         if snapshot is None:
             raise ActionError(f"unknown session {action['session_id']}")
-        await session_tree.cascade(self.persist, snapshot["session_id"], verb, payload)
+        await session_tree.cascade(self.persist, snapshot["session_id"], verb, payload, cause=action["id"])
+
+    async def _cascade_again(self, action: dict, verb: str, payload: dict) -> None:
+        """A tree control applied before its worker stopped: the crash may have
+        come between its save and its cascade, so cascade again (children that
+        have it already are skipped: session_tree.cascade)."""
+        if (action.get("payload") or {}).get("tree"):
+            await session_tree.cascade(self.persist, action["session_id"], verb, payload, cause=action["id"])
 
     async def resume(self, action: dict, payload: dict) -> None:
         """Resume a paused session (optionally raising its budget), or retry a failed one."""
+        below = {"tree": True, **({"reason": payload["reason"]} if payload.get("reason") else {})}
         if await self._applied_before(action):
+            await self._cascade_again(action, "resume", below)
             return
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         failed = agent if agent is not None and agent.status == "error" else None
@@ -183,7 +194,7 @@ class SessionControls:
             await self._restart_after_error(action, failed, payload)
             return
         if payload.get("tree") and (agent is None or agent.finished):
-            await self._cascade_from_finished(action, "resume", {"tree": True})
+            await self._cascade_from_finished(action, "resume", below)
             return
         agent = await self._live(action, "resume")
         if payload.get("reason") and (agent.status, agent.status_reason) != ("paused", payload["reason"]):
@@ -197,10 +208,10 @@ class SessionControls:
         elif payload.get("budget_tokens") or payload.get("budget_cost"):
             await agent.save()  # a raised budget is read by the tree's other sessions
         if payload.get("tree"):
-            await session_tree.cascade(self.persist, agent.session_id, "resume",
-                                    {"tree": True, **({"reason": payload["reason"]} if payload.get("reason") else {})})
+            await session_tree.cascade(self.persist, agent.session_id, "resume", below, cause=action["id"])
         elif for_budget:  # its budget paused its tree: resuming it resumes them
-            await session_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"})
+            await session_tree.cascade(self.persist, agent.session_id, "resume", {"tree": True, "reason": "budget"},
+                                       cause=action["id"])
 
     async def _restart_after_error(self, action: dict, failed: SessionAgent | dict, payload: dict) -> None:
         """Resume on a failed session retries its failed step as the next iteration."""
@@ -226,12 +237,13 @@ class SessionControls:
         if not isinstance(guidance, str) or not guidance.strip() or len(guidance) > MAX_GUIDANCE:
             raise ActionError(f"guidance must be a non-empty string of at most {MAX_GUIDANCE} characters")
         source = payload.get("source") if isinstance(payload.get("source"), dict) else None
+        below = {"guidance": guidance, "tree": True}
         if await self._applied_before(action):  # queued (or used) already: also when the session ended since
+            await self._cascade_again(action, "interrupt", below)
             return
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
         if payload.get("tree") and await self._ended(action, agent):  # its sub-agents may still be at work
-            await session_tree.cascade(self.persist, action["session_id"], "interrupt",
-                                       {"guidance": guidance, "tree": True})
+            await session_tree.cascade(self.persist, action["session_id"], "interrupt", below, cause=action["id"])
             return
         if agent is None or agent.status != "error":  # a failed session keeps guidance for its resume
             agent = await self._live(action, "interrupt")
@@ -240,8 +252,7 @@ class SessionControls:
         if agent.add_inbox_item(action["id"], kind, guidance, source=source):
             await agent.save()  # durable before the action is marked done
         if payload.get("tree"):
-            await session_tree.cascade(self.persist, agent.session_id, "interrupt",
-                                       {"guidance": guidance, "tree": True})
+            await session_tree.cascade(self.persist, agent.session_id, "interrupt", below, cause=action["id"])
 
     async def _ended(self, action: dict, agent: SessionAgent | None) -> bool:
         """Whether the action's session is done or stopped (a failed one keeps
@@ -277,7 +288,7 @@ class SessionControls:
         Its sub-agents are destroyed after it (unless they chose ``abandon``),
         also when it was already over: applied again after a crash, it cascades again."""
         await self._destroy_one(action)
-        await session_tree.cascade(self.persist, action["session_id"], "destroy", {})
+        await session_tree.cascade(self.persist, action["session_id"], "destroy", {}, cause=action["id"])
 
     async def _destroy_one(self, action: dict) -> None:
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))

@@ -4,7 +4,8 @@ cover a whole tree (the parent/child link itself is runtime/session/child_sessio
 - ``cascade``: destroy (unless a child chose ``on_parent_destroy: abandon``),
   ``pause {tree}`` and ``resume {tree}`` are queued for each direct child, each
   of which cascades on when applied; being actions, a cascade cut by a crash
-  finishes on restart.
+  finishes on restart, and each child's action names the one it came from, so
+  one applied again sends no child its control twice.
 - ``pause_for_tree_budget``: before each step, a session in a tree checks every
   ancestor's ``budget_tokens`` / ``budget_cost`` against the usage of that
   ancestor's whole subtree plus its own next step (estimated as its last);
@@ -25,26 +26,41 @@ if TYPE_CHECKING:
 log = logging.getLogger("runtime.child_sessions")
 
 
-async def cascade(persist: Persistence, session_id: str, verb: str, payload: dict) -> int:
+async def cascade(persist: Persistence, session_id: str, verb: str, payload: dict, cause: str | None = None) -> int:
     """Queue ``verb`` for each direct child of a session that it applies to
-    (each child cascades on to its own children when it is applied)."""
+    (each child cascades on to its own children when it is applied).
+
+    ``cause`` is the id of the action being applied: each child's action
+    carries it (``payload.cascaded_from``), and a child that has one from the
+    same cause already is skipped.  So an action applied again after a crash
+    (its cascade cut short, or done but not yet marked) cascades again without
+    sending any child the control twice."""
+    children = [child for child in await persist.children(session_id) if _applies(child, verb, payload)]
+    sent = await persist.cascaded(cause, verb, [c["session_id"] for c in children]) if cause and children else set()
     count = 0
-    for child in await persist.children(session_id):
-        if child["status"] in SESSION_FINISHED:
+    for child in children:
+        if child["session_id"] in sent:
             continue
-        config = child.get("config") if isinstance(child.get("config"), dict) else {}
-        if verb == "destroy" and config.get("on_parent_destroy") == "abandon":
-            continue
-        if verb == "pause" and child["status"] == "paused":
-            continue
-        if verb == "resume" and (child["status"] != "paused" or (
-                payload.get("reason") and child.get("status_reason") != payload["reason"])):
-            continue  # e.g. a budget resume leaves children a person paused alone
-        await persist.enqueue(verb, agent_id=child["agent_id"], session_id=child["session_id"], payload=payload)
+        await persist.enqueue(verb, agent_id=child["agent_id"], session_id=child["session_id"],
+                              payload={**payload, "cascaded_from": cause} if cause else payload)
         count += 1
     if count:
         log.info("session %s: %s queued for %d children", session_id, verb, count)
     return count
+
+
+def _applies(child: dict, verb: str, payload: dict) -> bool:
+    if child["status"] in SESSION_FINISHED:
+        return False
+    config = child.get("config") if isinstance(child.get("config"), dict) else {}
+    if verb == "destroy" and config.get("on_parent_destroy") == "abandon":
+        return False
+    if verb == "pause" and child["status"] == "paused":
+        return False
+    if verb == "resume" and (child["status"] != "paused" or (
+            payload.get("reason") and child.get("status_reason") != payload["reason"])):
+        return False  # e.g. a budget resume leaves children a person paused alone
+    return True
 
 
 def _tokens(usage) -> int:
