@@ -59,6 +59,8 @@ class ToolResult(BaseModel):
     status: Literal["success", "failed", "denied", "unknown"]
     result: Any = None
     error: str | None = None
+    # present only when a person changed the model's args before approving: what the call ran with
+    args: dict[str, Any] | None = None
 
 
 class InboxItem(BaseModel):

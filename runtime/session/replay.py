@@ -229,8 +229,11 @@ class Replayer:
             log.info("tool call %s %s replayed from %s session=%s iteration=%d", row["id"], row["name"],
                      recorded["id"], row["session_id"], row["iteration"])
             status = recorded.get("replayed_status") if recorded["status"] == "replayed" else recorded["status"]
+            edited = {"args": recorded.get("args"), "original_args": recorded["original_args"]} \
+                if recorded.get("original_args") is not None else {}  # the model sees what the recording's did
             return dict(row, status="replayed", replay_of=recorded["id"], replayed_status=status,
-                        result=recorded.get("result"), error=recorded.get("error"), finished_at=row["created_at"])
+                        result=recorded.get("result"), error=recorded.get("error"), finished_at=row["created_at"],
+                        **edited)
         self._note_divergence(agent, row["iteration"], mismatch)
         if self.tools == "recorded_then_live":
             log.info("tool call %s %s diverged (%s); running live session=%s", row["id"], row["name"], mismatch,

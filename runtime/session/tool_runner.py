@@ -148,13 +148,17 @@ def capped_result(value):
 
 def result_of(row: dict) -> dict:
     """The StepFrame-v1 ``tool_results`` entry of an ended row.  A replayed
-    call shows the model the recorded outcome, as the recording's step saw it."""
+    call shows the model the recorded outcome, as the recording's step saw it;
+    a call whose args a person edited before approving shows the args it ran
+    with, so the model is not misled about what was done."""
     status = row.get("replayed_status") or row["status"] if row["status"] == "replayed" else row["status"]
     out = {"id": row.get("call_id") or row["id"], "name": row["name"], "status": status}
     if status == "success":
         out["result"] = row.get("result")
     if row.get("error"):
         out["error"] = row["error"]
+    if row.get("original_args") is not None:  # a person changed the args before approving: say what ran
+        out["args"] = row.get("args")
     return out
 
 

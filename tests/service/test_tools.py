@@ -283,7 +283,8 @@ def test_an_approval_with_edited_args_runs_them_and_a_replay_serves_it(shared_se
     assert ran["args"] == {"numbers": [40, 2]} and ran["original_args"] == {"numbers": [1, 2]}
     assert ran["result"] == {"sum": 42}
     svc.wait_status(sid, "done")
-    assert results_of(svc.steps(sid)[1])[0]["result"] == {"sum": 42}  # the model was given what ran
+    told = results_of(svc.steps(sid)[1])[0]
+    assert told["result"] == {"sum": 42} and told["args"] == {"numbers": [40, 2]}  # the model is told what ran
 
     r = svc.post(f"/api/sessions/{sid}/replay", json={"config": {"interval_s": 0}})
     assert r.status_code == 202, r.text
@@ -291,6 +292,8 @@ def test_an_approval_with_edited_args_runs_them_and_a_replay_serves_it(shared_se
     assert replay["replay"]["diverged_at"] is None, replay["replay"]
     [served] = tool_calls(svc, replay["session_id"])
     assert served["status"] == "replayed" and served["result"] == {"sum": 42}
+    seen = results_of(svc.steps(replay["session_id"])[1])[0]
+    assert {**seen, "id": None} == {**told, "id": None}  # the replay's step saw the same (its own row id)
 
 
 def test_a_fetch_the_allowlist_refuses_is_never_offered_for_approval(shared_service):
