@@ -257,7 +257,8 @@ def _side_summary(record: dict, steps: dict[int, dict], calls: dict[int, list[di
     sides = [_side(steps[i], calls.get(i)) for i in sorted(steps)]
     costs = [s["cost"] for s in sides if s["cost"] is not None]
     last = sides[-1] if sides else None
-    return {"session_id": snap.get("session_id"), "status": snap.get("status"),
+    return {"session_id": snap.get("session_id"), "agent_id": snap.get("agent_id"), "name": snap.get("name"),
+            "status": snap.get("status"),
             "status_reason": snap.get("status_reason"), "steps": len(sides),
             "first_iteration": min(steps) if steps else None, "last_iteration": max(steps) if steps else None,
             "tokens": sum(s["tokens"] for s in sides), "cost": sum(costs) if costs else None,

@@ -43,7 +43,8 @@ class SessionDiff(Open):
     against: str
     lineage: dict = Field(description="{relation: descends | ancestor | siblings | same, common: session id}")
     from_iteration: int
-    a: dict = Field(description="the against session: status, steps, tokens, cost, errors, final text")
+    a: dict = Field(description="the against session: its name and agent, status, steps, tokens, cost, errors, "
+                                "final text")
     b: dict = Field(description="the session: as a")
     iterations: list[dict] = Field(description="{iteration, a, b, differs: [text|tool_calls|status|step], state: "
                                                "[{path, op, before, after}]}; a side is null where it took no step")

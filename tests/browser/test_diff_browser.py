@@ -24,7 +24,7 @@ CHANGED = [*FRAMES[:2], {"text": "adding more", "state": {"notes": ["two"]},
 def test_the_diff_of_a_fork_highlights_its_first_divergence(page, shared_service):
     expect = playwright_api.expect
     svc = shared_service
-    made = svc.create("scripted", config={"interval_s": 0, "tools": ["add"], "frames": FRAMES})
+    made = svc.create("scripted", config={"interval_s": 0, "tools": ["add"], "frames": FRAMES}, name="adder")
     source = made["session_id"]
     svc.wait_status(source, "done", timeout=60)
     r = svc.post(f"/api/sessions/{source}/fork", json={"from_iteration": 0, "config": {"frames": CHANGED}})
@@ -36,6 +36,8 @@ def test_the_diff_of_a_fork_highlights_its_first_divergence(page, shared_service
     page.get_by_test_id("diff-source").click()
     rows = page.get_by_test_id("diff-row")
     expect(rows).to_have_count(3)
+    # titled by names (issue 40, item 9), the ids only to tell a fork from its source
+    expect(page.locator("#diff-title")).to_have_text(f"Diff: adder ({forked[-8:]}) against adder ({source[-8:]})")
     assert rows.evaluate_all("rs => rs.map(r => r.dataset.iteration)") == ["1", "2", "3"]
     first = page.locator("[data-testid=diff-row].first")
     expect(first).to_have_attribute("data-iteration", "2")

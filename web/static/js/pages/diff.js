@@ -58,7 +58,7 @@ async function load(params, { scroll = true } = {}) {
 }
 
 function draw(out, scroll) {
-  replace(ui.title, "Diff: session ", short(out.session_id), " against ", short(out.against));
+  replace(ui.title, "Diff: ", sideName(out.b), " against ", sideName(out.a));
   const s = out.summary;
   const range = out.iterations.length
     ? `steps ${stepNumber(out.iterations[0].iteration)}–${stepNumber(out.iterations.at(-1).iteration)}` : "no steps";
@@ -77,6 +77,11 @@ function draw(out, scroll) {
   }
 }
 
+// A side as people know it: its name, else its agent's tag, with the session's short id after.
+function sideName(side) {
+  return side.name ? `${side.name} (${short(side.session_id)})` : `session ${short(side.session_id)}`;
+}
+
 function relationWords(lineage) {
   const c = short(lineage.common);
   return { descends: `This session descends from ${c}`, ancestor: `${c} descends from the other`,
@@ -84,7 +89,7 @@ function relationWords(lineage) {
 }
 
 function sideFacts(role, side) {
-  const link = h("a", { href: "#/session/" + encodeURIComponent(side.session_id) }, short(side.session_id));
+  const link = h("a", { href: "#/session/" + encodeURIComponent(side.session_id) }, sideName(side));
   const label = role === "against" ? "the session compared against" : "this session";
   return h("section.diff-side", { "aria-label": label, dataset: { testid: "diff-side-" + role } },
     h("h2", role === "against" ? "Against " : "Session ", link, " ", badge(side.status)),
