@@ -108,3 +108,6 @@ def test_unknown_and_malformed_ids_and_limits_are_refused(shared_service):
         r = svc.get(f"/api/sessions/{made['session_id']}/trace", **params)
         assert r.status_code == 400, (params, r.text)
     assert trace(svc, made["session_id"], limit=500)["limit"] == 500
+    operation = svc.get("/api/openapi.json").json()["paths"]["/api/sessions/{session_id}/trace"]["get"]
+    assert {p["name"] for p in operation["parameters"]} == {"session_id", "from_iteration", "limit"}
+    assert {"200", "400", "404"} <= set(operation["responses"])
