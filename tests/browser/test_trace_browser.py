@@ -100,7 +100,6 @@ def test_the_trace_draws_steps_attempts_approval_waits_questions_and_sub_agents(
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0, "wider than the screen"
     found = scan(page)
     assert not found, f"axe-core at 400 px: {found}"
-    screenshot(page, "trace-narrow.png")
 
     page.set_viewport_size({"width": 1400, "height": 900})
     sub.get_by_test_id("trace-child-link").click()

@@ -97,15 +97,14 @@ function draw(out) {
 function windowLinks(out) {
   const href = (from) => `#/trace/${encodeURIComponent(out.session_id)}?from_iteration=${from}`;
   const newest = Math.max(out.first_iteration, out.last_iteration - LIMIT + 1);
-  const link = (from, words, testid) => (from == null ? h("span.hint", words)
-    : h("a", { href: href(from), dataset: { testid } }, words));
-  return [
-    link(out.earlier != null && out.earlier > out.first_iteration ? out.first_iteration : null, "First steps",
-      "trace-first"),
-    link(out.earlier, "← Earlier steps", "trace-earlier"),
-    link(out.later, "Later steps →", "trace-later"),
-    link(out.later != null && newest > out.later ? newest : null, "Newest steps", "trace-newest"),
-  ];
+  const links = [
+    [out.earlier != null && out.earlier > out.first_iteration ? out.first_iteration : null, "First steps", "trace-first"],
+    [out.earlier, "← Earlier steps", "trace-earlier"],
+    [out.later, "Later steps →", "trace-later"],
+    [out.later != null && newest > out.later ? newest : null, "Newest steps", "trace-newest"],
+  ].filter(([from]) => from != null);
+  if (!links.length) return h("span.hint", out.steps.length ? "All of its steps are shown." : "");
+  return links.map(([from, words, testid]) => h("a", { href: href(from), dataset: { testid } }, words));
 }
 
 // ---- the time axis: the window's rows, left to right -------------------------
