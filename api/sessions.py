@@ -37,6 +37,17 @@ def session_view(session_id: str) -> dict | None:
     return pending_snapshot(create) if create else None
 
 
+def first_own_iteration(view: dict) -> int:
+    """The first iteration the session took itself: a replay's or fork's record
+    starts there (the steps before are its source's)."""
+    replayed, forked = view.get("replayed_from"), view.get("forked_from")
+    if isinstance(replayed, dict):
+        return int(replayed.get("from_iteration") or 0)
+    if isinstance(forked, dict) and isinstance(forked.get("iteration"), int):
+        return forked["iteration"] + 1
+    return 0
+
+
 def latest_session_id(agent_id: str) -> str | None:
     """The agent's newest session: an applied one, or a create still in the queue."""
     store = ctx().store

@@ -188,6 +188,21 @@ class StepLog:
                            columns=("session_id", "iteration", "text"))
         return {(r["session_id"], r["iteration"]): r["text"] for r in found}
 
+    TIMING_COLUMNS = ("id", "iteration", "created_at", "latency_ms", "status", "error", "usage")
+
+    def timings(self, session_id: str, lo: int, hi: int) -> list[dict]:
+        """Iterations ``lo``..``hi`` of a session with only what a trace draws
+        (when each step ended, how long it took, its status and model usage),
+        by iteration: no state is read or rebuilt, so a window of 500 steps
+        costs their usage columns, not their states."""
+        hi = min(hi, LAST_ITERATION)
+        if hi < lo:
+            return []
+        found = query.rows(self.table, self.name, self._window(session_id, None, lo, hi),
+                           limit=hi - lo + 1 + WINDOW_SLACK, columns=self.TIMING_COLUMNS)
+        found.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]))
+        return found
+
     def since_iteration(self, session_id: str, after: int, limit: int = 100) -> list[dict]:
         """The steps after iteration ``after`` (a live catch-up: the newest rows)."""
         return self.session_page(session_id, min_iteration=after + 1, limit=limit, recent=True)

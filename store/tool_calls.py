@@ -62,6 +62,17 @@ class ToolCallTable:
                                filters.int_cmp("iteration", "<=", last))
         return query.rows(self.table, self.name, where, order=[("iteration", True), ("seq", True)], limit=limit)
 
+    def iterations_of(self, tool_call_ids) -> dict[str, int]:
+        """The iteration of the step that made each call of ``tool_call_ids`` (a
+        sub-agent's session id is its ``spawn_agent`` call's id: where a trace
+        nests it), in one read of two columns."""
+        ids = sorted(set(tool_call_ids))
+        if not ids:
+            return {}
+        found = query.rows(self.table, self.name, filters.in_ids("id", ids), limit=len(ids),
+                           columns=("id", "iteration"))
+        return {r["id"]: r["iteration"] for r in found}
+
     def search(self, *, session_id: str | None = None, agent_id: str | None = None, name: str | None = None,
                status: str | None = None, since: datetime | None = None, limit: int = 100,
                offset: int = 0) -> list[dict]:

@@ -10,12 +10,12 @@ from flask import Flask
 from api.requests import IdConverter
 from api.routes import (actions, agents, bulk, conversations, dashboard, decisions, diff, document, endpoints,
                         evals, export, fork, health, login, model_io, monikers, profiles, questions, replay, search,
-                        sessions, steps, stream, subagents, tools, turns)
+                        sessions, steps, stream, subagents, tools, trace, turns)
 
 BLUEPRINTS = [agents.bp, sessions.bp, steps.bp, actions.bp, monikers.bp, health.bp, conversations.bp, tools.bp,
               search.bp, fork.bp, questions.bp, profiles.bp, turns.bp, subagents.bp, stream.bp, document.bp,
-              dashboard.bp, diff.bp, bulk.bp, decisions.bp, evals.bp, export.bp, replay.bp, endpoints.bp, login.bp,
-              model_io.bp, health.ready_bp]
+              dashboard.bp, diff.bp, bulk.bp, decisions.bp, evals.bp, export.bp, trace.bp, replay.bp, endpoints.bp,
+              login.bp, model_io.bp, health.ready_bp]
 
 
 def register(app: Flask) -> None:

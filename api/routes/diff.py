@@ -22,7 +22,7 @@ from api.errors import ApiError
 from api.openapi import operation
 from api.requests import not_found, path_id, query
 from api.schemas import Id, Open, Strict
-from api.sessions import session_view
+from api.sessions import first_own_iteration, session_view
 from evals import diff
 
 bp = Blueprint("diff", __name__, url_prefix="/api")
@@ -61,7 +61,7 @@ def session_diff(session_id):
     q: DiffQuery = query()
     views = {sid: _view(sid) for sid in (q.against, session_id)}
     lineage = _lineage(views[q.against], views[session_id])
-    start = q.from_iteration if q.from_iteration is not None else max(_own_start(v) for v in views.values())
+    start = q.from_iteration if q.from_iteration is not None else max(map(first_own_iteration, views.values()))
     a, b = (_record(views[sid], start, q.limit) for sid in (q.against, session_id))
     out = diff.diff_records(a, b, limit=q.limit)
     out["summary"]["truncated"] = out["summary"]["truncated"] or any(len(r["steps"]) > q.limit for r in (a, b))
@@ -94,16 +94,6 @@ def _source(view: dict) -> str | None:
         if isinstance(link, dict) and isinstance(link.get("session_id"), str):
             return link["session_id"]
     return None
-
-
-def _own_start(view: dict) -> int:
-    """The first iteration the session took itself."""
-    replayed, forked = view.get("replayed_from"), view.get("forked_from")
-    if isinstance(replayed, dict):
-        return int(replayed.get("from_iteration") or 0)
-    if isinstance(forked, dict) and isinstance(forked.get("iteration"), int):
-        return forked["iteration"] + 1
-    return 0
 
 
 def _ancestry(view: dict) -> list[str]:

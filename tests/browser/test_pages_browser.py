@@ -28,7 +28,8 @@ CHANGED = [FRAMES[0], {"text": "thinking again", "state": {"notes": ["two"]}}, F
 def pages(shared_service):
     """What each page shows, made once and left still: a finished countdown, a
     session waiting for an approval (a step with tool calls), a question, a
-    conversation, a fork and its diff, an eval set with a finished run.
+    conversation, a fork and its diff, an eval set with a finished run, the
+    trace of the session waiting for an approval.
     name -> (path, a selector shown once the page has drawn its data)."""
     svc = shared_service
     done = svc.create("countdown", name="counted", config={"n": 2, "interval_s": 0})
@@ -70,11 +71,12 @@ def pages(shared_service):
             "search": ("/#/search?q=liftoff", "[data-testid=search-hit]"),
             "evals": (f"/#/evals/{evalset}", "[data-testid=eval-session]"),
             "diff": (f"/#/diff/{fork}?against={source['session_id']}", "[data-testid=diff-row]"),
+            "trace": (f"/#/trace/{waiting['session_id']}", "[data-testid=trace-approval]"),
             "api-docs": ("/api/docs", ".swagger-ui .opblock-summary-control")}
 
 
 # What the test of a page saves itself (a picture of a state this module does not make).
-SHOT_ELSEWHERE = {"session", "needs-you", "evals", "diff"}
+SHOT_ELSEWHERE = {"session", "needs-you", "evals", "diff", "trace"}
 SHOT_NAMES = {"agents": "dashboard"}
 
 

@@ -76,7 +76,7 @@ def hostile_requests(svc, t: dict, bad: str) -> list:
         get(f"/api/agents/{in_path}"), get(f"/api/agents/{in_path}/sessions"),
         *[post(f"/api/agents/{in_path}/{verb}", json={}) for verb in ("pause", "resume", "destroy")],
         post(f"/api/agents/{in_path}/interrupt", json={"guidance": "hi"}),
-        get(f"/api/sessions/{in_path}"), get(f"/api/actions/{in_path}"),
+        get(f"/api/sessions/{in_path}"), get(f"/api/sessions/{in_path}/trace"), get(f"/api/actions/{in_path}"),
         get(f"/api/conversations/{in_path}"),
         get(f"/api/conversations/{in_path}/participants"), get(f"/api/conversations/{in_path}/messages"),
         post(f"/api/conversations/{in_path}/participants", json={"kind": "user", "user_id": "u2"}),
@@ -87,6 +87,7 @@ def hostile_requests(svc, t: dict, bad: str) -> list:
         get("/api/agent-steps", min_iteration=bad), get("/api/agent-steps", session_id=sid, limit=bad),
         get(f"/api/conversations/{cid}/messages", after=bad),
         get("/api/agents", offset=bad), get("/api/conversations", limit=bad),
+        get(f"/api/sessions/{sid}/trace", from_iteration=bad), get(f"/api/sessions/{sid}/trace", limit=bad),
         # ids in bodies
         post("/api/agents", json={"moniker": "joke", "agent_id": bad}),
         post("/api/agents", json={"moniker": "joke", "session_id": bad}),

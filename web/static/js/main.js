@@ -28,6 +28,7 @@ import "./pages/conversation.js";
 import "./pages/search.js";
 import "./pages/needs_you.js";
 import "./pages/diff.js";
+import "./pages/trace.js";
 import "./pages/evals.js";
 import "./components/turns.js";
 import "./components/needs_you_count.js";

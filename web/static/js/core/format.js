@@ -121,3 +121,15 @@ export function attemptCounts(usage) {
   const u = usage || {};
   return { attempts: u.attempts || 0, failed: u.failed_attempts || 0, failedTokens: u.failed_tokens || 0 };
 }
+
+// ---- durations: "850 ms", "2.5 s", "3 min 4 s", "1 h 2 min" ---------------------
+export function duration(ms) {
+  if (ms == null || !Number.isFinite(Number(ms))) return "—";
+  const n = Math.max(0, Number(ms));
+  if (n < 1000) return `${Math.round(n)} ms`;
+  if (n < 60_000) return `${(n / 1000).toFixed(n < 10_000 ? 1 : 0)} s`;
+  const s = Math.round(n / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ""}`;
+  const m = Math.round(s / 60);
+  return `${Math.floor(m / 60)} h${m % 60 ? ` ${m % 60} min` : ""}`;
+}

@@ -46,6 +46,8 @@ function mount(section) {
     sessions: agentSessions(),
     generating: generating(),
     title: h("h1", { id: "s-title", tabindex: "-1" }),
+    // the session's waterfall (pages/trace.js): its steps, model attempts, tool calls and sub-agents in time
+    trace: h("a", { dataset: { testid: "trace-link" } }, "Trace (waterfall of steps, calls and sub-agents)"),
     facts: h("dl.facts"),
     notice: h("div.notice", { hidden: true, dataset: { testid: "session-notice" } }),
     usage: h("dl.facts.usage", { dataset: { testid: "session-usage" } }),
@@ -67,7 +69,7 @@ function mount(section) {
   // (dashboard.css .session-layout), so the timeline starts on the first screen
   // (it started ~850 px down at 1400x900); on a narrow one they come before it.
   ui.body = h("div.session-layout",
-    h("div.panel.session-head", ui.title, ui.facts, ui.notice,
+    h("div.panel.session-head", ui.title, h("p.head-links", ui.trace), ui.facts, ui.notice,
       ui.controls, ui.treeScope, ui.why,
       h("form.inline", { id: "interrupt-form", dataset: { testid: "interrupt-form" }, onsubmit: sendGuidance },
         ui.guidance, ui.sendGuidance)),
@@ -403,6 +405,7 @@ registerPage({
     }
     current = { id: params.id, record: null, live: null, snapshot: null, linked, loading: false };
     ui.download.href = `/api/sessions/${encodeURIComponent(params.id)}/export`;
+    ui.trace.href = `#/trace/${encodeURIComponent(params.id)}`;
     readAgain = false;
     ui.steps.reset(params.id);
     if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);
