@@ -19,13 +19,14 @@ oldest first; ``remaining`` says how many were left for another call.
 from typing import Literal
 
 from flask import Blueprint, jsonify
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from api import auth
 from api.context import ctx
 from api.openapi import operation
 from api.requests import body
 from api.schemas import Id, Open, Strict
+from api.routes.bulk import no_default
 from api.sessions import queue
 
 bp = Blueprint("decisions", __name__, url_prefix="/api")
@@ -45,15 +46,20 @@ class DecisionFilter(Strict):
 
 
 class DecisionRequest(Strict):
+    # the document states the rule below: a reason only with deny
+    model_config = Strict.model_config | {"json_schema_extra": {"allOf": [
+        {"if": {"properties": {"decision": {"not": {"const": "deny"}}}, "required": ["decision"]},
+         "then": {"not": {"required": ["reason"]}}}]}}
+
     filter: DecisionFilter
     decision: Literal["approve", "deny"]
-    reason: str | None = Field(None, min_length=1, max_length=4000,
-                               description="deny only: told to each model, as a single deny's reason")
-    dry_run: bool = Field(False, description="answer 200 with what matches; queue nothing")
+    reason: str = Field(None, min_length=1, max_length=4000, json_schema_extra=no_default(),
+                        description="deny only: told to each model, as a single deny's reason")
+    dry_run: StrictBool = Field(False, description="answer 200 with what matches; queue nothing")
 
     @model_validator(mode="after")
     def _reason_with_deny(self) -> "DecisionRequest":
-        if self.reason is not None and self.decision != "deny":
+        if "reason" in self.model_fields_set and self.decision != "deny":
             raise ValueError("reason goes only with deny")
         return self
 

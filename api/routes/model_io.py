@@ -15,12 +15,15 @@ from flask import Blueprint, jsonify
 from pydantic import Field
 
 from api.context import ctx
+from api.errors import ApiError
 from api.openapi import operation
 from api.requests import not_found, path_id
 from api.schemas import Open
 from api.sessions import session_view
 
 bp = Blueprint("model_io", __name__, url_prefix="/api")
+
+MAX_ITERATION = 2**62  # as every iteration the API takes (a store filter holds an int64)
 
 
 class ModelCall(Open):
@@ -48,6 +51,8 @@ class ModelIO(Open):
 def step_model_io(session_id, iteration):
     """what the model was sent and answered in one step (kept for a session's last steps)"""
     session_id = path_id(session_id, "session_id")
+    if iteration > MAX_ITERATION:
+        raise ApiError(400, "invalid_request", f"iteration must be at most {MAX_ITERATION}")
     view = session_view(session_id)
     if view is None:
         raise not_found("session", session_id)

@@ -25,13 +25,27 @@ from api import schemas
 from api.context import ctx
 from api.errors import ApiError
 from api.openapi import operation
-from api.requests import body, not_found, path_id, query
+from api.requests import IdConverter, body, not_found, path_id, query
 from api.sessions import enqueue
 from tools import args_check, catalog
 
 bp = Blueprint("tools", __name__, url_prefix="/api")
 
 STATUSES = tuple(ToolCallStatus)
+
+
+class ToolCallIdConverter(IdConverter):
+    """A tool call id in a path; never ``bulk`` (that path is POST
+    /api/tool-calls/bulk, api/routes/decisions.py), so ``OPTIONS
+    /api/tool-calls/bulk`` allows POST only."""
+
+    regex = r"(?!bulk(?:/|$))[^/]+"
+    openapi_schema = {"type": "string", "pattern": "^(?!bulk$)" + IdConverter.openapi_schema["pattern"][1:]}
+
+
+@bp.record_once
+def _converters(state) -> None:
+    state.app.url_map.converters["tool_call_id"] = ToolCallIdConverter
 
 
 EXTENSION = "agentsvc_tools"  # app.extensions key of this app's own ToolRegistry
@@ -173,7 +187,7 @@ def _call(tool_call_id: str) -> dict:
     return row
 
 
-@bp.get("/tool-calls/<id:tool_call_id>")
+@bp.get("/tool-calls/<tool_call_id:tool_call_id>")
 @operation(200, ToolCall, errors=(400, 404))
 def get_tool_call(tool_call_id):
     """one tool call"""

@@ -34,7 +34,6 @@ from runtime.base.fence import Fence, SessionLost
 from store.writer import Fenced
 
 if TYPE_CHECKING:
-    from runtime.record.model_io import ModelIOKeeper
     from store import Store
     from store.maintenance import Maintainer
 
@@ -44,8 +43,9 @@ class Persistence:
         self.store = store
         self._queue_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="queue")
         self.fence: Fence | None = None  # this worker's (set by the service); None: unfenced
-        # what the model saw (runtime/record/model_io.py), when the worker keeps it (set by the service)
-        self.model_io: ModelIOKeeper | None = None
+        # what the model saw: a ModelIOKeeper (runtime/record/model_io.py; record-keeping sits above
+        # the base, so it is handed in, not imported) when the worker keeps it, set by the service
+        self.model_io = None
 
     async def _queue(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self._queue_pool, partial(fn, *args, **kwargs))
