@@ -97,7 +97,7 @@ def error_of(response: httpx.Response) -> errors.ApiError:
 
 def unreachable(url: str, exc: httpx.TransportError, timeout_s: float) -> errors.Unreachable:
     if isinstance(exc, httpx.TimeoutException):
-        return errors.Unreachable(url, f"{url} did not answer in {timeout_s}s")
+        return errors.Unreachable(url, f"{url} did not answer in {timeout_s}s", timed_out=True)
     return errors.Unreachable(url, f"cannot reach {url}: {exc.__class__.__name__}")
 
 

@@ -19,9 +19,9 @@ class ClientError(Exception):
 class Unreachable(ClientError):
     """No answer: the service could not be reached, or did not answer in time."""
 
-    def __init__(self, url: str, reason: str):
+    def __init__(self, url: str, reason: str, timed_out: bool = False):
         super().__init__(reason)
-        self.url, self.reason = url, reason
+        self.url, self.reason, self.timed_out = url, reason, timed_out
 
 
 class WaitTimeout(ClientError, TimeoutError):
