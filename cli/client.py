@@ -12,7 +12,6 @@ import functools
 
 from client import Client as HttpClient
 from client import errors
-from client._http import default_url  # noqa: F401 - the URL the commands use when --url is not given
 
 # Exit codes (README, "The command line").
 OK, FAILED, USAGE, NOT_FOUND, REJECTED, UNREACHABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
