@@ -1,21 +1,20 @@
-"""Every HTTP call the CLI makes, in one place.
+"""The command line's view of the service: the Python client (client/) with
+the CLI's exit codes.
 
-Errors come back as :class:`ApiFailure` carrying the service's
-``{"error": {"code", "message"}}`` and the exit code the CLI ends with.
+Each method is one call of :class:`client.Client`; what it answers is handed
+on as the document the service sent (``as_dict``: what ``--json`` prints and
+cli/render.py reads), and what it raises becomes :class:`ApiFailure`, which
+carries the service's ``{"error": {"code", "message"}}`` and the exit code
+the CLI ends with (README, "The command line").  Retries, the
+Idempotency-Key and the stream's resuming are the client's.
 """
-from domain.statuses import ACTION_FINISHED
-import os
-import time
-import uuid
-from urllib.parse import quote
+import functools
 
-import requests
-
-DEFAULT_URL = "http://127.0.0.1:8765"
+from client import Client as HttpClient
+from client import errors
 
 # Exit codes (README, "The command line").
 OK, FAILED, USAGE, NOT_FOUND, REJECTED, UNREACHABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
-RETRIES = 3  # a POST whose answer was lost (unreachable, 5xx) is sent again this many times, with its key
 
 
 class ApiFailure(Exception):
@@ -24,86 +23,80 @@ class ApiFailure(Exception):
         self.exit_code, self.code, self.message, self.status = exit_code, code, message, status
 
 
-def _seg(some_id: str) -> str:
-    """An id as one path segment: whatever was typed cannot reach another route."""
-    return quote(str(some_id), safe="")
+def failure(exc: errors.ClientError) -> ApiFailure:
+    """The client's exception as the CLI ends with it."""
+    if isinstance(exc, errors.Unreachable):
+        return ApiFailure(UNREACHABLE, "timeout" if exc.timed_out else "unreachable", exc.reason)
+    if isinstance(exc, errors.WaitTimeout):
+        return ApiFailure(TIMEOUT, "timeout", str(exc))
+    if isinstance(exc, errors.ApiError):
+        exit_code = NOT_FOUND if exc.status == 404 else REJECTED if exc.status < 500 else UNREACHABLE
+        return ApiFailure(exit_code, exc.code, exc.message, exc.status)
+    return ApiFailure(UNREACHABLE, "error", str(exc))
 
 
-def default_url() -> str:
-    port = os.environ.get("AGENTSVC_PORT")
-    return os.environ.get("AGENTSVC_URL") or (f"http://127.0.0.1:{port}" if port else DEFAULT_URL)
+def _documents(method):
+    """Run a client call: a model comes back as the service's document, an error as ApiFailure."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return _plain(method(*args, **kwargs))
+        except errors.ClientError as exc:
+            raise failure(exc) from None
+    return wrapper
+
+
+def _plain(value):
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30.0):
-        self.url = (url or default_url()).rstrip("/")
-        self.timeout_s = timeout_s
-        self.http = requests.Session()
-        if token:
-            self.http.headers["Authorization"] = f"Bearer {token}"
+        self.http = HttpClient(url, token, timeout=timeout_s)
+        self.url = self.http.url
 
-    # ---- plumbing -------------------------------------------------------
+    # ---- any route ---------------------------------------------------------------
 
-    def request(self, method: str, path: str, *, json=None, params=None, ok=(200, 201, 202),
-                headers=None) -> dict:
-        try:
-            r = self.http.request(method, self.url + path, json=json, params=params, timeout=self.timeout_s,
-                                  headers=headers)
-        except requests.ConnectionError as exc:
-            raise ApiFailure(UNREACHABLE, "unreachable", f"cannot reach {self.url}: {exc.__class__.__name__}") from None
-        except requests.Timeout:
-            raise ApiFailure(UNREACHABLE, "timeout", f"{self.url} did not answer in {self.timeout_s}s") from None
-        if r.status_code in ok:
-            return r.json()
-        try:
-            error = r.json()["error"]
-            code, message = error["code"], error["message"]
-        except (ValueError, KeyError, TypeError):
-            code, message = "http_error", f"HTTP {r.status_code}: {r.text[:200]}"
-        exit_code = NOT_FOUND if r.status_code == 404 else REJECTED if r.status_code < 500 else UNREACHABLE
-        raise ApiFailure(exit_code, code, message, r.status_code)
-
+    @_documents
     def get(self, path: str, **params) -> dict:
-        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+        return self.http.request("GET", path, params={k: v for k, v in params.items() if v is not None})
 
-    def post(self, path: str, body: dict | None = None, *, retries: int = RETRIES) -> dict:
-        """A POST; one that queues actions carries an Idempotency-Key (api/idempotency.py), so
-        when the service is unreachable or errs it is sent again with the same key: never twice in effect."""
-        key = {"Idempotency-Key": str(uuid.uuid4())}
-        for attempt in range(retries + 1):
-            try:
-                return self.request("POST", path, json=body or {}, headers=key)
-            except ApiFailure as exc:
-                if exc.exit_code != UNREACHABLE or attempt == retries:
-                    raise
-                time.sleep(min(4.0, 0.5 * 2 ** attempt))
+    @_documents
+    def post(self, path: str, body: dict | None = None) -> dict:
+        """A POST with an Idempotency-Key: sent again with it when its answer is lost."""
+        return self.http.request("POST", path, json=body or {}, idempotent=True)
 
-    # ---- agents and sessions ---------------------------------------------
+    # ---- agents and sessions ---------------------------------------------------------
 
+    @_documents
     def create(self, body: dict) -> dict:
-        return self.post("/api/agents", body)
+        return self.http.create_agent(**body)
 
+    @_documents
     def agents(self, limit: int = 100, offset: int = 0, **filters) -> dict:
         """One page of agents: ``{agents, total, counts}`` (filters: status, moniker, q, sort)."""
-        return self.get("/api/agents", limit=limit, offset=offset,
-                        **{k: v for k, v in filters.items() if v is not None})
+        return self.http.agent_page(limit=limit, offset=offset, **filters)
 
+    @_documents
     def agent(self, agent_id: str) -> dict:
-        return self.get(f"/api/agents/{agent_id}")
+        return self.http.agent(agent_id)
 
+    @_documents
     def session(self, session_id: str) -> dict:
-        return self.get(f"/api/sessions/{session_id}")
+        return self.http.session(session_id)
 
-    def sessions(self, agent_id: str, limit: int = 100) -> list[dict]:
-        return self.get(f"/api/agents/{agent_id}/sessions", limit=limit)["sessions"]
-
+    @_documents
     def steps(self, session_id: str, *, min_iteration: int | None = None, status: str | None = None,
-              limit: int = 100, offset: int = 0, newest: bool = False) -> list[dict]:
-        """A page of a session's steps in iteration order; ``newest``: the last
-        ``limit`` of them (the API counts back from the newest step)."""
-        rows = self.get("/api/agent-steps", session_id=session_id, min_iteration=min_iteration, status=status,
-                        limit=limit, offset=offset, order="desc" if newest else None)["steps"]
-        return rows[::-1] if newest else rows
+              limit: int = 100, newest: bool = False) -> list[dict]:
+        """A session's steps in iteration order, at most ``limit``; ``newest``: the last ``limit`` of them."""
+        if newest:
+            return self.http.last_steps(session_id, limit, min_iteration=min_iteration, status=status)
+        return list(self.http.steps(session_id, min_iteration=min_iteration, status=status,
+                                    page_size=min(limit, 1000), max_items=limit))
 
     def resolve(self, some_id: str) -> dict:
         """A session id, or an agent id (then its latest session), as the API does:
@@ -120,99 +113,92 @@ class Client:
                 raise ApiFailure(NOT_FOUND, "not_found", f"no session or agent {some_id}", 404) from None
             raise
 
+    @_documents
     def control(self, snapshot: dict, verb: str, **body) -> dict:
         """pause / resume / destroy / interrupt one session: the 202 answer."""
-        return self.post(f"/api/agents/{snapshot['agent_id']}/{verb}", {"session_id": snapshot["session_id"], **body})
+        agent_id, session_id = snapshot["agent_id"], snapshot["session_id"]
+        if verb == "interrupt":
+            return self.http.interrupt(agent_id, body.pop("guidance"), session_id, **body)
+        return getattr(self.http, verb)(agent_id, session_id, **body)
 
     def search(self, q: str, **filters) -> dict:
-        return self.get("/api/search", q=q, **{k: v for k, v in filters.items() if v is not None})
+        return self.get("/api/search", q=q, **filters)
 
+    # ---- tool calls and questions ----------------------------------------------------
+
+    @_documents
     def decide_tool_call(self, tool_call_id: str, verb: str, **body) -> dict:
         """approve / deny / result of one tool call: the 202 answer (409 when it does not wait for that)."""
-        return self.post(f"/api/tool-calls/{tool_call_id}/{verb}", body)
+        if verb == "result":
+            return self.http.post_result(tool_call_id, body.get("result"), error=body.get("error"))
+        return getattr(self.http, verb)(tool_call_id, **body)
 
+    @_documents
     def answer(self, session_id: str, text: str, tool_call_id: str | None = None,
                user_id: str | None = None) -> dict:
         """Answer a session's open ask_user question: the 202 answer (409 when none is open)."""
-        body = {"text": text, **({"tool_call_id": tool_call_id} if tool_call_id else {}),
-                **({"user_id": user_id} if user_id else {})}
-        return self.post(f"/api/sessions/{session_id}/answer", body)
+        return self.http.answer(session_id, text, tool_call_id=tool_call_id, user_id=user_id)
 
+    @_documents
     def waiting(self, **filters) -> dict:
-        """Open questions and approvals, oldest first (GET /api/waiting)."""
-        return self.get("/api/waiting", **{k: v for k, v in filters.items() if v is not None})
+        """Open questions and approvals, oldest first (one page of GET /api/waiting)."""
+        return self.http.waiting_page(**{k: v for k, v in filters.items() if v is not None})
 
+    @_documents
     def action(self, action_id: str) -> dict:
-        return self.get(f"/api/actions/{action_id}")
+        return self.http.action(action_id)
 
+    @_documents
     def wait_action(self, action_id: str, timeout_s: float) -> dict:
-        """Poll until the action is done or failed (backing off to 0.5 s)."""
-        deadline, pause = time.monotonic() + timeout_s, 0.02
-        while True:
-            action = self.action(action_id)
-            if action["status"] in ACTION_FINISHED:
-                return action
-            if time.monotonic() > deadline:
-                raise ApiFailure(TIMEOUT, "timeout", f"action {action_id} still {action['status']} after {timeout_s}s")
-            time.sleep(pause)
-            pause = min(pause * 1.5, 0.5)
+        return self.http.wait_action(action_id, timeout_s)
 
-    # ---- replay, diff, evals --------------------------------------------------
+    # ---- replay, diff, evals --------------------------------------------------------------
 
+    @_documents
     def replay(self, session_id: str, body: dict) -> dict:
         """Replay a recorded session: the 202 answer (a new session, like a create)."""
-        return self.post(f"/api/sessions/{_seg(session_id)}/replay", body)
+        return self.http.replay(session_id, **body)
 
+    @_documents
     def diff(self, session_id: str, against: str, **params) -> dict:
         """``session_id`` (side b) step by step against ``against`` (side a); params: from_iteration, limit."""
-        return self.get(f"/api/sessions/{_seg(session_id)}/diff", against=against, **params)
+        return self.http.diff(session_id, against, **params)
 
+    @_documents
     def create_evalset(self, body: dict) -> dict:
-        return self.post("/api/evalsets", body, retries=0)  # no Idempotency-Key there: never sent twice
+        return self.http.create_evalset(**body)
 
+    @_documents
     def evalsets(self, limit: int = 100) -> dict:
-        return self.get("/api/evalsets", limit=limit)
+        return self.http.evalsets(limit=limit)
 
+    @_documents
     def evalset(self, evalset_id: str) -> dict:
-        return self.get(f"/api/evalsets/{_seg(evalset_id)}")
+        return self.http.evalset(evalset_id)
 
+    @_documents
     def start_eval_run(self, evalset_id: str, body: dict) -> dict:
-        return self.post(f"/api/evalsets/{_seg(evalset_id)}/runs", body, retries=0)
+        return self.http.start_eval_run(evalset_id, **body)
 
+    @_documents
     def eval_runs(self, evalset_id: str) -> dict:
         """The set's runs side by side: ``{runs, sessions, ...}``."""
-        return self.get(f"/api/evalsets/{_seg(evalset_id)}/runs")
+        return self.http.eval_runs(evalset_id)
 
+    @_documents
     def eval_run(self, run_id: str) -> dict:
-        return self.get(f"/api/evalruns/{_seg(run_id)}")
+        return self.http.eval_run(run_id)
 
-    def wait_eval_run(self, run_id: str, timeout_s: float, poll_s: float = 1.0) -> dict:
-        """Poll until the run is no longer running."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            run = self.eval_run(run_id)
-            if run.get("status") != "running":
-                return run
-            if time.monotonic() > deadline:
-                raise ApiFailure(TIMEOUT, "timeout", f"eval run {run_id} still running after {timeout_s}s")
-            time.sleep(poll_s)
+    @_documents
+    def wait_eval_run(self, run_id: str, timeout_s: float) -> dict:
+        return self.http.wait_eval_run(run_id, timeout_s)
 
-    # ---- conversations -----------------------------------------------------
+    # ---- conversations -----------------------------------------------------------------
 
+    @_documents
     def conversation(self, conversation_id: str) -> dict:
-        return self.get(f"/api/conversations/{conversation_id}")
+        return self.http.conversation(conversation_id)
 
+    @_documents
     def say(self, conversation_id: str, text: str, user_id: str | None = None) -> dict:
-        body = {"text": text, **({"user_id": user_id} if user_id else {})}
-        return self.post(f"/api/conversations/{conversation_id}/messages", body)
-
-    # ---- the event stream ----------------------------------------------------
-
-    def open_stream(self, rooms: list[str], cursor: str | None, tail: int | None):
-        """GET /api/stream, streaming (cli.sse reads it)."""
-        params = {"rooms": ",".join(rooms)}
-        if tail is not None and not cursor:
-            params["tail"] = tail
-        headers = {"Accept": "text/event-stream", **({"Last-Event-ID": cursor} if cursor else {})}
-        return self.http.get(self.url + "/api/stream", params=params, headers=headers, stream=True,
-                             timeout=(10, 60))  # the server sends a comment every 15 s
+        return self.http.say(conversation_id, text, user_id=user_id)

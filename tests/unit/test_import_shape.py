@@ -22,7 +22,8 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("domain", "store", "semantic", "monikers", "tools", "profiles", "evals", "runtime", "api", "cli")
+PACKAGES = ("domain", "store", "semantic", "monikers", "tools", "profiles", "evals", "runtime", "api", "cli",
+            "client")
 
 
 def test_the_import_contracts_hold():
