@@ -420,8 +420,10 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
     async def _keep_model_io(self, ctx: StepContext) -> None:
         """What the model was sent and answered in this step, once the step is
         recorded, when the worker keeps it and the session is not private."""
+        if not ctx.model_io:  # the step called no model (most monikers never do)
+            return
         keeper = self.persist.model_io
-        if ctx.model_io and keeper is not None and keeper.keeps(self.config):
+        if keeper is not None and keeper.keeps(self.config):
             await keeper.keep(ctx.model_io, agent_id=self.agent_id, session_id=self.session_id,
                               iteration=ctx.iteration)
 
