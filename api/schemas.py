@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from domain.session_config import SessionConfig
 from store.filters import ID_PATTERN
+from store.step_filters import ATTEMPT_OUTCOMES, ONLY as STEP_FILTERS
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN.pattern)]
 # RFC 3339 date-time (what the document's "format: date-time" means): seconds and an offset required
@@ -138,6 +139,13 @@ class StepQuery(Page):
     max_iteration: int | None = Field(None, ge=0, le=2**62)
     since: datetime | None = Field(None, description="ISO-8601; steps created at or after it")
     status: Literal[tuple(StepStatus)] | None = None
+    only: Literal[STEP_FILTERS] | None = Field(
+        None, description="keep only these steps: errors (status error), tool_calls (it asked for tool calls), "
+                          "interrupted (cut off when its worker died), guided (it was handed a person's guidance "
+                          "or conversation message); the answer then says how many match (matched)")
+    attempt_outcome: Literal[ATTEMPT_OUTCOMES] | None = Field(
+        None, description="keep only steps with at least one model-call HTTP attempt that ended so "
+                          "(usage.calls[].attempts[].outcome); with only, both must hold")
     # desc without session_id sorts what matches, newest iteration first (a 400 there
     # would be a constraint the OpenAPI document cannot state, which schemathesis flags)
     order: Literal["asc", "desc"] = Field("asc", description="by iteration; desc = newest first (with "
@@ -324,6 +332,7 @@ class StepList(Open):
     steps: list[Step]
     limit: int
     offset: int
+    matched: int | None = Field(None, description="with only or attempt_outcome: how many steps match in all")
 
 
 class MonikerInfo(Open):

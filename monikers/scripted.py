@@ -37,10 +37,14 @@ async def scripted_step(frame: FrameIn, ctx: StepContext) -> FrameOut:
         return FrameOut(step=frame.step, next_step=frame.step, state=dict(frame.state),
                         text="(script finished)", done=True)
     scripted = dict(frames[place])
-    usage = scripted.pop("usage", None)  # pretend model usage, for budget tests: {input_tokens, output_tokens, cost}
+    # pretend model usage, for budget tests: {input_tokens, output_tokens, cost}, and its HTTP
+    # attempts, for the step filters: attempts [{outcome, ...}] (monikers/llm_call.py records them so)
+    usage = scripted.pop("usage", None)
     if isinstance(usage, dict):
+        tried = usage.get("attempts")
         ctx.record_usage(model="scripted", input_tokens=usage.get("input_tokens", 0),
-                         output_tokens=usage.get("output_tokens", 0), cost=usage.get("cost"))
+                         output_tokens=usage.get("output_tokens", 0), cost=usage.get("cost"),
+                         **({"attempts": tried} if isinstance(tried, list) else {}))
     state = {k: v for k, v in frame.state.items() if k != PLACE}
     state.update(scripted.get("state") or {})
     state[PLACE] = place + 1

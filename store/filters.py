@@ -89,3 +89,19 @@ def any_of(*clauses) -> str | None:
 def negate(clause: str) -> str:
     """NOT of a clause built by this module (never of raw input)."""
     return f"NOT ({clause})"
+
+
+def is_set(column: str, *empty: str) -> str:
+    """The column is not null, nor any of the constant texts ``empty`` (a JSON
+    column's empty list, say): callers pass constants, never input."""
+    parts = [f"{column} IS NOT NULL", *(f"{column} <> {quote(e)}" for e in empty)]
+    return " AND ".join(parts)
+
+
+def has_json_word(column: str, word: str, allowed) -> str:
+    """A JSON text column holds ``word`` (one of a closed set, with no LIKE
+    wildcard in it) as a whole JSON string somewhere: candidates, to be checked
+    on the decoded value."""
+    if word not in allowed or "%" in word or "_" in word:
+        raise ValueError(f"{column} word must be one of {sorted(allowed)}")
+    return f"{column} LIKE {quote('%' + chr(34) + word + chr(34) + '%')}"

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from ulid import ULID
 
-from store import codec, filters, query, state_delta
+from store import codec, filters, query, state_delta, step_filters
 from store.schemas import ITERATION_DIGITS, session_iteration
 
 log = logging.getLogger("store.steps")
@@ -84,6 +84,37 @@ class StepLog:
         where, order = self._filtered(session_id, agent_id, min_iteration, max_iteration, since, status,
                                       newest_first)
         return self._with_states(query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset))
+
+    def matching(self, *, only: str | None = None, attempt_outcome: str | None = None,
+                 session_id: str | None = None, agent_id: str | None = None,
+                 min_iteration: int | None = None, max_iteration: int | None = None,
+                 since: datetime | None = None, status: str | None = None, limit: int = 100, offset: int = 0,
+                 newest_first: bool = False) -> tuple[list[dict], int]:
+        """A page of the steps a timeline filter keeps (store/step_filters.py),
+        ordered as :meth:`search` orders, and how many match in all.
+
+        An exact filter is a column filter: LanceDB counts, sorts and pages it.
+        The others are read in two passes: every candidate with only the columns
+        the check needs (a session's 2,000 steps are a few kB of them), checked
+        and paged here, then the page's rows whole; so a page is exact, whatever
+        the column filter let through."""
+        base, order = self._filtered(session_id, agent_id, min_iteration, max_iteration, since, status,
+                                     newest_first)
+        where = filters.all_of(base, step_filters.where(only, attempt_outcome))
+        if step_filters.exact(only, attempt_outcome):
+            found = query.rows(self.table, self.name, where, order=order, limit=limit, offset=offset)
+            return self._with_states(found), query.count(self.table, where)
+        candidates = query.rows(self.table, self.name, where, columns=step_filters.columns(only, attempt_outcome))
+        kept = [row for row in candidates if step_filters.matches(row, only, attempt_outcome)]
+        kept.sort(key=lambda r: (r["iteration"], r["created_at"], r["id"]), reverse=newest_first)
+        ids = [row["id"] for row in kept[offset:offset + limit]]
+        if not ids:
+            return [], len(kept)
+        rows = query.rows(self.table, self.name, filters.all_of(base, filters.in_ids("id", ids)),
+                          limit=len(ids) + WINDOW_SLACK)
+        place = {row_id: n for n, row_id in enumerate(ids)}
+        rows = sorted((r for r in rows if r["id"] in place), key=lambda r: place[r["id"]])
+        return self._with_states(rows), len(kept)
 
     def session_page(self, session_id: str, *, agent_id: str | None = None, min_iteration: int | None = None,
                      max_iteration: int | None = None, limit: int = 100, offset: int = 0,

@@ -15,6 +15,12 @@ def list_steps():
     """step history, ordered by iteration"""
     q: schemas.StepQuery = query()
     store = ctx().store
+    if q.only or q.attempt_outcome:  # a timeline filter: its matches, paged (store/step_filters.py)
+        steps, matched = store.steps.matching(
+            only=q.only, attempt_outcome=q.attempt_outcome, session_id=q.session_id, agent_id=q.agent_id,
+            min_iteration=q.min_iteration, max_iteration=q.max_iteration, since=q.since, status=q.status,
+            limit=q.limit, offset=q.offset, newest_first=q.order == "desc")
+        return jsonify({"steps": steps, "limit": q.limit, "offset": q.offset, "matched": matched})
     last_iteration = None
     if q.order == "desc" and q.session_id:
         # a session just created has no state row until its queue item runs:

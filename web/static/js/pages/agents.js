@@ -5,7 +5,8 @@
 // start one.
 //
 // The filters live in the address ("#/?status=running&moniker=joke&q=owl&sort=updated"),
-// so a reload, a link or back/forward shows the same list.  Rows are keyed by
+// so a reload, a link or back/forward shows the same list; a set of them can be
+// saved under a name, in this browser (components/saved_views.js).  Rows are keyed by
 // agent id and updated in place, never redrawn: a live update does not take
 // the focus, the checkbox state or the row under the pointer away.  Anything
 // that would move rows (a new agent, a status leaving the filter, any change
@@ -22,6 +23,7 @@ import { registerPage } from "../core/registry.js";
 import { toast } from "../core/toast.js";
 import { bulkBar } from "../components/bulk_bar.js";
 import { createForm } from "../components/create_form.js";
+import { savedViews } from "../components/saved_views.js";
 
 const STATUSES = ["running", "waiting", "paused", "error", "done", "stopped", "stopping"];
 const SORTS = [["newest", "newest first"], ["oldest", "oldest first"], ["updated", "recently active"],
@@ -73,6 +75,7 @@ function setFilters(change, { typing = false } = {}) {
   if (!("offset" in change)) next.offset = 0;
   if (["status", "moniker", "q"].some((k) => next[k] !== filters[k])) clearSelection();
   Object.assign(filters, next);
+  ui.views.update();
   const target = address(filters);
   if (typing) {  // one history entry per search typed, not one per key
     if (typingEntry) history.replaceState(history.state, "", target);
@@ -103,6 +106,7 @@ function mount(section) {
     done: () => scheduleReload(300, true) });
   ui = {
     creator, search, moniker, sort, pickPage, bar,
+    views: savedViews({ current: () => address({ ...filters, offset: 0 }) }),
     chips: h("div.chips", { role: "group", "aria-label": "Filter by status", dataset: { testid: "status-filter" } }),
     body: h("tbody", { id: "agents-body" }),
     table: null,
@@ -125,7 +129,7 @@ function mount(section) {
     h("div.panel.grow",
       h("h1", "Agents ", h("small", "the latest session of each, updating live")),
       jumpToForm(creator.form),
-      h("div.toolbar", search, moniker, sort), ui.chips, bar.root,
+      h("div.toolbar", search, moniker, sort), ui.chips, ui.views.root, bar.root,
       // the "new activity" button floats over the table's head: showing it moves no row
       h("div.table-wrap.with-activity", ui.newer, ui.table),
       ui.empty,
@@ -470,6 +474,7 @@ registerPage({
     if (["status", "moniker", "q"].some((k) => wanted[k] !== filters[k])) clearSelection();
     Object.assign(filters, wanted);
     showFilters();
+    ui.views.update();
     // The form and the moniker list load when the page is shown, not when only its filters changed.
     const fromHere = formLoaded && cameFrom !== null && fromAddressPath(cameFrom);
     if (!fromHere) {

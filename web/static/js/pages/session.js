@@ -16,6 +16,7 @@ import { generating } from "../components/generating.js";
 import { jsonView } from "../components/json_view.js";
 import { sessionRecord } from "../components/session_record.js";
 import { agentSessions } from "../components/agent_sessions.js";
+import { stepFilter } from "../components/step_filter.js";
 import { timeline } from "../components/timeline.js";
 
 const FINISHED = ["stopped", "done", "error"];
@@ -36,12 +37,18 @@ function linkedOf(query) {
 
 function mount(section) {
   const steps = timeline();
+  const filter = stepFilter({
+    onChange: (on) => { ui.fullTimeline.hidden = on; },  // the matching steps stand in for it
+    linkTo: stepLink,
+    goTo: goToStep,
+  });
   const record = sessionRecord();
   const button = (verb, label, cls) => h("button" + (cls ? "." + cls : ""), { type: "button",
     dataset: { verb, testid: "btn-" + verb }, onclick: () => verb === "destroy" ? confirmDestroy() : control(verb) },
   label);
   ui = {
     steps,
+    filter,
     record,
     sessions: agentSessions(),
     generating: generating(),
@@ -64,6 +71,7 @@ function mount(section) {
     treeLabel: h("label", { for: "tree-scope", dataset: { testid: "tree-scope-label" } }),
   };
   ui.treeScope = h("p.tree-scope", { hidden: true }, ui.tree, " ", ui.treeLabel);
+  ui.fullTimeline = h("div.full-timeline", ui.generating.root, steps.root);
   ui.sendGuidance = h("button", { type: "submit", dataset: { testid: "btn-interrupt" } }, "Send guidance");
   // On a wide screen the usage, record and sessions go beside the timeline
   // (dashboard.css .session-layout), so the timeline starts on the first screen
@@ -78,7 +86,7 @@ function mount(section) {
       record.root,
       ui.sessions.root),
     h("div.panel.session-timeline", h("h2", "Timeline ", h("small", { id: "s-count" }, "")), timelineTools(),
-      ui.generating.root, steps.root));
+      filter.results, ui.fullTimeline));
   replace(section, h("a.back", { href: "#/" }, "← all agents"), ui.missing, ui.body, ui.dialog);
 }
 
@@ -92,12 +100,26 @@ function timelineTools() {
     event.preventDefault();
     const n = Number(ui.goTo.value);
     if (!Number.isInteger(n) || n < 1 || !current.id) return;
-    location.hash = `#/session/${current.id}?iteration=${n - 1}`;
+    ui.filter.clear();  // the step is shown in the full timeline
+    goToStep(n - 1);
   };
   return h("div.timeline-tools",
     h("form.inline.go-to", { onsubmit: go, dataset: { testid: "go-to-form" } },
       h("label", { for: "go-to-step" }, "Go to step"), ui.goTo, h("button", { type: "submit" }, "Go")),
+    ui.filter.controls,
     ui.download);
+}
+
+const stepLink = (iteration) => `#/session/${current.id}?iteration=${iteration}`;
+
+// Show step `iteration` in the timeline as a link to it does; the link already
+// followed (no hashchange) is shown again directly.
+function goToStep(iteration) {
+  if (location.hash !== stepLink(iteration)) {
+    location.hash = stepLink(iteration);
+  } else {
+    ui.steps.reveal(iteration).then((found) => found || toast(`Step ${stepNumber(iteration)} is not in this session's timeline.`, true));
+  }
 }
 
 function destroyDialog() {
@@ -408,6 +430,7 @@ registerPage({
     ui.trace.href = `#/trace/${encodeURIComponent(params.id)}`;
     readAgain = false;
     ui.steps.reset(params.id);
+    ui.filter.reset(params.id);
     if (linked && linked.iteration !== undefined) ui.steps.aim(linked.iteration);
     ui.generating.reset(params.id);
     ui.record.reset(params.id);
@@ -428,6 +451,7 @@ registerPage({
     },
     agent_step(step) {
       ui.steps.onStep(step, scheduleCatchUp);
+      ui.filter.onStep(step);
       ui.generating.onStep(step);
     },
     step_delta(delta) {
