@@ -29,7 +29,7 @@ the next and persisted by the runner.
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from domain.statuses import TOOL_CALL_ENDED, ToolCallStatus
 
@@ -61,6 +61,15 @@ class ToolResult(BaseModel):
     error: str | None = None
     # present only when a person changed the model's args before approving: what the call ran with
     args: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _args_only_when_edited(self, handler):
+        """A result dumps as it did before ``args`` existed unless a person edited
+        the call: the recorded inputs of every other step stay as they were."""
+        dumped = handler(self)
+        if dumped.get("args") is None:
+            dumped.pop("args", None)
+        return dumped
 
 
 class InboxItem(BaseModel):
