@@ -197,7 +197,7 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
         return found
 
     def traces(p):
-        found = tracing.start()
+        found = tracing.start(p["store"])
         return observing(p, found) if found is not None else None
 
     def health(p):
@@ -220,7 +220,7 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
         Chore("turns", needs=("service", "store"), start=lambda p: observing(p, TurnKeeper(p["store"])),
               close=lambda turns: turns.close()),
         # OpenTelemetry spans from the record, when OTEL_EXPORTER_OTLP_ENDPOINT is set (runtime/record/tracing.py)
-        Chore("tracing", needs=("service",), start=traces, close=lambda traces: traces.close()),
+        Chore("tracing", needs=("service", "store"), start=traces, close=lambda traces: traces.close()),
         Chore("metrics", needs=("service", "store", "limiter", "tracing"), start=metrics),
         Chore("health", needs=("service", "store", "metrics"), start=health, close=lambda server: server.close()),
         # agent messages in conversations, and live events relayed to app.py

@@ -35,14 +35,21 @@ child for ``ask_user``).  A step's spans are emitted when its row is durable
 finishes (start: its creation), so a session that still waits shows its steps
 under a parent span not yet received.  Attempts carry durations, not start
 times: they are laid end to end from the step's start, after the call's wait
-at the rate-limit gate.  Prompts and completions are not exported
-(``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is not read: the
-model's I/O is kept apart, runtime/record/model_io.py).
+at the rate-limit gate.
+
+Prompts and completions go out only when the operator opts in with
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, and only what the
+record keeps of them: the redacted request and reply of the model_io table
+(runtime/record/model_io.py; ``--keep-model-io`` above 0, never a private
+session), read back after the step row, in the background, and set as
+``gen_ai.input.messages`` / ``gen_ai.output.messages`` on each call's last
+attempt.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -50,6 +57,7 @@ from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 
 from domain.statuses import SESSION_FINISHED
+from runtime.base.aio import BackgroundWork
 from store.codec import parse_time
 
 log = logging.getLogger("runtime.tracing")
@@ -69,6 +77,11 @@ def enabled(environ=os.environ) -> bool:
     if (environ.get("OTEL_TRACES_EXPORTER") or "otlp").strip().lower() == "none":
         return False
     return any((environ.get(name) or "").strip() for name in ENDPOINT_VARS)
+
+
+def captures_content(environ=os.environ) -> bool:
+    """The operator opted in to prompts and completions on the model spans."""
+    return (environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") or "").strip().lower() == "true"
 
 
 def _digest(kind: str, key: str, size: int) -> int:
@@ -210,10 +223,13 @@ def provider(exporter=None, processor=None, drops: SpanDrops | None = None, max_
 class Tracing:
     """The observer: spans from step rows, tool call rows and finished snapshots."""
 
-    def __init__(self, tracer_provider=None, ids: _PresetIds | None = None, drops: SpanDrops | None = None):
+    def __init__(self, tracer_provider=None, ids: _PresetIds | None = None, drops: SpanDrops | None = None,
+                 *, store=None, capture_content: bool = False):
         if tracer_provider is None:
             tracer_provider, ids, drops = provider()
         self.provider, self.ids, self.drops = tracer_provider, ids, drops or SpanDrops()
+        self.store = store if capture_content else None  # the model_io table is read only for content
+        self._background = BackgroundWork("traces: reading a step's model I/O", concurrency=1)
         self.tracer = tracer_provider.get_tracer("agentsvc")
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> its tree's root session
         self._approvals: OrderedDict[str, None] = OrderedDict()  # tool calls seen waiting for approval
@@ -223,7 +239,18 @@ class Tracing:
 
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         self._remember(self._roots, snapshot["session_id"], root_of(snapshot))
-        self.emit_step(snapshot, step)
+        if self.store is not None and (step.get("usage") or {}).get("calls"):
+            self._background.spawn(self._with_content(snapshot, step), name=f"trace {step['session_id']}")
+        else:
+            self.emit_step(snapshot, step)
+
+    async def _with_content(self, snapshot: dict, step: dict) -> None:
+        try:
+            kept = await asyncio.to_thread(self.store.model_io.of_step, step["session_id"], step["iteration"])
+        except Exception as exc:  # noqa: BLE001 - the spans go out without content
+            log.warning("model I/O of step %s not read for its spans: %s", step["iteration"], exc)
+            kept = []
+        self.emit_step(snapshot, step, kept)
 
     async def tool_call_updated(self, row: dict) -> None:
         if row.get("status") == APPROVAL_WAIT:
@@ -242,6 +269,7 @@ class Tracing:
     async def close(self) -> None:
         """Send what is queued (bounded by the SDK's export timeout), then stop;
         in a thread: the export is blocking HTTP."""
+        await self._background.close(grace_s=5.0)
         await asyncio.to_thread(self.provider.shutdown)
 
     # ---- spans ------------------------------------------------------------
@@ -276,7 +304,7 @@ class Tracing:
         end = _ns(snapshot.get("status_changed_at")) or _ns(datetime.now(timezone.utc))
         start = _ns(snapshot.get("created_at")) or end
         usage = snapshot.get("usage") or {}
-        name = (snapshot.get("config") or {}).get("name") or snapshot.get("name") or session_id
+        name = snapshot.get("name") or session_id
         self._span(f"session {name}", session_span_id(session_id), trace_id(root_of(snapshot)), parent, start, end,
                    {"agentsvc.session_id": session_id, "agentsvc.agent_id": snapshot.get("agent_id"),
                     "agentsvc.moniker": snapshot.get("moniker"), "agentsvc.status": snapshot.get("status"),
@@ -289,7 +317,7 @@ class Tracing:
                     "gen_ai.usage.output_tokens": usage.get("output_tokens")},
                    error=snapshot.get("last_error") if snapshot.get("status") == "error" else None)
 
-    def emit_step(self, snapshot: dict, step: dict) -> None:
+    def emit_step(self, snapshot: dict, step: dict, model_io: list[dict] = ()) -> None:
         session_id, iteration = step["session_id"], step["iteration"]
         trace = trace_id(root_of(snapshot))
         end = _ns(step.get("created_at")) or _ns(datetime.now(timezone.utc))
@@ -304,14 +332,17 @@ class Tracing:
                     "gen_ai.usage.output_tokens": usage.get("output_tokens")},
                    error=step.get("error"))
         at = start
-        for call in usage.get("calls") or []:
+        for n, call in enumerate(usage.get("calls") or []):
             at += int((call.get("rate_wait_ms") or 0) * 1e6)
-            for attempt in call.get("attempts") or []:
+            attempts = call.get("attempts") or []
+            for i, attempt in enumerate(attempts):
                 took = int((attempt.get("duration_ms") or 0) * 1e6)
-                self.emit_attempt(trace, step_id, call, attempt, at, at + took)
+                content = _content(model_io[n]) if i == len(attempts) - 1 and n < len(model_io) else {}
+                self.emit_attempt(trace, step_id, call, attempt, at, at + took, content)
                 at += took
 
-    def emit_attempt(self, trace: int, step_id: int, call: dict, attempt: dict, start: int, end: int) -> None:
+    def emit_attempt(self, trace: int, step_id: int, call: dict, attempt: dict, start: int, end: int,
+                     content: dict | None = None) -> None:
         from opentelemetry.trace import SpanKind
 
         model = call.get("model") or "model"
@@ -328,7 +359,7 @@ class Tracing:
                     "http.response.status_code": attempt.get("status"),
                     "agentsvc.attempt": attempt.get("n"), "agentsvc.outcome": outcome,
                     "agentsvc.tokens_estimated": bool(attempt.get("estimated")),
-                    "agentsvc.structured_mode": call.get("structured")},
+                    "agentsvc.structured_mode": call.get("structured"), **(content or {})},
                    error=attempt.get("error") or (outcome if failed else None), kind=SpanKind.CLIENT)
 
     def emit_tool_call(self, row: dict) -> None:
@@ -373,11 +404,23 @@ class Tracing:
             kept.popitem(last=False)
 
 
-def start() -> Tracing | None:
+def _content(kept: dict) -> dict:
+    """The GenAI content attributes of one kept call (already redacted, runtime/record/model_io.py)."""
+    request = kept.get("request") if isinstance(kept.get("request"), dict) else {}
+    out = {}
+    if request.get("messages"):
+        out["gen_ai.input.messages"] = json.dumps(request["messages"], ensure_ascii=False, default=str)
+    if isinstance(kept.get("reply"), str):
+        out["gen_ai.output.messages"] = json.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": kept["reply"]}]}], ensure_ascii=False)
+    return out
+
+
+def start(store=None) -> Tracing | None:
     """The tracing observer, when the operator asked for it (module docstring)."""
     if not enabled():
         return None
-    found = Tracing()
+    found = Tracing(store=store, capture_content=captures_content())
     log.info("OpenTelemetry traces on: OTLP/HTTP to %s",
              next(os.environ[v] for v in ENDPOINT_VARS if (os.environ.get(v) or "").strip()))
     return found

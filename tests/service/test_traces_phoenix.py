@@ -5,7 +5,8 @@ the spans read back through Phoenix's own REST API.
 
 - a ``baml`` session against the fake OpenAI server, whose first HTTP attempt
   fails: session > steps > one ``chat`` span per attempt, with the GenAI
-  attributes and the server's token counts;
+  attributes and the server's token counts, and (the operator opted in) the
+  prompt and the reply;
 - a ``scripted`` session whose ``add`` call waits for a person's approval and
   which spawns a sub-agent: ``execute_tool`` spans under their steps, the wait
   as an ``approval wait`` span, and the child's session span under the
@@ -54,7 +55,8 @@ def traced(tmp_path, phoenix):
     (tmp_path / "logs").mkdir()
     health = free_port()
     svc = Service(str(tmp_path / "data"), str(tmp_path / "logs"), agents_args=["--health-port", str(health)],
-                  env={"OTEL_EXPORTER_OTLP_ENDPOINT": phoenix.url, "OTEL_BSP_SCHEDULE_DELAY": "200"})
+                  env={"OTEL_EXPORTER_OTLP_ENDPOINT": phoenix.url, "OTEL_BSP_SCHEDULE_DELAY": "200",
+                       "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
     svc.health_url = f"http://127.0.0.1:{health}"
     svc.start()
     yield svc
@@ -123,7 +125,11 @@ def test_a_baml_and_a_scripted_session_with_a_sub_agent_arrive_as_span_trees(tra
     ok = sorted(((by_step[s["parent_id"]], s["attributes"]["gen_ai.usage.input_tokens"],
                   s["attributes"]["gen_ai.usage.output_tokens"]) for s in chats if s not in failed))
     assert ok == [(0, 310, 25), (1, 340, 22)]
+    assert "gen_ai.input.messages" not in failed[0]["attributes"]  # the kept request is the last attempt's
     for chat in chats:
+        if chat not in failed:  # the operator opted in: what the model was sent and answered (model_io)
+            assert "Plan two days in Lisbon" in chat["attributes"]["gen_ai.input.messages"]
+            assert "Day " in chat["attributes"]["gen_ai.output.messages"]
         assert chat["attributes"]["gen_ai.operation.name"] == "chat"
         assert chat["attributes"]["gen_ai.request.model"] == "fake-model"
         assert chat["attributes"]["agentsvc.structured_mode"]

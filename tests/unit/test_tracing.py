@@ -101,7 +101,7 @@ def test_a_tool_call_that_waited_for_approval_and_a_child_session():
     # the child's session id is the spawn call's id (tools/spawn_agent.py)
     child = {"session_id": "CALL1", "agent_id": "B", "status": "done", "created_at": T0 + timedelta(seconds=6),
              "status_changed_at": T0 + timedelta(seconds=9), "parent_session_id": "P", "root_session_id": "P",
-             "subagent": {"spawned_by": "CALL1"}, "config": {"name": "helper"}}
+             "subagent": {"spawned_by": "CALL1"}, "name": "helper"}
     asyncio.run(traces.step_persisted(child, {"session_id": "CALL1", "iteration": 0, "status": "done",
                                               "latency_ms": 5.0, "created_at": T0 + timedelta(seconds=8)}))
     asyncio.run(traces.snapshot_saved(child))
@@ -164,3 +164,46 @@ def test_drops_are_counted_when_the_queue_is_full_or_the_receiver_refuses():
                                                      "latency_ms": 1, "created_at": T0}))
     provider.shutdown()  # what was queued is tried, refused, and counted
     assert drops.dropped == 50
+
+
+class Kept:
+    """The model_io table of a store (store/model_io.py), as the observer reads it."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def of_step(self, session_id, iteration):
+        return self.rows
+
+
+class FakeStore:
+    def __init__(self, rows):
+        self.model_io = Kept(rows)
+
+
+def test_prompts_and_completions_only_when_the_operator_opts_in():
+    assert not tracing.captures_content({}) and tracing.captures_content(
+        {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
+    kept = [{"request": {"messages": [{"role": "user", "content": "Plan a trip"}]}, "reply": '{"text": "ok"}'}]
+    step = {"session_id": "S", "iteration": 0, "status": "ok", "latency_ms": 10, "created_at": T0,
+            "usage": {"calls": [{"model": "m", "attempts": [attempt(1, "timeout", 5, 0, 1.0),
+                                                            attempt(2, "ok", 5, 3, 2.0)]}]}}
+    snapshot = {"session_id": "S", "status": "running", "created_at": T0}
+    for capture in (False, True):
+        exporter = InMemorySpanExporter()
+        provider, ids, drops = tracing.provider(processor=SimpleSpanProcessor(exporter))
+        traces = tracing.Tracing(provider, ids, drops, store=FakeStore(kept), capture_content=capture)
+
+        async def run():
+            await traces.step_persisted(snapshot, step)
+            await traces.close()
+        asyncio.run(run())
+        chats = [s for s in exporter.get_finished_spans() if s.name == "chat m"]
+        assert len(chats) == 2
+        if not capture:
+            assert not any("gen_ai.input.messages" in s.attributes for s in chats)
+            continue
+        first, last = chats
+        assert "gen_ai.input.messages" not in first.attributes  # the kept request is the last attempt's
+        assert "Plan a trip" in last.attributes["gen_ai.input.messages"]
+        assert '\\"text\\": \\"ok\\"' in last.attributes["gen_ai.output.messages"]
