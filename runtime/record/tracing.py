@@ -258,6 +258,13 @@ class Tracing:
         elif row.get("status") in ENDED:
             self.emit_tool_call(row)
 
+    async def tool_phase_loaded(self, agent, rows: list[dict]) -> None:
+        """A step's calls as planned or recovered: after a restart, the new process
+        learns here which calls wait for approval (it never saw them start to)."""
+        for row in rows:
+            if row.get("status") == APPROVAL_WAIT:
+                self._remember(self._approvals, row["id"], None)
+
     async def snapshot_saved(self, snapshot: dict) -> None:
         self._remember(self._roots, snapshot["session_id"], root_of(snapshot))
         if snapshot.get("status") in SESSION_FINISHED:
@@ -380,7 +387,8 @@ class Tracing:
                     "agentsvc.status": status, "agentsvc.attempts": row.get("attempts"),
                     "agentsvc.decided_by": row.get("decided_by")},
                    error=row.get("error") if status in ("failed", "unknown") else None, events=events)
-        waited = call_id in self._approvals or (status == "denied" and row.get("decided_by"))
+        # Seen waiting by this process (an update, or the rows a restarted process loaded), or denied by a person
+        waited = call_id in self._approvals or bool(status == "denied" and row.get("decided_by"))
         if waited:
             self._approvals.pop(call_id, None)
             decided = started if status != "denied" and started else ended

@@ -156,3 +156,40 @@ def test_a_baml_and_a_scripted_session_with_a_sub_agent_arrive_as_span_trees(tra
 
     metrics = requests.get(f"{svc.health_url}/metrics", timeout=30).text
     assert "agentsvc_trace_spans_dropped_total 0.0" in metrics, metrics
+
+
+def test_a_session_resumed_after_a_crash_continues_its_trace(traced, phoenix):
+    """agents.py killed while a call waits for approval: the new process's spans
+    (the call, its wait, the next step, the session) join the first one's trace,
+    under the same session and step spans."""
+    svc = traced
+    made = svc.create("scripted", task="survive", name="survivor", config={
+        "interval_s": 0, "tools": ["add"], "approve": ["add"], "frames": [
+            {"text": "one"},
+            {"text": "adding", "tool_calls": [{"name": "add", "args": {"numbers": [2, 3]}}]},
+            {"text": "three", "done": True}]})
+    sid = made["session_id"]
+    [waiting] = wait_for(lambda: [c for c in tool_rows(svc, sid) if c["status"] == "waiting_approval"],
+                         timeout=120, what="the add call to wait for approval")
+    before = wait_for(lambda: (spans := phoenix.spans()) and {"step 0", "step 1"} <= {s["name"] for s in spans}
+                      and spans, timeout=120, interval=0.5, what="the first process's steps to reach Phoenix")
+    svc.kill_agents()
+    svc.start_agents()
+    r = svc.post(f"/api/tool-calls/{waiting['id']}/approve")
+    assert svc.action(r.json()["action_id"], timeout=120)["status"] == "done"
+    svc.wait_status(sid, "done", timeout=120)
+    expected = {"session survivor", "step 2", "execute_tool add", "approval wait"}
+    spans = wait_for(lambda: (spans := phoenix.spans()) and expected <= {s["name"] for s in spans} and spans,
+                     timeout=120, interval=0.5, what="the second process's spans to reach Phoenix")
+    named = {s["name"]: s for s in spans}
+    trace = hex_id(tracing.trace_id(sid), 16)
+    session = named["session survivor"]
+    assert session["parent_id"] is None and session["context"]["span_id"] == hex_id(tracing.session_span_id(sid), 8)
+    assert {s["context"]["trace_id"] for s in spans} == {trace}
+    old = {s["name"]: s for s in before}
+    for n in (0, 1, 2):
+        assert named[f"step {n}"]["parent_id"] == session["context"]["span_id"]
+    assert named["execute_tool add"]["parent_id"] == old["step 1"]["context"]["span_id"]  # a span the dead process sent
+    # the new process learnt of the wait from the rows it loaded (tool_phase_loaded)
+    assert named["approval wait"]["parent_id"] == named["execute_tool add"]["context"]["span_id"]
+    assert named["execute_tool add"]["attributes"]["agentsvc.status"] == "success"

@@ -207,3 +207,18 @@ def test_prompts_and_completions_only_when_the_operator_opts_in():
         assert "gen_ai.input.messages" not in first.attributes  # the kept request is the last attempt's
         assert "Plan a trip" in last.attributes["gen_ai.input.messages"]
         assert '\\"text\\": \\"ok\\"' in last.attributes["gen_ai.output.messages"]
+
+
+def test_an_approval_wait_a_restarted_process_learns_from_the_loaded_rows_and_a_result_is_no_approval():
+    traces, exporter = make()
+    row = {"id": "C", "session_id": "S", "iteration": 1, "name": "add", "status": "waiting_approval",
+           "created_at": T0, "started_at": None, "finished_at": None, "decided_by": None}
+    asyncio.run(traces.tool_phase_loaded(object(), [row]))  # a new process recovering the step
+    asyncio.run(traces.tool_call_updated(dict(row, status="success", decided_by="ACT", started_at=T0,
+                                              finished_at=T0)))
+    # a spawn_agent that waited for its child ran first, then got the child's result: no approval
+    asyncio.run(traces.tool_call_updated({"id": "K", "session_id": "S", "iteration": 1, "name": "spawn_agent",
+                                          "status": "success", "decided_by": "child:K:1", "created_at": T0,
+                                          "started_at": T0, "finished_at": T0}))
+    waits = [s for s in exporter.get_finished_spans() if s.name == "approval wait"]
+    assert [w.parent.span_id for w in waits] == [tracing.tool_span_id("C")]
