@@ -31,6 +31,7 @@ from runtime.base.rate_limits import RateLimiter, load_config as load_rate_limit
 from runtime.worker.chores import Chore, Chores
 from runtime.worker.service import AgentService
 from runtime.record.turn_tracker import TurnKeeper
+from runtime.record import tracing
 from store import Store, lance_log
 from store.maintenance import Maintainer
 from tools import catalog
@@ -189,9 +190,15 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
         found = observing(p, RuntimeMetrics(p["service"], p["store"]))
         if p["limiter"] is not None:
             found.watch_rate_limits(p["limiter"])
+        if p["tracing"] is not None:
+            found.watch_trace_drops(p["tracing"].drops)
         if args.metrics_port:
             start_http_server(args.metrics_port, addr="127.0.0.1", registry=found.registry)
         return found
+
+    def traces(p):
+        found = tracing.start(p["store"])
+        return observing(p, found) if found is not None else None
 
     def health(p):
         if not args.health_port:
@@ -212,7 +219,9 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
         # a row per turn, with its summary (runtime/record/turn_tracker.py)
         Chore("turns", needs=("service", "store"), start=lambda p: observing(p, TurnKeeper(p["store"])),
               close=lambda turns: turns.close()),
-        Chore("metrics", needs=("service", "store", "limiter"), start=metrics),
+        # OpenTelemetry spans from the record, when OTEL_EXPORTER_OTLP_ENDPOINT is set (runtime/record/tracing.py)
+        Chore("tracing", needs=("service", "store"), start=traces, close=lambda traces: traces.close()),
+        Chore("metrics", needs=("service", "store", "limiter", "tracing"), start=metrics),
         Chore("health", needs=("service", "store", "metrics"), start=health, close=lambda server: server.close()),
         # agent messages in conversations, and live events relayed to app.py
         Chore("relay", needs=("service", "store"),

@@ -40,4 +40,5 @@ bash scripts/test_deps/llm_server.sh
 bash scripts/test_deps/seaweedfs.sh
 bash scripts/test_deps/mcp_reference.sh
 bash scripts/test_deps/hadolint.sh
+bash scripts/test_deps/phoenix.sh  # the OpenTelemetry trace receiver (tests/service/test_traces_phoenix.py)
 exec .venv/bin/python -m pytest "$@"

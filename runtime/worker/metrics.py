@@ -43,6 +43,10 @@ class RuntimeMetrics:
         """Export the shared model rate limits (runtime/base/rate_limits.py) at scrape time."""
         self.registry.register(_RateLimitCollector(limiter))
 
+    def watch_trace_drops(self, drops) -> None:
+        """Export the spans that OpenTelemetry export dropped (runtime/record/tracing.py)."""
+        self.registry.register(_TraceDropCollector(drops))
+
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         self.steps.labels(step["status"]).inc()
         if step.get("latency_ms") is not None:
@@ -61,6 +65,15 @@ class RuntimeMetrics:
         if isinstance(created, str):
             accepted = parse_time(created)
             self.action_seconds.observe((datetime.now(timezone.utc) - accepted).total_seconds())
+
+
+class _TraceDropCollector:
+    def __init__(self, drops):
+        self.drops = drops
+
+    def collect(self):
+        yield CounterMetricFamily("agentsvc_trace_spans_dropped", "spans not exported: the bounded queue was full, "
+                                  "or the receiver refused or could not be reached", value=self.drops.dropped)
 
 
 class _StoreCollector:
