@@ -62,6 +62,7 @@ def test_a_steps_request_reply_and_token_split_are_shown(page, shared_service, f
     for part in ("task", "state", "template and output schema"):
         expect(split).to_contain_text(part)
     assert not scan(page), scan(page)
+    first.get_by_test_id("model-seen").evaluate("el => el.scrollIntoView({block: 'start'})")
     screenshot(page, "model-seen.png")
     page.set_viewport_size({"width": 400, "height": 800})
     assert not scan(page), scan(page)
