@@ -8,7 +8,7 @@ what each check reads).
 The seed is fixed and printed (AGENTSVC_KILL_LOOP_SEED overrides it); the kills
 land at different instants of the service's work on every run anyway.
 
-    pytest tests/service/test_kill_loop.py -s                         # 14 kills (the suite's)
+    pytest tests/service/test_kill_loop.py -s                         # 20 kills (the suite's)
     AGENTSVC_LONG_TESTS=1 AGENTSVC_KILL_LOOP_KILLS=300 \\
         pytest tests/service/test_kill_loop.py -s -k long              # as many kills as asked
 
@@ -25,13 +25,14 @@ SEED = int(os.environ.get("AGENTSVC_KILL_LOOP_SEED", "20261127"))
 LONG = os.environ.get("AGENTSVC_LONG_TESTS") == "1"
 
 
-# Fourteen kills here (~30 s a kill beside the suite); the loop on object storage,
+# Twenty kills here (issue 37 asks at least 20 in the README's test command; ~11 s a
+# kill on a quiet machine, ~30 s beside the suite); the loop on object storage,
 # the S3 server's among them, runs under AGENTSVC_LONG_TESTS for now
 # (tests/service/test_object_storage.py says why).  Each kind of kill and of work in flight is met; the long runs
 # (below) give the figures.
 @pytest.mark.timeout(1800)  # ~2-3 minutes on a quiet machine; a loaded one restarts agents.py slowly
 def test_kill_loop_over_every_kind_of_work(service):
-    figures = KillLoop(service, SEED, kills=14).run()
+    figures = KillLoop(service, SEED, kills=20).run()
     assert figures["actions accepted"] > 0 and figures["replays"] > 0
 
 
