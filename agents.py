@@ -2,13 +2,17 @@
 
     python agents.py --data-dir ./data
 
-Every option also reads an environment variable (shown in --help).
+One process uses one core: by default agents.py runs one worker process per
+core it may use (--processes), under a small supervisor
+(runtime/worker/processes.py).  Every option also reads an environment
+variable (shown in --help).
 """
 import argparse
 import asyncio
 import logging
 import os
 import signal
+import sys
 
 from prometheus_client import start_http_server
 
@@ -30,6 +34,7 @@ from runtime.worker.health import HealthServer
 from runtime.base.rate_limits import RateLimiter, load_config as load_rate_limits
 from runtime.worker.chores import Chore, Chores
 from runtime.worker.service import AgentService
+from runtime.worker import processes
 from runtime.record.turn_tracker import TurnKeeper
 from runtime.record import tracing
 from store import Store, lance_log
@@ -67,8 +72,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "they are cancelled (they run again on restart) [AGENTSVC_STOP_GRACE_S, 10]")
     parser.add_argument("--destroy-grace", type=float, default=settings.env_float("AGENTSVC_DESTROY_GRACE_S", 5.0),
                         help="how long destroy waits for a step before cancelling it [AGENTSVC_DESTROY_GRACE_S, 5]")
+    parser.add_argument("--processes", type=int,
+                        default=settings.env_int("AGENTSVC_PROCESSES", processes.default_processes()),
+                        help="worker processes on this machine, each on its own core and sharing the store; "
+                             "above 1 a supervisor starts them, restarts one that dies (after a backoff) and "
+                             "stops them on SIGTERM; worker i serves --health-port+i and --metrics-port+i "
+                             "[AGENTSVC_PROCESSES, the cores this process may use]")
     parser.add_argument("--worker-id", default=None,
-                        help="id of this worker (default: <host>-<n>, the first free slot under <data-dir>/workers)")
+                        help="id of this worker (default: <host>-<n>, the first free slot under <data-dir>/workers); "
+                             "with --processes N, worker i is <id>-<i>")
     parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 15.0),
                         help="a worker silent this long is dead; its sessions are taken over "
                              "[AGENTSVC_DEAD_AFTER_S, 15]")
@@ -293,11 +305,25 @@ def stop(service: AgentService, stopping: asyncio.Event) -> None:
     stopping.set()
 
 
+def supervise(args: argparse.Namespace, argv: list[str]) -> int:
+    """--processes N > 1: run N workers of this script (runtime/worker/processes.py)."""
+    argvs = [processes.worker_argv(argv, i, worker_id=args.worker_id, health_port=args.health_port,
+                                   metrics_port=args.metrics_port) for i in range(args.processes)]
+    return processes.Supervisor(os.path.abspath(__file__), argvs, stop_grace_s=args.stop_grace).run()
+
+
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.processes < 1:
+        raise SystemExit("agents.py: --processes must be at least 1")
+    if args.processes > 1:
+        settings.configure_logging(args.log_level)
+        sys.exit(supervise(args, argv))
     malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: domain/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
+    processes.die_with_supervisor()  # a worker of a supervisor: not to outlive it
     settings.private_files(args.data_dir)
     if malloc_tuned:
         log.info("glibc malloc: %s", ", ".join(malloc_tuned))

@@ -33,6 +33,7 @@ from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
 from runtime.session import child_sessions
 from runtime.dispatch.actions import ActionTable
 from runtime.base.aio import every
+from runtime.dispatch.create_share import CreateShare
 from runtime.dispatch.dispatcher import Dispatcher
 from runtime.base.fanout import Observers
 from runtime.base.fence import Fence
@@ -86,7 +87,10 @@ class AgentService:
         self.actions = ActionTable(self.sessions, monikers, self.factory, store, destroy_grace_s=destroy_grace_s)
         self.dispatcher = Dispatcher(self.persist, self.actions.apply, worker_id=self.worker_id,
                                      observers=self.observers, owns=self._runs, fence=self.fence,
-                                     took_effect=self.actions.took_effect, **dispatcher_options)
+                                     took_effect=self.actions.took_effect,
+                                     share=CreateShare(self.worker_id,
+                                                       lambda: self.persist.alive_workers(dead_after_s)),
+                                     **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/worker/health.py)

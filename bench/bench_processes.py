@@ -1,0 +1,136 @@
+"""A worker per core: 1,000 no-op agents on one agents.py process, then on
+``agents.py --processes N``, against one local data dir, in one run.
+
+    python -m bench.bench_processes [--quick] [--agents 1000] [--processes 2] [--seconds 10]
+
+Each run starts the real agents.py (``--events-url off``: no app.py) on a
+fresh data dir with the bench's ``noop`` moniker (this module is named in
+``AGENTSVC_PLUGINS``), waits until every worker polls, enqueues the creates
+straight into the store's queue, waits until every session has stepped, lets
+it warm up, and counts the step rows persisted in a fixed window
+(``agent_steps``' row count before and after).  It also reports how the
+sessions spread between the workers (``agent_state.owner``), each process's
+CPU over the window (psutil: which core is the limit), and the lines of the
+workers' logs that speak of commit conflicts or retries.
+
+``ratio`` is steps/s on N processes over steps/s on one.  Target: ≥ 1.6 with
+N = 2 on this 2-core machine (issue 41).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.common import NOOP
+
+MONIKERS = (NOOP,)  # what agents.py loads from this module, named in AGENTSVC_PLUGINS (domain/plugin_registry.py)
+TARGET_RATIO = 1.6
+PLUGIN = "bench.bench_processes"
+_CONFLICT = re.compile(r"conflict|retry|retrying|Retryable", re.IGNORECASE)
+
+
+def start_agents(data_dir: str, processes: int, log_path: str) -> subprocess.Popen:
+    from tests.harness import ROOT
+    plugins = ",".join(p for p in (os.environ.get("AGENTSVC_PLUGINS", ""), PLUGIN) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTSVC_PLUGINS": plugins}
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "agents.py"), "--data-dir", data_dir,
+                             "--processes", str(processes), "--events-url", "off"], cwd=ROOT, env=env,
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+
+
+def owners(store) -> dict[str, int]:
+    from store import query
+    counts: dict[str, int] = {}
+    for row in query.rows(store.states.table, "agent_state", None, columns=["owner"]):
+        counts[row["owner"]] = counts.get(row["owner"], 0) + 1
+    return counts
+
+
+def worker_processes(proc: subprocess.Popen):
+    """The processes that run sessions: the supervisor's children, or agents.py itself."""
+    import psutil
+    top = psutil.Process(proc.pid)
+    return top.children() or [top]
+
+
+def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dict:
+    from bench.common import enqueue_creates, progress
+    from store import Store
+    from tests.harness import wait_for
+
+    with tempfile.TemporaryDirectory() as root:
+        data, log_path = f"{root}/data", f"{root}/agents.log"
+        proc = start_agents(data, processes, log_path)
+        store = None
+        try:
+            def polling():  # each worker logs it once it polls the queue (runtime/worker/service.py)
+                with open(log_path) as f:
+                    return f.read().count("polling for actions") >= processes or proc.poll() is not None
+            wait_for(polling, timeout=240, interval=0.2, what=f"{processes} workers polling")
+            if proc.poll() is not None:
+                raise RuntimeError(f"agents.py exited with {proc.returncode}:\n{open(log_path).read()[-3000:]}")
+            store = Store(f"{data}/lancedb")
+            progress(f"{processes} process(es): {agents} creates")
+            started = time.perf_counter()
+            enqueue_creates(store, agents, "noop", {"interval_s": 0})
+            wait_for(lambda: sum(owners(store).values()) >= agents and store.steps.count() >= agents,
+                     timeout=600, interval=0.5, what=f"{agents} sessions stepping")
+            sessions_started_s = time.perf_counter() - started
+            time.sleep(warmup_s)
+            workers = worker_processes(proc)
+            cpu0 = [w.cpu_times() for w in workers]
+            steps0, t0 = store.steps.count(), time.perf_counter()
+            time.sleep(seconds)
+            steps1, elapsed = store.steps.count(), time.perf_counter() - t0
+            cpu1 = [w.cpu_times() for w in workers]
+            spread = owners(store)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if store is not None:
+                store.close()
+        with open(log_path) as f:
+            log = f.read()
+    cores = [round(((b.user + b.system) - (a.user + a.system)) / elapsed, 2) for a, b in zip(cpu0, cpu1)]
+    conflicts = [line for line in log.splitlines() if _CONFLICT.search(line)]
+    return {"processes": processes, "agents": agents, "steps": steps1 - steps0, "seconds": round(elapsed, 2),
+            "steps_per_s": round((steps1 - steps0) / elapsed, 1), "sessions_started_s": round(sessions_started_s, 2),
+            "sessions_per_worker": dict(sorted(spread.items())), "cpu_cores_per_process": cores,
+            "conflict_or_retry_log_lines": len(conflicts), "conflict_or_retry_sample": conflicts[:3]}
+
+
+def run(agents: int, processes: int, seconds: float, warmup_s: float) -> dict:
+    from bench.common import machine, progress
+    one = measure(1, agents, seconds, warmup_s)
+    progress(f"1 process: {one['steps_per_s']} steps/s")
+    many = measure(processes, agents, seconds, warmup_s)
+    progress(f"{processes} processes: {many['steps_per_s']} steps/s")
+    ratio = round(many["steps_per_s"] / max(one["steps_per_s"], 0.1), 2)
+    return {"benchmark": "processes", "machine": machine(), "runs": [one, many], "ratio": ratio,
+            "target": {"ratio": TARGET_RATIO, "processes": processes, "agents": agents,
+                       "met": ratio >= TARGET_RATIO}}
+
+
+def main(argv=None) -> int:
+    from bench.common import emit
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--processes", type=int, default=2, help="worker processes of the second run")
+    parser.add_argument("--seconds", type=float, default=10.0, help="the counting window")
+    parser.add_argument("--warmup", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.agents, args.seconds, args.warmup = 4, 1.0, 0.5
+    emit(run(args.agents, args.processes, args.seconds, args.warmup))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
