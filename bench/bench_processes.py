@@ -29,16 +29,57 @@ from bench.common import NOOP
 MONIKERS = (NOOP,)  # what agents.py loads from this module, named in AGENTSVC_PLUGINS (domain/plugin_registry.py)
 TARGET_RATIO = 1.6
 PLUGIN = "bench.bench_processes"
-_CONFLICT = re.compile(r"conflict|retry|retrying|Retryable", re.IGNORECASE)
+# What the workers' logs say of two writers on the same tables (store/writer.py, store/maintenance.py).
+LOG_COUNTS = {"commit_conflict_retries": re.compile(r"commit conflict \(attempt \d+\), retrying"),
+              "compaction_preempted": re.compile(r"Compaction commit failed"),
+              "other_conflict_or_retry": re.compile(r"conflict|retry", re.IGNORECASE)}
+COMMIT_METRICS = ("agentsvc_commits_total", "agentsvc_committed_writes_total", "agentsvc_commit_seconds_total")
 
 
-def start_agents(data_dir: str, processes: int, log_path: str) -> subprocess.Popen:
+def start_agents(data_dir: str, processes: int, log_path: str, metrics_port: int) -> subprocess.Popen:
     from tests.harness import ROOT
     plugins = ",".join(p for p in (os.environ.get("AGENTSVC_PLUGINS", ""), PLUGIN) if p)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTSVC_PLUGINS": plugins}
     return subprocess.Popen([sys.executable, os.path.join(ROOT, "agents.py"), "--data-dir", data_dir,
-                             "--processes", str(processes), "--events-url", "off"], cwd=ROOT, env=env,
+                             "--processes", str(processes), "--events-url", "off",
+                             "--metrics-port", str(metrics_port)], cwd=ROOT, env=env,
                             stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+
+
+def commit_figures(ports: list[int]) -> list[dict]:
+    """Each worker's commit counters (its /metrics: runtime/worker/metrics.py)."""
+    import requests
+    out = []
+    for port in ports:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        out.append({name: float(line.split()[-1]) for line in text.splitlines() for name in COMMIT_METRICS
+                    if line.startswith(name + " ")})
+    return out
+
+
+def log_counts(log: str) -> dict:
+    counts = {}
+    for line in log.splitlines():
+        for name, pattern in LOG_COUNTS.items():
+            if pattern.search(line):
+                counts[name] = counts.get(name, 0) + 1
+                break
+    return counts
+
+
+def free_port_run(n: int) -> int:
+    """A port p with p .. p+n-1 free (worker i serves --metrics-port + i)."""
+    import socket
+    from tests.harness import free_port
+    while True:
+        base = free_port()
+        try:
+            for i in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
 
 
 def owners(store) -> dict[str, int]:
@@ -63,7 +104,9 @@ def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dic
 
     with tempfile.TemporaryDirectory() as root:
         data, log_path = f"{root}/data", f"{root}/agents.log"
-        proc = start_agents(data, processes, log_path)
+        base_port = free_port_run(processes)
+        ports = [base_port + i for i in range(processes)]
+        proc = start_agents(data, processes, log_path, base_port)
         store = None
         try:
             def polling():  # each worker logs it once it polls the queue (runtime/worker/service.py)
@@ -81,11 +124,11 @@ def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dic
             sessions_started_s = time.perf_counter() - started
             time.sleep(warmup_s)
             workers = worker_processes(proc)
-            cpu0 = [w.cpu_times() for w in workers]
+            cpu0, commits0 = [w.cpu_times() for w in workers], commit_figures(ports)
             steps0, t0 = store.steps.count(), time.perf_counter()
             time.sleep(seconds)
             steps1, elapsed = store.steps.count(), time.perf_counter() - t0
-            cpu1 = [w.cpu_times() for w in workers]
+            cpu1, commits1 = [w.cpu_times() for w in workers], commit_figures(ports)
             spread = owners(store)
         finally:
             proc.terminate()
@@ -98,11 +141,16 @@ def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dic
         with open(log_path) as f:
             log = f.read()
     cores = [round(((b.user + b.system) - (a.user + a.system)) / elapsed, 2) for a, b in zip(cpu0, cpu1)]
-    conflicts = [line for line in log.splitlines() if _CONFLICT.search(line)]
+    commits = [{"commits_per_s": round((b[COMMIT_METRICS[0]] - a[COMMIT_METRICS[0]]) / elapsed, 1),
+                "writes_per_commit": round((b[COMMIT_METRICS[1]] - a[COMMIT_METRICS[1]])
+                                           / max(b[COMMIT_METRICS[0]] - a[COMMIT_METRICS[0]], 1), 1),
+                "commit_busy_fraction": round((b[COMMIT_METRICS[2]] - a[COMMIT_METRICS[2]]) / elapsed, 2)}
+               for a, b in zip(commits0, commits1)]
     return {"processes": processes, "agents": agents, "steps": steps1 - steps0, "seconds": round(elapsed, 2),
             "steps_per_s": round((steps1 - steps0) / elapsed, 1), "sessions_started_s": round(sessions_started_s, 2),
             "sessions_per_worker": dict(sorted(spread.items())), "cpu_cores_per_process": cores,
-            "conflict_or_retry_log_lines": len(conflicts), "conflict_or_retry_sample": conflicts[:3]}
+            "cpu_ms_per_step": round(sum(cores) * 1000 / max((steps1 - steps0) / elapsed, 0.1), 3),
+            "commits_per_process": commits, "log_counts_whole_run": log_counts(log)}
 
 
 def run(agents: int, processes: int, seconds: float, warmup_s: float) -> dict:
