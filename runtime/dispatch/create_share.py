@@ -5,7 +5,8 @@ from then on.  Left to whoever polls first, one worker of several took nearly
 every create (the first to wake after app.py's commit claims the whole batch),
 so a machine's second worker process idled beside a busy first one.  Instead
 each worker claims a create only when it is the session's *rendezvous* worker:
-of the live worker ids (fresh heartbeats, store/workers.py), the one with the
+of the live worker ids (fresh heartbeats that say they poll the queue,
+store/workers.py: a worker still adopting after a start takes none), the one with the
 highest hash of (worker id, session id).  Every worker computes the same
 answer from the same view without talking to the others, sessions spread
 evenly, and a worker that joins or leaves moves only its own share.
@@ -59,9 +60,9 @@ class CreateShare:
     workers refreshed at most every ``refresh_s``."""
 
     def __init__(self, worker_id: str, live_workers: Callable[[], Awaitable[set[str]]], *,
-                 grace_s: float = 2.0, refresh_s: float = 1.0):
+                 grace_s: float = 3.0, refresh_s: float = 1.0):
         self.worker_id = worker_id
-        self.live_workers = live_workers  # the ids with a fresh heartbeat
+        self.live_workers = live_workers  # the ids with a fresh heartbeat, polling
         self.grace_s = grace_s
         self.refresh_s = refresh_s
         self.workers: frozenset[str] = frozenset({worker_id})

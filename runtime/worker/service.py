@@ -89,7 +89,7 @@ class AgentService:
                                      observers=self.observers, owns=self._runs, fence=self.fence,
                                      took_effect=self.actions.took_effect,
                                      share=CreateShare(self.worker_id,
-                                                       lambda: self.persist.alive_workers(dead_after_s)),
+                                                       lambda: self.persist.alive_workers(dead_after_s, polling=True)),
                                      **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
