@@ -81,6 +81,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--worker-id", default=None,
                         help="id of this worker (default: <host>-<n>, the first free slot under <data-dir>/workers); "
                              "with --processes N, worker i is <id>-<i>")
+    parser.add_argument("--create-grace", type=float, default=settings.env_float("AGENTSVC_CREATE_GRACE_S", 3.0),
+                        help="with several workers, a new session goes to one of them (rendezvous hashing); a "
+                             "create it has not taken this long after it was queued is anyone's, seconds "
+                             "[AGENTSVC_CREATE_GRACE_S, 3]")
     parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 15.0),
                         help="a worker silent this long is dead; its sessions are taken over "
                              "[AGENTSVC_DEAD_AFTER_S, 15]")
@@ -184,7 +188,7 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
     def service(p):
         return AgentService(p["store"], monikers, tools=p["tools"], worker_id=p["worker_id"],
                             destroy_grace_s=args.destroy_grace, maintainer=maintainer, watch_s=args.watch_interval,
-                            full_poll_s=args.full_poll, dead_after_s=args.dead_after, max_attempts=args.max_attempts,
+                            full_poll_s=args.full_poll, dead_after_s=args.dead_after, create_grace_s=args.create_grace, max_attempts=args.max_attempts,
                             session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
                             keep_model_io=args.keep_model_io,
                             monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,

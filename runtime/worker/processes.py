@@ -11,7 +11,8 @@ sessions are spread between them (runtime/dispatch/create_share.py).
 
 The supervisor
 - forwards SIGTERM / SIGINT to every worker (each stops gracefully: steps in
-  flight finish and are recorded) and exits once they have;
+  flight finish and are recorded) and exits once they have, and SIGHUP (each
+  re-reads the profiles directory);
 - restarts a worker that exits on its own, after a backoff (1 s, doubling up
   to 30 s, back to 1 s once a worker has run a minute).  On a local data dir
   the new process gets the dead one's slot, so its id, and resumes its
@@ -41,6 +42,7 @@ log = logging.getLogger("agents.processes")
 
 SUPERVISOR_ENV = "AGENTSVC_SUPERVISOR_PID"  # set in each worker's environment: whom to die with
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WORKER_LOG_FORMAT = "%(asctime)s %(levelname)s [pid %(process)d] %(name)s: %(message)s"
 FIRST_BACKOFF_S, MAX_BACKOFF_S, HEALTHY_AFTER_S = 1.0, 30.0, 60.0
 
 
@@ -54,13 +56,16 @@ def default_processes() -> int:
 
 
 def die_with_supervisor() -> None:
-    """In a worker the supervisor started: have the kernel send this process
+    """In a worker the supervisor started: tag its log lines with its pid (the
+    supervisor logs which worker has which pid); have the kernel send this process
     SIGTERM when the supervisor dies (even by SIGKILL), then exit at once if
     it died already (between the fork and this call).  Does nothing in a
     process started any other way."""
     supervisor = os.environ.get(SUPERVISOR_ENV)
     if not supervisor:
         return
+    for handler in logging.getLogger().handlers:  # the workers share one log: say whose line it is
+        handler.setFormatter(logging.Formatter(WORKER_LOG_FORMAT))
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
@@ -108,6 +113,7 @@ class Supervisor:
         """Start the workers, keep them running until SIGTERM / SIGINT, stop them; the exit code."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, lambda *_: self._signal_all(signal.SIGHUP))  # each re-reads the profiles
         log.info("supervisor pid %d starting %d worker processes", os.getpid(), len(self.slots))
         for slot in self.slots:
             self._start(slot)

@@ -61,7 +61,7 @@ class AgentService:
                  destroy_grace_s: float = 5.0, maintainer: Maintainer | None = None, maintain_every_s: float = 2.0,
                  heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
                  session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
-                 keep_model_io: int = 0, **dispatcher_options):
+                 keep_model_io: int = 0, create_grace_s: float = 3.0, **dispatcher_options):
         self.persist = Persistence(store)
         if keep_model_io:
             self.persist.model_io = ModelIOKeeper(store, keep_model_io)
@@ -89,7 +89,8 @@ class AgentService:
                                      observers=self.observers, owns=self._runs, fence=self.fence,
                                      took_effect=self.actions.took_effect,
                                      share=CreateShare(self.worker_id,
-                                                       lambda: self.persist.alive_workers(dead_after_s, polling=True)),
+                                                       lambda: self.persist.alive_workers(dead_after_s, polling=True),
+                                                       grace_s=create_grace_s),
                                      **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
