@@ -22,6 +22,8 @@ The supervisor
   the supervisor dies, however it dies (``PR_SET_PDEATHSIG``, Linux:
   :func:`die_with_supervisor`).
 
+Table upkeep runs in worker 0 only (:func:`worker_argv`).
+
 Ports: worker i (from 0) serves ``--health-port`` + i and ``--metrics-port``
 + i (0 stays off); ``--worker-id X`` becomes ``X-i``.  The supervisor serves no
 port of its own: app.py's ``GET /readyz`` counts the polling workers from
@@ -78,8 +80,13 @@ def die_with_supervisor() -> None:
 def worker_argv(argv: list[str], index: int, *, worker_id: str | None, health_port: int,
                 metrics_port: int) -> list[str]:
     """Worker ``index``'s options: the supervisor's own (argparse keeps the last
-    of a repeated option), as one process, with its own ports and id."""
+    of a repeated option), as one process, with its own ports and id.  Table
+    upkeep (store/maintenance.py) runs in worker 0 alone: each worker counts
+    the same tables' versions, so two would compact the same fragments at the
+    same moments, twice the work, each preempting the other's commit."""
     out = [*argv, "--processes", "1"]
+    if index > 0:
+        out += ["--maintain-every-versions", "0"]
     if health_port:
         out += ["--health-port", str(health_port + index)]
     if metrics_port:

@@ -10,6 +10,10 @@ def test_each_worker_runs_one_process_on_its_own_ports_and_id():
                                            metrics_port=args.metrics_port))
     assert (second.processes, second.health_port, second.metrics_port, second.worker_id) == (1, 9102, 0, "box-1")
     assert second.data_dir == "/srv/a"
+    first = agents.parse_args(worker_argv(argv, 0, worker_id=None, health_port=args.health_port, metrics_port=0))
+    assert (first.health_port, first.worker_id) == (9101, None)
+    # table upkeep in worker 0 alone
+    assert first.maintain_every_versions == args.maintain_every_versions > 0 and second.maintain_every_versions == 0
 
 
 def test_the_default_is_the_cores_this_process_may_use(monkeypatch):
