@@ -81,10 +81,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--worker-id", default=None,
                         help="id of this worker (default: <host>-<n>, the first free slot under <data-dir>/workers); "
                              "with --processes N, worker i is <id>-<i>")
-    parser.add_argument("--create-grace", type=float, default=settings.env_float("AGENTSVC_CREATE_GRACE_S", 3.0),
+    parser.add_argument("--create-grace", type=float, default=settings.env_float("AGENTSVC_CREATE_GRACE_S", 10.0),
                         help="with several workers, a new session goes to one of them (rendezvous hashing); a "
                              "create it has not taken this long after it was queued is anyone's, seconds "
-                             "[AGENTSVC_CREATE_GRACE_S, 3]")
+                             "[AGENTSVC_CREATE_GRACE_S, 10]")
     parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 15.0),
                         help="a worker silent this long is dead; its sessions are taken over "
                              "[AGENTSVC_DEAD_AFTER_S, 15]")

@@ -97,7 +97,7 @@ def worker_processes(proc: subprocess.Popen):
     return top.children() or [top]
 
 
-def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dict:
+def measure(processes: int, agents: int, seconds: float, warmup_s: float, keep_logs: str | None = None) -> dict:
     from bench.common import enqueue_creates, progress
     from store import Store
     from tests.harness import wait_for
@@ -109,13 +109,17 @@ def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dic
         proc = start_agents(data, processes, log_path, base_port)
         store = None
         try:
-            def polling():  # each worker logs it once it polls the queue (runtime/worker/service.py)
+            def started():  # each worker logs it once it polls the queue (runtime/worker/service.py)
                 with open(log_path) as f:
                     return f.read().count("polling for actions") >= processes or proc.poll() is not None
-            wait_for(polling, timeout=240, interval=0.2, what=f"{processes} workers polling")
+            wait_for(started, timeout=240, interval=0.2, what=f"{processes} workers polling")
             if proc.poll() is not None:
                 raise RuntimeError(f"agents.py exited with {proc.returncode}:\n{open(log_path).read()[-3000:]}")
             store = Store(f"{data}/lancedb")
+            # ... and once their heartbeats say so, which is what each worker's share of the creates is
+            # computed from (before that, the first worker alone would take them all)
+            wait_for(lambda: sum(bool(w.get("polling")) for w in store.workers.all()) >= processes, timeout=60,
+                     interval=0.2, what=f"{processes} heartbeats saying they poll")
             progress(f"{processes} process(es): {agents} creates")
             started = time.perf_counter()
             enqueue_creates(store, agents, "noop", {"interval_s": 0})
@@ -140,6 +144,10 @@ def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dic
                 store.close()
         with open(log_path) as f:
             log = f.read()
+        if keep_logs:
+            os.makedirs(keep_logs, exist_ok=True)
+            with open(os.path.join(keep_logs, f"agents-{processes}.log"), "w") as f:
+                f.write(log)
     cores = [round(((b.user + b.system) - (a.user + a.system)) / elapsed, 2) for a, b in zip(cpu0, cpu1)]
     commits = [{"commits_per_s": round((b[COMMIT_METRICS[0]] - a[COMMIT_METRICS[0]]) / elapsed, 1),
                 "writes_per_commit": round((b[COMMIT_METRICS[1]] - a[COMMIT_METRICS[1]])
@@ -153,11 +161,11 @@ def measure(processes: int, agents: int, seconds: float, warmup_s: float) -> dic
             "commits_per_process": commits, "log_counts_whole_run": log_counts(log)}
 
 
-def run(agents: int, processes: int, seconds: float, warmup_s: float) -> dict:
+def run(agents: int, processes: int, seconds: float, warmup_s: float, keep_logs: str | None = None) -> dict:
     from bench.common import machine, progress
-    one = measure(1, agents, seconds, warmup_s)
+    one = measure(1, agents, seconds, warmup_s, keep_logs)
     progress(f"1 process: {one['steps_per_s']} steps/s")
-    many = measure(processes, agents, seconds, warmup_s)
+    many = measure(processes, agents, seconds, warmup_s, keep_logs)
     progress(f"{processes} processes: {many['steps_per_s']} steps/s")
     ratio = round(many["steps_per_s"] / max(one["steps_per_s"], 0.1), 2)
     return {"benchmark": "processes", "machine": machine(), "runs": [one, many], "ratio": ratio,
@@ -173,10 +181,11 @@ def main(argv=None) -> int:
     parser.add_argument("--processes", type=int, default=2, help="worker processes of the second run")
     parser.add_argument("--seconds", type=float, default=10.0, help="the counting window")
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--keep-logs", metavar="DIR", help="keep the agents.py log of each run in DIR")
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.seconds, args.warmup = 4, 1.0, 0.5
-    emit(run(args.agents, args.processes, args.seconds, args.warmup))
+    emit(run(args.agents, args.processes, args.seconds, args.warmup, args.keep_logs))
     return 0
 
 

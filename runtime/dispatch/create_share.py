@@ -14,7 +14,10 @@ evenly, and a worker that joins or leaves moves only its own share.
 Views differ for a moment (a heartbeat just went stale, a worker just
 started), and a worker may be alive but not polling (adopting after a
 restart, or stuck): so a create that has waited longer than ``grace_s`` is
-anyone's, and no view can strand it.  Spreading is about load only; the
+anyone's, and no view can strand it.  Not much shorter than 10 s: a burst
+of 1,000 creates takes a worker of a loaded 2-core machine several seconds to
+claim and start, and at 3 s the other worker took 72 % of them
+(bench/bench_processes.py).  Spreading is about load only; the
 claim in the queue (store/actions.py) still decides who applies a create.
 """
 from __future__ import annotations
@@ -60,7 +63,7 @@ class CreateShare:
     workers refreshed at most every ``refresh_s``."""
 
     def __init__(self, worker_id: str, live_workers: Callable[[], Awaitable[set[str]]], *,
-                 grace_s: float = 3.0, refresh_s: float = 1.0):
+                 grace_s: float = 10.0, refresh_s: float = 1.0):
         self.worker_id = worker_id
         self.live_workers = live_workers  # the ids with a fresh heartbeat, polling
         self.grace_s = grace_s

@@ -61,7 +61,7 @@ class AgentService:
                  destroy_grace_s: float = 5.0, maintainer: Maintainer | None = None, maintain_every_s: float = 2.0,
                  heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
                  session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
-                 keep_model_io: int = 0, create_grace_s: float = 3.0, **dispatcher_options):
+                 keep_model_io: int = 0, create_grace_s: float = 10.0, **dispatcher_options):
         self.persist = Persistence(store)
         if keep_model_io:
             self.persist.model_io = ModelIOKeeper(store, keep_model_io)

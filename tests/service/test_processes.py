@@ -15,11 +15,11 @@ from tests.plugins import COUNT_DIR_ENV
 from tests.service.test_crash_harness import SEED, run_crash_harness
 
 
-def start(tmp_path_factory, name: str, processes: int = 2, *extra: str) -> Service:
+def start(tmp_path_factory, name: str, processes: int = 2) -> Service:
     root = tmp_path_factory.mktemp(name)
     (root / "logs").mkdir()
     (root / "counts").mkdir()
-    svc = Service(str(root / "data"), str(root / "logs"), agents_args=["--processes", str(processes), *extra],
+    svc = Service(str(root / "data"), str(root / "logs"), agents_args=["--processes", str(processes)],
                   env={COUNT_DIR_ENV: str(root / "counts")})
     svc.count_dir = str(root / "counts")
     svc.start()
@@ -50,19 +50,7 @@ def two(tmp_path_factory):
     svc.stop()
 
 
-@pytest.fixture
-def two_patient(tmp_path_factory):
-    """Two workers that leave each other's creates alone for 60 s.  With the
-    default 3 s a worker the loaded machine holds back that long has its
-    creates taken by the other (as it should: tests/unit/test_create_share.py),
-    which is load balancing, not the spread this module checks."""
-    svc = start(tmp_path_factory, "procs", 2, "--create-grace", "60")
-    yield svc
-    svc.stop()
-
-
-def test_two_processes_share_new_sessions_fairly_and_stop_on_sigterm(two_patient):
-    two = two_patient
+def test_two_processes_share_new_sessions_fairly_and_stop_on_sigterm(two):
     sessions = [two.create("echo", f"s{i}", config={"interval_s": 5})["session_id"] for i in range(200)]
     owners = wait_for(lambda: (o := Counter(two.session(s).get("owner") for s in sessions)) and None not in o and o,
                       timeout=180, interval=0.5, what="200 sessions owned")
