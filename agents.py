@@ -309,11 +309,11 @@ def stop(service: AgentService, stopping: asyncio.Event) -> None:
     stopping.set()
 
 
-def supervise(args: argparse.Namespace, argv: list[str]) -> int:
-    """--processes N > 1: run N workers of this script (runtime/worker/processes.py)."""
+def supervise(args: argparse.Namespace, argv: list[str]) -> None:
+    """--processes N > 1: become the supervisor of N workers of this script (runtime/worker/processes.py)."""
     argvs = [processes.worker_argv(argv, i, worker_id=args.worker_id, health_port=args.health_port,
                                    metrics_port=args.metrics_port) for i in range(args.processes)]
-    return processes.Supervisor(os.path.abspath(__file__), argvs, stop_grace_s=args.stop_grace).run()
+    processes.become_supervisor(os.path.abspath(__file__), argvs, args.stop_grace, args.log_level)
 
 
 def main(argv=None) -> None:
@@ -322,8 +322,7 @@ def main(argv=None) -> None:
     if args.processes < 1:
         raise SystemExit("agents.py: --processes must be at least 1")
     if args.processes > 1:
-        settings.configure_logging(args.log_level)
-        sys.exit(supervise(args, argv))
+        supervise(args, argv)  # does not return
     malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: domain/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)

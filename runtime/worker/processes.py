@@ -24,6 +24,11 @@ The supervisor
 
 Table upkeep runs in worker 0 only (:func:`worker_argv`).
 
+agents.py checks its options, then becomes the supervisor by ``exec``
+(:func:`become_supervisor`: same pid, so whoever started agents.py signals
+and waits for the supervisor), which imports only this module: the
+supervisor holds ~15 MB instead of the ~180 MB of agents.py's imports.
+
 Ports: worker i (from 0) serves ``--health-port`` + i and ``--metrics-port``
 + i (0 stays off); ``--worker-id X`` becomes ``X-i``.  The supervisor serves no
 port of its own: app.py's ``GET /readyz`` counts the polling workers from
@@ -31,7 +36,9 @@ their heartbeats, and a probe of one worker's port speaks for that worker.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -187,3 +194,26 @@ class Supervisor:
         log.info("supervisor stopped: %d workers, %d restarts", len(self.slots),
                  sum(slot.restarts for slot in self.slots))
         return code
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def become_supervisor(script: str, argvs: list[list[str]], stop_grace_s: float, log_level: str) -> None:
+    """Replace this process (agents.py, its options checked) by the supervisor of ``argvs``' workers."""
+    code = f"import sys; sys.path.insert(0, {ROOT!r}); from runtime.worker.processes import main; main()"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-c", code, "--script", script, "--stop-grace", str(stop_grace_s),
+                              "--log-level", log_level, json.dumps(argvs)])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="the supervisor of agents.py --processes (started by agents.py)")
+    parser.add_argument("--script", required=True)
+    parser.add_argument("--stop-grace", type=float, required=True)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("argvs", help="each worker's options, a JSON list of lists")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(Supervisor(args.script, json.loads(args.argvs), stop_grace_s=args.stop_grace).run())
