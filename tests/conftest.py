@@ -17,6 +17,10 @@ TEST_PLUGINS = "tests.plugins"
 if TEST_PLUGINS not in plugin_modules():
     os.environ[PLUGINS_ENV] = ",".join([*plugin_modules(), TEST_PLUGINS])
 
+# agents.py runs one worker process per core by default; the suite's starts (the harness's
+# and the few that start agents.py or serve.py themselves) run one unless a test asks for more.
+os.environ.setdefault("AGENTSVC_PROCESSES", "1")
+
 from tests.harness import Service  # noqa: E402
 from tests.llm_endpoints import EndpointsFile  # noqa: E402
 from tests.plugins import COUNT_DIR_ENV  # noqa: E402

@@ -46,7 +46,9 @@ class Service:
         self.url = f"http://127.0.0.1:{self.port}"
         self.agents_args = list(agents_args)
         self.app_args = list(app_args)
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # One worker process unless a test asks for more (agents.py's default is one per core):
+        # the tests kill, restart and count agents.py by its pid.
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTSVC_PROCESSES": "1", **(env or {})}
         # The operator's model endpoints, beside the data directory: tests add their fake
         # servers to it (tests/llm_endpoints.py), and both processes read it again when it changes.
         self.env.setdefault("AGENTSVC_LLM_ENDPOINTS", f"{data_dir.rstrip('/')}.endpoints.json")

@@ -179,8 +179,8 @@ class Persistence:
                         polling: bool = False) -> None:
         await asyncio.wrap_future(self.store.workers.submit_beat(worker_id, status, maintenance, polling))
 
-    async def alive_workers(self, dead_after_s: float) -> set[str]:
-        return await self._queue(self.store.workers.alive, dead_after_s)
+    async def alive_workers(self, dead_after_s: float, polling: bool = False) -> set[str]:
+        return await self._queue(self.store.workers.alive, dead_after_s, polling)
 
     async def session_owners(self, session_ids) -> dict[str, dict]:
         return await self._queue(self.store.states.get_many, session_ids)

@@ -73,6 +73,7 @@ class ChildControls:
         agent = self.sessions.get(session_id)
         if agent is not None and agent.finished and agent.runner is not None and not agent.runner.done():
             await asyncio.gather(agent.runner, return_exceptions=True)  # it may wake itself as it ends
+        agent = await self._unless_stale(agent)
         if agent is not None and not agent.finished:
             if agent.add_inbox_item(key, kind, text, data=data, source=source):
                 await agent.save()
@@ -105,6 +106,22 @@ class ChildControls:
         agent.start()
         log.info("session %s %s by %s %s", session_id, reactivate_reason, kind, key)
         return reactivate_reason
+
+    async def _unless_stale(self, agent: SessionAgent | None) -> SessionAgent | None:
+        """The finished session this worker holds in memory, unless another
+        worker has run it since (a finished session is anyone's to wake: a
+        child's result claimed there woke it, it stepped and finished again).
+        Woken from the stale copy, it ran its iterations a second time; its
+        stored record is the one to wake then."""
+        if agent is None or not agent.finished:
+            return agent
+        stored = await self.persist.load_snapshot(agent.session_id)
+        if stored is None or (stored.get("iteration"), stored.get("status")) == (agent.iteration, agent.status):
+            return agent
+        log.info("session %s ran elsewhere since it finished here (iteration %s, here %s); its stored record is "
+                 "used agent=%s", agent.session_id, stored.get("iteration"), agent.iteration, agent.agent_id)
+        self.sessions.remove(agent.session_id)
+        return None
 
     def _session_from(self, snapshot: dict, agent: SessionAgent | None) -> SessionAgent:
         """The session object to run again: the finished one in memory, or a new
@@ -158,6 +175,7 @@ class ChildControls:
         agent = self.sessions.get(session_id)
         if agent is not None and agent.finished and agent.runner is not None and not agent.runner.done():
             await asyncio.gather(agent.runner, return_exceptions=True)  # it may wake itself as it ends
+        agent = await self._unless_stale(agent)
         if agent is not None and not agent.finished:
             return
         snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(session_id)

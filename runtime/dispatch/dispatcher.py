@@ -18,7 +18,8 @@ after it found work, or every ``full_poll_s`` as a safety net.  A control
 action is picked up within tens of milliseconds, and an idle service sleeps.
 
 With several workers on one database, each applies only the actions of the
-sessions it owns (plus creates, and answers for finished or unknown sessions).
+sessions it owns (plus its share of the creates, and answers for finished or
+unknown sessions).
 
 Attempts.  Claiming is not trying (store/actions.py): an action's attempt is
 counted, durably, when its handler starts, before it can have any effect; the
@@ -57,6 +58,7 @@ from domain.statuses import SESSION_FINISHED
 from runtime.base.fanout import Observers
 from runtime.base.fence import Fence, SessionLost
 from runtime.base.persistence import Persistence
+from runtime.dispatch.create_share import CreateShare
 from store.actions import attempt_record, counts, cut_short, describe_attempts, started_text
 
 if TYPE_CHECKING:
@@ -135,8 +137,9 @@ class Dispatcher:
                  watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0,
                  batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5,
                  retry_after_s: float = 0.2, fence: Fence | None = None,
-                 took_effect: Callable[[dict], Awaitable[bool]] | None = None):
+                 took_effect: Callable[[dict], Awaitable[bool]] | None = None, share: CreateShare | None = None):
         self.persist = persist
+        self.share = share  # which creates are this worker's (runtime/dispatch/create_share.py); None: all
         self.fence = fence  # None: unfenced (a single worker in tests)
         self.handle = handle
         self.took_effect = took_effect  # whether an action about to be parked had taken effect (runtime/dispatch/actions.py)
@@ -242,7 +245,10 @@ class Dispatcher:
         and those of sessions no live worker runs (finished or unknown ones, to
         be answered).  A live session of another worker is left to its owner; a
         session whose create is still queued waits for it.  Also returns the
-        sessions of the batch found in the store (None when none was looked up)."""
+        sessions of the batch found in the store (None when none was looked up).
+        With several workers, a create is claimed by its session's rendezvous
+        worker, or by anyone once it has waited (runtime/dispatch/create_share.py)."""
+        actions = await self._my_creates(actions)
         mine, others, creates = [], [], []
         for action in actions:
             session_id = action.get("session_id")
@@ -271,6 +277,14 @@ class Dispatcher:
                 mine.append(action)
         order = {a["id"]: i for i, a in enumerate(actions)}
         return sorted(mine, key=lambda a: order[a["id"]]), frozenset(known)
+
+    async def _my_creates(self, actions: list[dict]) -> list[dict]:
+        """``actions`` without the creates another worker is to take."""
+        creates = [a for a in actions if a.get("type") == "create" and a.get("session_id")]
+        if self.share is None or not creates:
+            return actions
+        kept = {a["id"] for a in await self.share.mine(creates)}
+        return [a for a in actions if a["id"] in kept or not (a.get("type") == "create" and a.get("session_id"))]
 
     def _route(self, claimed: Claimed) -> None:
         key = _lane_key(claimed.action)

@@ -33,6 +33,7 @@ from monikers.moniker_registry import MonikerRegistry, UnknownMoniker
 from runtime.session import child_sessions
 from runtime.dispatch.actions import ActionTable
 from runtime.base.aio import every
+from runtime.dispatch.create_share import CreateShare
 from runtime.dispatch.dispatcher import Dispatcher
 from runtime.base.fanout import Observers
 from runtime.base.fence import Fence
@@ -60,7 +61,7 @@ class AgentService:
                  destroy_grace_s: float = 5.0, maintainer: Maintainer | None = None, maintain_every_s: float = 2.0,
                  heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
                  session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
-                 keep_model_io: int = 0, **dispatcher_options):
+                 keep_model_io: int = 0, create_grace_s: float = 10.0, **dispatcher_options):
         self.persist = Persistence(store)
         if keep_model_io:
             self.persist.model_io = ModelIOKeeper(store, keep_model_io)
@@ -86,7 +87,11 @@ class AgentService:
         self.actions = ActionTable(self.sessions, monikers, self.factory, store, destroy_grace_s=destroy_grace_s)
         self.dispatcher = Dispatcher(self.persist, self.actions.apply, worker_id=self.worker_id,
                                      observers=self.observers, owns=self._runs, fence=self.fence,
-                                     took_effect=self.actions.took_effect, **dispatcher_options)
+                                     took_effect=self.actions.took_effect,
+                                     share=CreateShare(self.worker_id,
+                                                       lambda: self.persist.alive_workers(dead_after_s, polling=True),
+                                                       grace_s=create_grace_s),
+                                     **dispatcher_options)
         self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/worker/health.py)

@@ -30,6 +30,7 @@ EXPECTED = {
     "bench_guard": ["machine", "figures", "verdict", "langgraph", "targets", "parts"],
     "bench_adoption": ["machine", "run", "target"],
     "bench_history": ["machine", "steps", "disk_over_new", "delta", "whole", "target"],
+    "bench_processes": ["machine", "runs", "ratio", "target"],
 }
 
 
@@ -75,6 +76,8 @@ def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
     if name == "bench_search":
         assert result["latency"]["search_http"]["n"] > 0 and result["refresh"]["refreshed"] == ["agent_steps"]
         assert result["cpu"]["with_fts"]["steps"] == result["cpu"]["without_fts"]["steps"] > 0
+    if name == "bench_processes":  # both runs stepped, the second on two workers
+        assert all(run["steps"] > 0 for run in result["runs"]) and len(result["runs"][1]["cpu_cores_per_process"]) == 2
     if name == "bench_lance_floor":
         assert result["lone"]["store"]["per_step"]["n"] > 0 and result["floor"]["steps_per_s_1000_rows_per_commit"] > 0
     if name == "bench_guard":

@@ -26,9 +26,12 @@ AGENTS = 8
 TOOL_AGENTS = 2  # scripted sessions whose calls need approvals and external results
 
 
-def run_crash_harness(svc, kills: int, seed: int) -> dict:
+def run_crash_harness(svc, kills: int, seed: int, kill=None) -> dict:
     """Drive the service through ``kills`` kill -9 / restart cycles under load and
-    check every invariant of §7 on what was persisted.  Returns the counts."""
+    check every invariant of §7 on what was persisted.  Returns the counts.
+    ``kill(rng)``, when given, replaces the kill -9 and restart of agents.py
+    (tests/service/test_processes.py kills one worker of several, which its
+    supervisor restarts)."""
     print(f"\ncrash harness: seed={seed} kills={kills}")
     rng = random.Random(seed)
     agents = [svc.create("joke" if i % 2 else "echo", f"tell jokes about thing{i}",
@@ -48,6 +51,9 @@ def run_crash_harness(svc, kills: int, seed: int) -> dict:
     try:
         for _ in range(kills):
             time.sleep(rng.uniform(0.3, 3.0))  # sometimes while it is still starting up
+            if kill is not None:
+                kill(rng)
+                continue
             svc.kill_agents()
             time.sleep(rng.uniform(0.0, 0.5))  # controls keep arriving while it is down
             svc.start_agents()
