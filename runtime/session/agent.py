@@ -103,6 +103,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
         self._unsaved = False  # a step ended since the memory was last saved
         self._save_soon: asyncio.Future | None = None  # the spaced save's wait: set it to save at once
         self._flushing = False  # flush_saves is waiting: save without waiting
+        self._ending = False  # the runner is deciding what the end leads to: the saver leaves it the save
         self._saved_at = float("-inf")  # event-loop time of the last save
         self._saved_status: tuple[str, str | None] | None = None  # the status that save held
         # StepFrame-v1 tool calls (runtime/session/tool_runner.py): the step whose calls
@@ -212,6 +213,8 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             wait = self._saved_at + self.snapshot_every_s - asyncio.get_running_loop().time()
             if wait > 0 and not self._status_unsaved() and not self._flushing:
                 await self._space_save(wait)
+            if self._ending:
+                return  # the runner is deciding the end, and saves it itself (_decide_the_end)
             if self._unsaved:
                 await self.save()
 
@@ -482,13 +485,26 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
                 and not (observed or {}).get("flow"):
             self.note_status("waiting", "idle")  # config.when_idle: the turn has ended (runtime/record/turn_tracker.py)
         if self.finished:
-            await self.intercept.finished(self)  # a replay whose recording ran on is woken instead
+            await self._decide_the_end()
         if self.finished:
             await self.save()  # the end of a session is durable before its runner returns
             log.info("session %s finished reason=%s at iteration %d", self.session_id, self.status_reason, iteration)
         else:
             await self.save_behind()
         return True
+
+    async def _decide_the_end(self) -> None:
+        """What the session's end leads to (a replay whose recording ran on is
+        woken instead, runtime/session/replay.py), decided before anything saves
+        the end: the snapshot saver, spaced behind the steps, could come due while
+        the wake reads the recording and save ``done``; a kill then left the
+        replay ended one step short, with no step row ahead of its snapshot to
+        tell the adoption (the long kill loop).  The runner saves what was decided."""
+        self._ending = True
+        try:
+            await self.intercept.finished(self)
+        finally:
+            self._ending = False
 
     def _finish_if_over(self, done: bool, text: str | None) -> None:
         if done and self.config.stop_on_done:

@@ -105,3 +105,28 @@ def test_a_replay_whose_done_step_outran_its_snapshot_is_woken_when_adopted(stor
     recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
     assert [s["iteration"] for s in replayed] == [0, 1, 2]
     assert child_results(replayed[2]) == child_results(recorded[2])
+
+
+def test_the_background_save_does_not_save_an_end_the_wake_is_still_deciding(store, monkeypatch):
+    """The long kill loop (300 kills): a replay's snapshot said ``done`` one step
+    short of its recording, with no step row ahead of it to tell the adoption.
+    The runner had noted the end and was reading the recording to decide the
+    wake; the snapshot saver, spaced behind the steps, woke meanwhile and saved
+    the memory as it was, ``done``; the kill came before the wake.  The end is
+    saved by the runner once the wake has decided, never by the saver before."""
+    import asyncio
+
+    from runtime.session.agent import SessionAgent
+    from runtime.session.replay import Replayer
+
+    deciding = Replayer.wake
+
+    async def slow_wake(self, agent):  # the recording's read, slow enough for a spaced save to come due
+        await asyncio.sleep(SessionAgent.snapshot_every_s * 2 + 0.2)
+        return await deciding(self, agent)
+
+    monkeypatch.setattr(Replayer, "wake", slow_wake)
+    snapshots = []
+    record_and_replay(store, snapshots)
+    saved = [(s["status"], s["iteration"]) for s in snapshots]
+    assert ("done", 1) not in saved and saved[-1] == ("done", 2), saved
