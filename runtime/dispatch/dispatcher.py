@@ -275,8 +275,23 @@ class Dispatcher:
                 mine.append(action)
             elif snapshot["status"] in SESSION_FINISHED:
                 mine.append(action)
+        mine = await self._behind_claims_elsewhere(mine, {a["id"] for a in others})
         order = {a["id"]: i for i, a in enumerate(actions)}
         return sorted(mine, key=lambda a: order[a["id"]]), frozenset(known)
+
+    async def _behind_claims_elsewhere(self, mine: list[dict], answered: set[str]) -> list[dict]:
+        """``mine`` without the actions of finished or unknown sessions (``answered``:
+        anyone's to apply) that have an action claimed by another worker, or by this
+        worker's previous life, not yet finished: those wait, so that a session's
+        actions are still applied in the order they were accepted (two workers of
+        ``--processes 2``: a pause answered by one while the destroy accepted before
+        it was still claimed by the other, killed, and finished later)."""
+        waiting = {a["session_id"] for a in mine if a["id"] in answered}
+        if not waiting:
+            return mine
+        claimed = await self.persist.claimed_actions_of(waiting)
+        held = {sid for sid, ids in claimed.items() if ids - self.in_flight}
+        return [a for a in mine if not (a["id"] in answered and a["session_id"] in held)]
 
     async def _my_creates(self, actions: list[dict]) -> list[dict]:
         """``actions`` without the creates another worker is to take."""

@@ -247,3 +247,30 @@ def test_an_action_whose_finish_could_not_be_recorded_is_finished_before_the_nex
 
     assert asyncio.run(main()) == [first, first]
     assert ran == [first, second] and order == [first, second]
+
+
+def test_an_action_of_a_session_nobody_runs_waits_behind_one_claimed_by_another_worker(store):
+    """Actions of a finished or unknown session are anyone's to answer; with two
+    workers (agents.py --processes 2) a pause was answered by one while the
+    destroy accepted before it was still claimed by the other (killed, and its
+    claim finished later): the session's actions ran out of acceptance order."""
+    destroy = store.actions.enqueue("destroy", agent_id="a", session_id="gone")["id"]
+    assert store.actions.claim([destroy], "w1", 60) == [destroy]  # w1 holds it (and dies, or is slow)
+    pause = store.actions.enqueue("pause", agent_id="a", session_id="gone")["id"]
+    other = store.actions.enqueue("pause", agent_id="b", session_id="elsewhere")["id"]  # the positive control
+    applied = []
+
+    async def handle(action):
+        applied.append(action["id"])
+
+    async def scenario():
+        dispatcher = Dispatcher(Persistence(store), handle, worker_id="w2")
+        await dispatcher.poll_once()
+        await until(lambda: finished(store, other), timeout=60, what="the other session's pause")
+        assert pause not in applied and not finished(store, pause), "it overtook the destroy claimed by w1"
+        store.actions.finish(destroy, ok=True)  # w1's claim ends
+        await dispatcher.poll_once()
+        await until(lambda: finished(store, pause), timeout=60, what="the pause, once the destroy finished")
+
+    asyncio.run(scenario())
+    assert applied == [other, pause]
