@@ -84,9 +84,11 @@ def most_in_any_window(times: list[float], window: float) -> int:
 def test_three_sessions_on_two_workers_share_one_limit(cluster):
     svc = cluster
     metrics_port = free_port()
-    svc.start_agents("--metrics-port", str(metrics_port))
+    # Each create is applied by the one worker not stopped (create_on): no share of
+    # creates between them (runtime/dispatch/create_share.py), so none waits for the stopped one.
+    svc.start_agents("--metrics-port", str(metrics_port), "--create-grace", "0")
     first = svc.agents
-    second = svc.start_worker()
+    second = svc.start_worker("--create-grace", "0")
     wait_for(lambda: "polling for actions" in open(os.path.join(svc.log_dir, "agents.py.2.log")).read()
              and "polling for actions" in open(os.path.join(svc.log_dir, "agents.py.3.log")).read(),
              timeout=60, what="both workers to poll")
