@@ -37,6 +37,16 @@ under a parent span not yet received.  Attempts carry durations, not start
 times: they are laid end to end from the step's start, after the call's wait
 at the rate-limit gate.
 
+The request behind a step: an action whose handler starts (the observer's
+``action_started``) is remembered for its session, and the first step the
+session persists after it carries its id (``agentsvc.action_ids``, with
+``agentsvc.action_types``) and, when the HTTP request that queued it sent a
+valid W3C ``traceparent`` (kept in the action's payload by api/sessions.py,
+domain/trace_context.py), an OpenTelemetry Link to that request's span.  Only
+actions that lead to a step are remembered (not ``pause`` or ``destroy``), and
+in this process's memory: a step that a restarted process takes after the
+action was applied elsewhere carries no link.
+
 Prompts and completions go out only when the operator opts in with
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, and only what the
 record keeps of them: the redacted request and reply of the model_io table
@@ -56,6 +66,7 @@ import threading
 from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 
+from domain import trace_context
 from domain.statuses import SESSION_FINISHED
 from runtime.base.aio import BackgroundWork
 from store.codec import parse_time
@@ -67,6 +78,8 @@ ENDED = ("success", "failed", "denied", "unknown", "replayed")
 APPROVAL_WAIT = "waiting_approval"
 ASK_USER = "ask_user"
 MAX_QUEUE = 8192  # spans waiting for export; past this they are dropped and counted
+STEPLESS_ACTIONS = ("pause", "destroy")  # actions no step follows: nothing to link
+ACTIONS_PER_STEP = 32  # links a step carries at most (a bulk approval of many calls of one step)
 KEPT = 50_000  # tool calls remembered as having waited for approval, and sessions whose span was sent
 
 
@@ -234,23 +247,36 @@ class Tracing:
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> its tree's root session
         self._approvals: OrderedDict[str, None] = OrderedDict()  # tool calls seen waiting for approval
         self._sent: OrderedDict[str, None] = OrderedDict()  # sessions whose span was sent
+        self._causes: OrderedDict[str, dict] = OrderedDict()  # session -> {action id: action} its next step follows
 
     # ---- observer hooks -------------------------------------------------
 
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         self._remember(self._roots, snapshot["session_id"], root_of(snapshot))
+        causes = list(self._causes.pop(step["session_id"], {}).values()) if self._causes else []
         if self.store is not None and (step.get("usage") or {}).get("calls"):
-            self._background.spawn(self._with_content(snapshot, step), name=f"trace {step['session_id']}")
+            self._background.spawn(self._with_content(snapshot, step, causes), name=f"trace {step['session_id']}")
         else:
-            self.emit_step(snapshot, step)
+            self.emit_step(snapshot, step, causes=causes)
 
-    async def _with_content(self, snapshot: dict, step: dict) -> None:
+    async def _with_content(self, snapshot: dict, step: dict, causes: list[dict]) -> None:
         try:
             kept = await asyncio.to_thread(self.store.model_io.of_step, step["session_id"], step["iteration"])
         except Exception as exc:  # noqa: BLE001 - the spans go out without content
             log.warning("model I/O of step %s not read for its spans: %s", step["iteration"], exc)
             kept = []
-        self.emit_step(snapshot, step, kept)
+        self.emit_step(snapshot, step, kept, causes)
+
+    async def action_started(self, action: dict) -> None:
+        """Remember the action for the next step of its session (module docstring)."""
+        session_id = action.get("session_id")
+        if not session_id or action.get("type") in STEPLESS_ACTIONS:
+            return
+        waiting = self._causes.get(session_id) or {}
+        if len(waiting) < ACTIONS_PER_STEP:
+            waiting[action["id"]] = {"id": action["id"], "type": action.get("type"),
+                                     "traceparent": (action.get("payload") or {}).get(trace_context.PAYLOAD_KEY)}
+        self._remember(self._causes, session_id, waiting)
 
     async def tool_call_updated(self, row: dict) -> None:
         if row.get("status") == APPROVAL_WAIT:
@@ -290,13 +316,13 @@ class Tracing:
         return otel.set_span_in_context(otel.NonRecordingSpan(context))
 
     def _span(self, name: str, span_id: int, trace: int, parent_id: int | None, start: int, end: int,
-              attrs: dict, error: str | None = None, kind=None, events=()):
+              attrs: dict, error: str | None = None, kind=None, events=(), links=()):
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         self.ids.preset(span_id, trace)
         context = self._parent(trace, parent_id) if parent_id is not None else None
         span = self.tracer.start_span(name, context=context, kind=kind or SpanKind.INTERNAL,
-                                      attributes=_clean(attrs), start_time=start)
+                                      attributes=_clean(attrs), start_time=start, links=links)
         for event_name, at, event_attrs in events:
             span.add_event(event_name, _clean(event_attrs), timestamp=at)
         if error:
@@ -324,7 +350,7 @@ class Tracing:
                     "gen_ai.usage.output_tokens": usage.get("output_tokens")},
                    error=snapshot.get("last_error") if snapshot.get("status") == "error" else None)
 
-    def emit_step(self, snapshot: dict, step: dict, model_io: list[dict] = ()) -> None:
+    def emit_step(self, snapshot: dict, step: dict, model_io: list[dict] = (), causes: list[dict] = ()) -> None:
         session_id, iteration = step["session_id"], step["iteration"]
         trace = trace_id(root_of(snapshot))
         end = _ns(step.get("created_at")) or _ns(datetime.now(timezone.utc))
@@ -336,8 +362,10 @@ class Tracing:
                     "agentsvc.status": step.get("status"),
                     "agentsvc.tool_calls": len(step.get("tool_calls") or []) or None,
                     "gen_ai.usage.input_tokens": usage.get("input_tokens"),
-                    "gen_ai.usage.output_tokens": usage.get("output_tokens")},
-                   error=step.get("error"))
+                    "gen_ai.usage.output_tokens": usage.get("output_tokens"),
+                    "agentsvc.action_ids": tuple(c["id"] for c in causes) or None,
+                    "agentsvc.action_types": tuple(c["type"] or "" for c in causes) or None},
+                   error=step.get("error"), links=_request_links(causes))
         at = start
         for n, call in enumerate(usage.get("calls") or []):
             at += int((call.get("rate_wait_ms") or 0) * 1e6)
@@ -410,6 +438,20 @@ class Tracing:
         kept.move_to_end(key)
         while len(kept) > KEPT:
             kept.popitem(last=False)
+
+
+def _request_links(causes: list[dict]) -> list:
+    """Links to the spans of the HTTP requests that queued these actions (those that sent a traceparent)."""
+    from opentelemetry.trace import Link, SpanContext, TraceFlags
+
+    links = []
+    for cause in causes:
+        parsed = trace_context.parse(cause.get("traceparent"))
+        if parsed:
+            trace, span, flags = parsed
+            context = SpanContext(trace_id=trace, span_id=span, is_remote=True, trace_flags=TraceFlags(flags & 0xFF))
+            links.append(Link(context, {"agentsvc.action_id": cause["id"], "agentsvc.action_type": cause["type"] or ""}))
+    return links
 
 
 def _content(kept: dict) -> dict:

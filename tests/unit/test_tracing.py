@@ -222,3 +222,44 @@ def test_an_approval_wait_a_restarted_process_learns_from_the_loaded_rows_and_a_
                                           "started_at": T0, "finished_at": T0}))
     waits = [s for s in exporter.get_finished_spans() if s.name == "approval wait"]
     assert [w.parent.span_id for w in waits] == [tracing.tool_span_id("C")]
+
+
+REQUEST = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_step_after_an_action_links_to_the_request_that_queued_it():
+    traces, exporter = make()
+    snapshot = {"session_id": "S1", "agent_id": "A1", "status": "running", "created_at": T0}
+    step = lambda n: {"session_id": "S1", "iteration": n, "status": "ok", "latency_ms": 5.0,  # noqa: E731
+                      "created_at": (T0 + timedelta(seconds=n + 1)).isoformat()}
+    asyncio.run(traces.action_started({"id": "ACT1", "type": "create", "session_id": "S1",
+                                       "payload": {"moniker": "scripted", "traceparent": REQUEST}}))
+    asyncio.run(traces.action_started({"id": "ACT0", "type": "pause", "session_id": "S1",
+                                       "payload": {"traceparent": REQUEST}}))  # no step follows a pause
+    asyncio.run(traces.step_persisted(snapshot, step(0)))
+    asyncio.run(traces.action_started({"id": "ACT2", "type": "resume", "session_id": "S1", "payload": {}}))
+    asyncio.run(traces.action_started({"id": "ACT3", "type": "tool_approve", "session_id": "S1",
+                                       "payload": {"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}}))
+    asyncio.run(traces.step_persisted(snapshot, step(1)))
+    asyncio.run(traces.step_persisted(snapshot, step(2)))
+    first, second, third = exporter.get_finished_spans()
+    assert first.attributes["agentsvc.action_ids"] == ("ACT1",)
+    assert first.attributes["agentsvc.action_types"] == ("create",)
+    [link] = first.links
+    assert link.context.trace_id == 0x4bf92f3577b34da6a3ce929d0e0e4736 and link.context.span_id == 0x00f067aa0ba902b7
+    assert link.context.is_remote and link.context.trace_flags.sampled
+    assert link.attributes["agentsvc.action_id"] == "ACT1"
+    assert first.context.trace_id == tracing.trace_id("S1")  # linked, not re-parented: the session keeps its trace
+    assert second.attributes["agentsvc.action_ids"] == ("ACT2", "ACT3")
+    assert not second.links  # no traceparent, and an invalid one (a zero trace id)
+    assert "agentsvc.action_ids" not in third.attributes and not third.links
+
+
+def test_an_action_of_another_session_links_nothing_here():
+    traces, exporter = make()
+    asyncio.run(traces.action_started({"id": "ACT1", "type": "create", "session_id": "S2",
+                                       "payload": {"traceparent": REQUEST}}))
+    asyncio.run(traces.step_persisted({"session_id": "S1", "created_at": T0},
+                                      {"session_id": "S1", "iteration": 0, "created_at": T0.isoformat()}))
+    [span] = exporter.get_finished_spans()
+    assert not span.links and "agentsvc.action_ids" not in span.attributes
