@@ -15,7 +15,6 @@ from runtime.record import tracing
 from tests.browsing import screenshot
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.harness import Service, wait_for
-from tests.servers import Phoenix
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
 
@@ -30,13 +29,6 @@ REPLIES = [
                       "text": "165 visitors; the museum opens at 10:00."}), prompt_tokens=530, completion_tokens=21)]
 EXPECTED = ("session museum planner", "step 0", "step 1", "chat fake-model", "execute_tool add",
             "execute_tool spawn_agent", "approval wait", "session researcher")
-
-
-@pytest.fixture
-def phoenix(tmp_path):
-    server = Phoenix(str(tmp_path))
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ import requests
 from runtime.record import tracing
 from tests.fake_openai import FakeOpenAI, Reply, scripted
 from tests.harness import Service, free_port, wait_for
-from tests.servers import Phoenix
 
 
 def frame(n: int, text: str, done: bool = False) -> str:
@@ -39,13 +38,6 @@ APPROVE_REQUEST = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 def hex_id(value: int, size: int) -> str:
     return f"{value:0{size * 2}x}"
-
-
-@pytest.fixture
-def phoenix(tmp_path):
-    server = Phoenix(str(tmp_path))
-    yield server
-    server.stop()
 
 
 @pytest.fixture
