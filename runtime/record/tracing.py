@@ -11,11 +11,16 @@ Why after the fact: a step row carries its time and latency, its usage the
 model calls and each HTTP attempt (monikers/llm_call.py: outcome, tokens,
 duration), a tool call row its created / started / finished times.  So every
 span is made whole, with explicit start and end times, once the row is durable,
-and nothing stays open across a crash or a restart.  Export never slows or
-breaks a step: ``on_end`` only appends to a bounded queue that a background
-thread drains; a span that finds the queue full, or a batch the receiver
-refuses, is dropped and counted (:attr:`SpanDrops.dropped`, exported as
-``agentsvc_trace_spans_dropped_total`` by runtime/worker/metrics.py).
+and nothing stays open across a crash or a restart.  Export never breaks a
+step and is kept off its path: a hook only resolves what it needs from this
+observer's memory and hands the row to :class:`SpanBuilder`, whose thread
+builds the spans (the SDK's span objects cost ~40 µs each) and ends them into
+the SDK's batch processor, itself a bounded queue that another thread encodes
+and sends.  Work that finds either queue full, or a batch the receiver refuses,
+is dropped and counted (:attr:`SpanDrops.dropped`, exported as
+``agentsvc_trace_spans_dropped_total`` by runtime/worker/metrics.py).  Both
+threads still share the interpreter lock with the event loop: BENCHMARKS.md
+says what tracing costs a busy process.
 
 Ids are derived, not random, so a session's spans join one trace whichever
 process writes them, before or after a crash:
@@ -62,6 +67,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import threading
 from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
@@ -233,14 +239,66 @@ def provider(exporter=None, processor=None, drops: SpanDrops | None = None, max_
     return found, ids, drops
 
 
+class SpanBuilder:
+    """A thread that builds spans off the event loop, from a bounded queue of
+    (function, arguments); what finds the queue full is dropped and counted
+    (as one span, though a step with model calls makes several)."""
+
+    def __init__(self, drops: SpanDrops, size: int = MAX_QUEUE):
+        self._queue: queue.Queue = queue.Queue(maxsize=size)
+        self._drops = drops
+        self._thread = threading.Thread(target=self._run, name="trace span builder", daemon=True)
+        self._thread.start()
+
+    def submit(self, build, *args) -> None:
+        try:
+            self._queue.put_nowait((build, args))
+        except queue.Full:
+            self._drops.add(1)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                build, args = item
+                build(*args)
+            except Exception:  # noqa: BLE001 - a span not built never reaches a step
+                log.exception("trace spans not built")
+            finally:
+                self._queue.task_done()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Build what is queued, then stop (blocking: call it in a thread)."""
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            log.warning("trace span builder: queue still full after %.0f s; stopping without it", timeout_s)
+            return
+        self._thread.join(timeout_s)
+
+
+class _Inline:
+    """Spans built at once, on the caller's thread (tests that read them right away)."""
+
+    @staticmethod
+    def submit(build, *args) -> None:
+        build(*args)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        pass
+
+
 class Tracing:
     """The observer: spans from step rows, tool call rows and finished snapshots."""
 
     def __init__(self, tracer_provider=None, ids: _PresetIds | None = None, drops: SpanDrops | None = None,
-                 *, store=None, capture_content: bool = False):
+                 *, store=None, capture_content: bool = False, build_in_thread: bool = True):
         if tracer_provider is None:
             tracer_provider, ids, drops = provider()
         self.provider, self.ids, self.drops = tracer_provider, ids, drops or SpanDrops()
+        self._builder = SpanBuilder(self.drops) if build_in_thread else _Inline()
         self.store = store if capture_content else None  # the model_io table is read only for content
         self._background = BackgroundWork("traces: reading a step's model I/O", concurrency=1)
         self.tracer = tracer_provider.get_tracer("agentsvc")
@@ -257,7 +315,7 @@ class Tracing:
         if self.store is not None and (step.get("usage") or {}).get("calls"):
             self._background.spawn(self._with_content(snapshot, step, causes), name=f"trace {step['session_id']}")
         else:
-            self.emit_step(snapshot, step, causes=causes)
+            self._builder.submit(self.emit_step, _tree_of(snapshot), dict(step), (), causes)
 
     async def _with_content(self, snapshot: dict, step: dict, causes: list[dict]) -> None:
         try:
@@ -265,7 +323,7 @@ class Tracing:
         except Exception as exc:  # noqa: BLE001 - the spans go out without content
             log.warning("model I/O of step %s not read for its spans: %s", step["iteration"], exc)
             kept = []
-        self.emit_step(snapshot, step, kept, causes)
+        self._builder.submit(self.emit_step, _tree_of(snapshot), dict(step), kept, causes)
 
     async def action_started(self, action: dict) -> None:
         """Remember the action for the next step of its session (module docstring)."""
@@ -282,7 +340,11 @@ class Tracing:
         if row.get("status") == APPROVAL_WAIT:
             self._remember(self._approvals, row["id"], None)
         elif row.get("status") in ENDED:
-            self.emit_tool_call(row)
+            # what the row's spans need from this observer's memory, read here, on the loop
+            session_id, call_id = row["session_id"], row["id"]
+            waited = call_id in self._approvals
+            self._approvals.pop(call_id, None)
+            self._builder.submit(self.emit_tool_call, dict(row), self._roots.get(session_id) or session_id, waited)
 
     async def tool_phase_loaded(self, agent, rows: list[dict]) -> None:
         """A step's calls as planned or recovered: after a restart, the new process
@@ -297,12 +359,13 @@ class Tracing:
             key = f"{snapshot['session_id']}:{snapshot.get('iteration')}:{snapshot.get('status')}"
             if key not in self._sent:
                 self._remember(self._sent, key, None)
-                self.emit_session(snapshot)
+                self._builder.submit(self.emit_session, dict(snapshot))  # a copy: the thread reads it later
 
     async def close(self) -> None:
         """Send what is queued (bounded by the SDK's export timeout), then stop;
         in a thread: the export is blocking HTTP."""
         await self._background.close(grace_s=5.0)
+        await asyncio.to_thread(self._builder.close)
         await asyncio.to_thread(self.provider.shutdown)
 
     # ---- spans ------------------------------------------------------------
@@ -397,9 +460,9 @@ class Tracing:
                     "agentsvc.structured_mode": call.get("structured"), **(content or {})},
                    error=attempt.get("error") or (outcome if failed else None), kind=SpanKind.CLIENT)
 
-    def emit_tool_call(self, row: dict) -> None:
+    def emit_tool_call(self, row: dict, root: str, waited: bool) -> None:
+        """The call's span, and its wait's when it was seen waiting for approval (``waited``)."""
         session_id, call_id, name = row["session_id"], row["id"], row.get("name") or "tool"
-        root = self._roots.get(session_id) or session_id
         trace = trace_id(root)
         created = _ns(row.get("created_at"))
         ended = _ns(row.get("finished_at")) or _ns(datetime.now(timezone.utc))
@@ -416,9 +479,7 @@ class Tracing:
                     "agentsvc.decided_by": row.get("decided_by")},
                    error=row.get("error") if status in ("failed", "unknown") else None, events=events)
         # Seen waiting by this process (an update, or the rows a restarted process loaded), or denied by a person
-        waited = call_id in self._approvals or bool(status == "denied" and row.get("decided_by"))
-        if waited:
-            self._approvals.pop(call_id, None)
+        if waited or (status == "denied" and row.get("decided_by")):
             decided = started if status != "denied" and started else ended
             self.ids.preset(0)
             self._span("approval wait", 0, trace, span_id, created, decided,
@@ -438,6 +499,11 @@ class Tracing:
         kept.move_to_end(key)
         while len(kept) > KEPT:
             kept.popitem(last=False)
+
+
+def _tree_of(snapshot: dict) -> dict:
+    """What a step's spans need of its snapshot (the thread reads it later; the snapshot moves on)."""
+    return {"session_id": snapshot["session_id"], "root_session_id": snapshot.get("root_session_id")}
 
 
 def _request_links(causes: list[dict]) -> list:
