@@ -144,7 +144,7 @@ def _clean(attrs: dict) -> dict:
 
 class _PresetIds:
     """The SDK's id generator, told the next ids: the span about to start takes
-    them (spans are only started from the event loop's thread, one at a time)."""
+    them (spans are started on one thread at a time: SpanBuilder's, or the caller's when inline)."""
 
     def __init__(self):
         from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
