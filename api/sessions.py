@@ -6,11 +6,12 @@ A session exists for the API from the moment its create is accepted: until
 the service applies the create, it is shown as ``pending``, built from the
 queued action.
 """
-from flask import jsonify
+from flask import jsonify, request
 
 from api import auth, idempotency
 from api.context import ctx
 from api.errors import ApiError
+from domain import trace_context
 
 
 def pending_snapshot(create: dict) -> dict:
@@ -74,13 +75,18 @@ def queue(type_: str, targets, payload: dict, answer, payloads: list[dict] | Non
     ``answer(rows)`` (a body and a status) and the rows.  Every action carries
     ``payload``, or its own of ``payloads`` (one per target: a bulk decision
     names a different tool call in each).  Under an Idempotency-Key the key and
-    that answer commit with the rows (api/idempotency.py)."""
+    that answer commit with the rows (api/idempotency.py).  A valid W3C
+    ``traceparent`` header is kept in each payload (domain/trace_context.py)."""
     actions = ctx().store.actions
     rows = actions.new_rows(type_, targets, payload, actor=auth.actor(), **extra)
     if payloads is not None:
         assert len(payloads) == len(rows)
         for row, own in zip(rows, payloads):
             row["payload"] = own
+    traced = trace_context.checked(request.headers.get(trace_context.HEADER))
+    if traced:
+        for row in rows:
+            row["payload"] = {**row["payload"], trace_context.PAYLOAD_KEY: traced}
     body, status = answer(rows)
     idempotency.stamp(rows, body, status)
     if rows:

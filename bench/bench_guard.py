@@ -2,7 +2,7 @@
 with LangGraph measured beside it, and a verdict per target.
 
     python -m bench.bench_guard [--quick] [--seconds 10] [--skip adoption,history]
-                                [--adoption-sessions 10000]
+                                [--adoption-sessions 10000] [--tracing]
 
 Re-run it whenever a change touches the write path and replace the "Current
 figures" table at the top of BENCHMARKS.md with what it prints.  The machine
@@ -18,7 +18,11 @@ Figures (``--skip`` takes any of the part names in brackets):
 - [adoption] a restart with N orphaned sessions: seconds until all are
   adopted and stepping (bench_adoption.py, when it exists);
 - [history] disk over new information, state growing 1 KB a step
-  (bench_history.py, when it exists).
+  (bench_history.py, when it exists);
+- [tracing] only with ``--tracing`` (it starts Arize Phoenix from
+  .venv-phoenix as the OTLP/HTTP receiver): 1,000 agents' steps/s with the
+  tracing observer off and on, alternating off, on, off, on so that the shared
+  machine's noise falls on both alike; the cost is 1 - on / off.
 
 A target whose figure was not taken (skipped, module absent, or measured at
 another size than the target's, as ``--quick`` does) is "not measured".
@@ -35,7 +39,7 @@ import sys
 from bench.bench_peers import measure_agentsvc, measure_langgraph, ms_per_step
 from bench.common import emit, machine, progress
 
-PARTS = ("peers", "floor", "tools", "adoption", "history")
+PARTS = ("peers", "floor", "tools", "adoption", "history", "tracing")
 # target -> (what it is, the bound as people read it)
 TARGETS = {
     "one_agent_ms": ("1 agent, ms per persisted step", "≤ 3 ms"),
@@ -46,6 +50,7 @@ TARGETS = {
     "tool_step_ratio": ("a step with a no-op tool call, × a plain step (p50)", "≤ 1.5×"),
     "adoption_s": ("restart with 10,000 orphaned sessions, s to all stepping", "≤ 10 s"),
     "history_disk_ratio": ("history, +1 KB/step, 1,000 steps: disk ÷ new information", "≤ 3×"),
+    "tracing_cost_percent": ("1,000 agents, steps/s lost with traces on (Phoenix receiving), %", "≤ 5 %"),
 }
 
 
@@ -83,6 +88,42 @@ def floor(quick: bool) -> dict:
 def tools(seconds: float, warmup_s: float) -> dict:
     from bench import bench_tools
     return bench_tools.single(seconds, warmup_s)
+
+
+def traced(counts: list[int], seconds: float, warmup_s: float, rounds: int = 2) -> dict | None:
+    """Steps/s of the largest agent count with the tracing observer off and on,
+    alternating, with Phoenix receiving the spans (None when Phoenix is not installed)."""
+    import tempfile
+
+    from bench.bench_step_throughput import measure
+    from tests.servers import Phoenix
+
+    n = counts[-1]
+    with tempfile.TemporaryDirectory() as root:
+        try:
+            receiver = Phoenix(root)
+        except BaseException as exc:  # noqa: BLE001 - require() skips through pytest when it is absent
+            if type(exc).__name__ != "Skipped":
+                raise
+            progress(f"tracing: {exc}; not measured")
+            return None
+        try:
+            runs = []
+            for i in range(rounds):
+                for traces in (None, receiver.url):
+                    progress(f"tracing round {i + 1}/{rounds}: {n} agents, traces {'on' if traces else 'off'}")
+                    runs.append(measure(n, seconds, warmup_s, traces=traces))
+        finally:
+            receiver.stop()
+    off = [r["steps_per_s"] for r in runs if "traces" not in r]
+    on = [r["steps_per_s"] for r in runs if "traces" in r]
+    mean_off, mean_on = sum(off) / len(off), sum(on) / len(on)
+    return {"agents": n, "steps_per_s_off": off, "steps_per_s_on": on,
+            "cost_percent": round((1 - mean_on / mean_off) * 100, 1) if mean_off else None,
+            "spans_ended_in_window": [r["traces"]["spans_ended_in_window"] for r in runs if "traces" in r],
+            "spans_dropped_in_window": [r["traces"]["spans_dropped_in_window"] for r in runs if "traces" in r],
+            "cpu_ms_per_step_off": [r["cpu_ms_per_step"] for r in runs if "traces" not in r],
+            "cpu_ms_per_step_on": [r["cpu_ms_per_step"] for r in runs if "traces" in r]}
 
 
 def optional(module: str, **kwargs) -> dict | None:
@@ -136,11 +177,14 @@ def figures_and_verdicts(parts: dict, adoption_sessions: int, quick: bool = Fals
         "tool_step_ratio": (parts.get("tools") or {}).get("ratio_p50"),
         "adoption_s": find(parts.get("adoption"), ADOPTION_KEYS) if adoption_sessions == 10_000 else None,
         "history_disk_ratio": None if quick else find(parts.get("history"), HISTORY_KEYS),
+        "tracing_cost_percent": (parts.get("tracing") or {}).get("cost_percent")
+        if (parts.get("tracing") or {}).get("agents") == 1000 else None,
     }
     bounds = {"one_agent_vs_langgraph": lambda v: v <= 1.0, "one_agent_ms": lambda v: v <= 3.0,
               "agents_100_steps_per_s": lambda v: v >= 5000, "agents_1000_steps_per_s": lambda v: v >= 10_000,
               "agents_1000_vs_langgraph": lambda v: v >= 20, "tool_step_ratio": lambda v: v <= 1.5,
-              "adoption_s": lambda v: v <= 10, "history_disk_ratio": lambda v: v <= 3}
+              "adoption_s": lambda v: v <= 10, "history_disk_ratio": lambda v: v <= 3,
+              "tracing_cost_percent": lambda v: v <= 5}
     return fig, {k: verdict(None if fig[k] is None else bounds[k](fig[k])) for k in TARGETS}
 
 
@@ -204,7 +248,7 @@ def _fmt(value) -> str:
 # ---- driver ---------------------------------------------------------------------
 
 
-def run(seconds: float = 10.0, warmup_s: float = 2.0, counts=(1, 100, 1000), skip=(),
+def run(seconds: float = 10.0, warmup_s: float = 2.0, counts=(1, 100, 1000), skip=("tracing",),
         adoption_sessions: int = 10_000, quick: bool = False) -> dict:
     result = {"benchmark": "guard", "machine": machine(), "commit": head_commit(), "seconds": seconds,
               "skipped": sorted(skip)}
@@ -222,6 +266,9 @@ def run(seconds: float = 10.0, warmup_s: float = 2.0, counts=(1, 100, 1000), ski
     if "history" not in skip:
         progress("history with growing state (bench_history)")
         parts["history"] = optional("bench_history", **({"quick": True} if quick else {}))
+    if "tracing" not in skip:
+        progress("tracing off and on, alternating, Phoenix receiving")
+        parts["tracing"] = traced(list(counts), seconds, warmup_s)
     result["figures"], result["verdict"] = figures_and_verdicts(parts, adoption_sessions, quick)
     result["langgraph"] = langgraph_beside(parts)
     result["targets"] = {k: bound for k, (_, bound) in TARGETS.items()}
@@ -237,8 +284,10 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--skip", default="", help=f"comma-separated parts to leave out: {','.join(PARTS)}")
     parser.add_argument("--adoption-sessions", type=int, default=10_000)
+    parser.add_argument("--tracing", action="store_true",
+                        help="also measure tracing's cost (starts Arize Phoenix from .venv-phoenix)")
     args = parser.parse_args(argv)
-    skip = {s for s in args.skip.split(",") if s}
+    skip = {s for s in args.skip.split(",") if s} | (set() if args.tracing else {"tracing"})
     if skip - set(PARTS):
         parser.error(f"unknown parts {sorted(skip - set(PARTS))}; known: {','.join(PARTS)}")
     counts = (1, 100, 1000)

@@ -2,6 +2,7 @@
 agents on a no-op moniker, and how long each step waits for its commit.
 
     python -m bench.bench_step_throughput [--quick] [--agents 10,100,1000] [--seconds 15] [--relay]
+                                          [--traces http://127.0.0.1:6006]
 
 Runs AgentService in this process on a Store in a temporary directory (no HTTP:
 this measures the runtime and the store, not Flask).  Sessions are created
@@ -19,6 +20,12 @@ two cores, rather than waiting, are the limit.
 ``--relay`` also relays every step's live events (runtime/base/relay.py, on the
 step's path through the observers) to a real app.py started for the run, as
 agents.py does, and reports what the relay sent, coalesced and dropped.
+
+``--traces URL`` also attaches the tracing observer (runtime/record/tracing.py,
+as agents.py's ``tracing`` chore does when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is
+set), exporting over OTLP/HTTP to the receiver at URL, and reports the spans
+ended and dropped in the window.  bench_guard.py's ``tracing`` part starts
+Arize Phoenix as that receiver and alternates runs with and without it.
 """
 import argparse
 import asyncio
@@ -55,9 +62,29 @@ def start_app(root: str) -> tuple[subprocess.Popen, str, str]:
     return proc, url, token
 
 
-def measure(n: int, seconds: float, warmup_s: float, relay: bool = False) -> dict:
+def tracing_observer(url: str):
+    """The tracing observer agents.py attaches, exporting to the OTLP/HTTP receiver
+    at ``url``, and a count of the spans it ended: (observer, count)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import SpanProcessor
+    from runtime.record import tracing
+
+    class SpanCount(SpanProcessor):
+        ended = 0
+
+        def on_end(self, span) -> None:
+            self.ended += 1
+
+    found, ids, drops = tracing.provider(OTLPSpanExporter(endpoint=url.rstrip("/") + "/v1/traces"))
+    count = SpanCount()
+    found.add_span_processor(count)
+    return tracing.Tracing(found, ids, drops), count
+
+
+def measure(n: int, seconds: float, warmup_s: float, relay: bool = False, traces: str | None = None) -> dict:
     """Steps/s and commit waits for n no-op agents, on a fresh store (``relay``:
-    their live events relayed to a real app.py)."""
+    their live events relayed to a real app.py; ``traces``: spans exported to
+    the OTLP/HTTP receiver at that URL)."""
     from runtime.base.relay import EventRelay
 
     with tempfile.TemporaryDirectory() as root:
@@ -68,18 +95,24 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False) -> dic
         enqueue_s = time.perf_counter() - started
 
         async def scenario(service):
-            relayed = None
+            relayed = traced = spans = None
             if app is not None:
                 relayed = EventRelay(app[1], app[2])
                 service.observers.add(relayed)
                 relayed.start()
+            if traces:
+                traced, counted = tracing_observer(traces)
+                service.observers.add(traced)
+                spans = lambda: (counted.ended, traced.drops.dropped)  # noqa: E731
             try:
-                return await measured(service, relayed)
+                return await measured(service, relayed, spans)
             finally:
                 if relayed is not None:
                     await relayed.close()
+                if traced is not None:
+                    await traced.close()
 
-        async def measured(service, relayed):
+        async def measured(service, relayed, spans):
             timer = CommitTimer(service.persist)
             t0 = time.perf_counter()
             await wait_until(lambda: len(service.sessions.running()) >= n, timeout=600, what=f"{n} sessions")
@@ -90,10 +123,12 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False) -> dic
             c0, r0, s0 = stats.commits, stats.rows, stats.commit_seconds
             counted = lambda: {k: getattr(relayed, k, None) for k in ("sent", "coalesced", "dropped")}  # noqa: E731
             r1 = counted() if relayed is not None else None
+            p1 = spans() if spans else None
             t1, cpu1 = time.perf_counter(), time.process_time()
             await asyncio.sleep(seconds)
             elapsed, cpu_s = time.perf_counter() - t1, time.process_time() - cpu1
             r2 = counted() if relayed is not None else None
+            p2 = spans() if spans else None
             steps, commits = timer.steps_done, stats.commits - c0
             return {"agents": n, "steps_per_s": round(steps / elapsed, 1), "steps": steps,
                     "seconds": round(elapsed, 2), "enqueue_creates_s": round(enqueue_s, 2),
@@ -105,7 +140,9 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False) -> dic
                     "process_cpu_cores": round(cpu_s / elapsed, 2),
                     "cpu_ms_per_step": round(cpu_s * 1000 / max(steps, 1), 3),
                     **({"relay_events_in_window": {k: None if r2[k] is None else r2[k] - r1[k] for k in r2},
-                        "relay_buffered_at_end": len(relayed.buffer)} if relayed is not None else {})}
+                        "relay_buffered_at_end": len(relayed.buffer)} if relayed is not None else {}),
+                    **({"traces": {"receiver": traces, "spans_ended_in_window": p2[0] - p1[0],
+                                   "spans_dropped_in_window": p2[1] - p1[1]}} if spans else {})}
         try:
             return run_in_process(store, scenario)
         finally:
@@ -115,12 +152,12 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False) -> dic
                 app[0].wait(timeout=30)
 
 
-def run(counts: list[int], seconds: float, warmup_s: float, relay: bool = False) -> dict:
+def run(counts: list[int], seconds: float, warmup_s: float, relay: bool = False, traces: str | None = None) -> dict:
     result = {"benchmark": "step_throughput", "machine": machine(), "moniker": "noop (bench-local)",
-              "relay": relay, "runs": []}
+              "relay": relay, "traces": traces, "runs": []}
     for n in counts:
         progress(f"{n} agents")
-        result["runs"].append(measure(n, seconds, warmup_s, relay))
+        result["runs"].append(measure(n, seconds, warmup_s, relay, traces))
     biggest = result["runs"][-1]
     result["target"] = {"steps_per_s": TARGET_STEPS_PER_S, "agents": biggest["agents"],
                         "met": biggest["steps_per_s"] >= TARGET_STEPS_PER_S}
@@ -134,10 +171,11 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="measuring window per count")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--relay", action="store_true", help="relay the live events to a real app.py")
+    parser.add_argument("--traces", metavar="URL", help="attach the tracing observer, exporting to this OTLP/HTTP receiver")
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.seconds, args.warmup = "5", 1.0, 0.5
-    emit(run([int(x) for x in args.agents.split(",")], args.seconds, args.warmup, args.relay))
+    emit(run([int(x) for x in args.agents.split(",")], args.seconds, args.warmup, args.relay, args.traces))
     return 0
 
 

@@ -8,8 +8,10 @@
         for event in api.stream(session_id=made.session_id):
             print(event.event, event.data)
 
-- calls.py: every route as a request (path, body, answer model), shared by
-  sync.py (:class:`Client`) and aio.py (:class:`AsyncClient`);
+- calls.py: every route as a request (path, body, answer model), and
+  methods.py: every method, both shared by sync.py (:class:`Client`) and
+  aio.py (:class:`AsyncClient`), which differ only in how they send, page,
+  poll and stream;
 - _http.py: retries (with an Idempotency-Key for what queues actions) and paging;
 - errors.py: the service's error answers as exceptions, and :class:`Unreachable`;
 - models.py: typed requests, answers and stream events, checked against the

@@ -53,6 +53,16 @@ def shared_service(tmp_path_factory):
 
 
 @pytest.fixture
+def phoenix(tmp_path):
+    """Arize Phoenix receiving OTLP/HTTP traces, for one test (tests/servers.py)."""
+    from tests.servers import Phoenix
+
+    server = Phoenix(str(tmp_path))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def llm_endpoints(tmp_path, monkeypatch):
     """An endpoints file installed as this process's catalog for one test: for
     sessions run in this process and settings resolved here, a test adds its

@@ -266,6 +266,12 @@ class Phoenix(Proc):
         if self.proc.poll() is not None:
             raise AssertionError(f"phoenix exited with {self.proc.returncode}\n{self.log()}")
 
+    def project_id(self, project: str = "default") -> str:
+        """The id Phoenix's web pages name ``project`` by (``GET /v1/projects``)."""
+        r = requests.get(f"{self.url}/v1/projects", timeout=30)
+        r.raise_for_status()
+        return next(p["id"] for p in r.json()["data"] if p["name"] == project)
+
     def spans(self, project: str = "default") -> list[dict]:
         """Every span of ``project``, through Phoenix's own REST API (``GET /v1/projects/{p}/spans``)."""
         out, cursor = [], None

@@ -7,11 +7,14 @@ An observer is any object with some of these coroutine methods:
     async def session_created(self, snapshot: dict) -> None
     async def snapshot_saved(self, snapshot: dict) -> None      # after every durable save
     async def step_persisted(self, snapshot: dict, step: dict) -> None   # after the step row is durable
+    async def action_started(self, action: dict) -> None   # its handler is about to run (each attempt)
     async def action_finished(self, action: dict, ok: bool, error: str | None) -> None
     async def tool_call_updated(self, row: dict) -> None   # a tool call's new status (runtime/session/tool_runner.py)
     async def tool_phase_loaded(self, agent, rows: list[dict]) -> None   # a step's calls, planned or recovered
 
-They are awaited in order, after the write they describe is durable.  One that
+They are awaited in order, after the write they describe is durable
+(``action_started``: before the handler runs, so that what the action causes
+comes after it).  One that
 raises is logged and skipped: an observer can never break a session.
 
 Live-only hooks describe nothing durable and are plain functions, called at once
@@ -41,6 +44,8 @@ class Observer(Protocol):
     async def snapshot_saved(self, snapshot: dict) -> None: ...
 
     async def step_persisted(self, snapshot: dict, step: dict) -> None: ...
+
+    async def action_started(self, action: dict) -> None: ...
 
     async def action_finished(self, action: dict, ok: bool, error: str | None) -> None: ...
 

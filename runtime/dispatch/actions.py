@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Awaitable, Callable
 
+from domain import trace_context
 from domain.errors import ActionError
 from monikers.moniker_registry import MonikerRegistry
 from runtime.dispatch.child_controls import ChildControls
@@ -84,7 +85,7 @@ class ActionTable:
             raise ActionError("payload must be a JSON object")
         if not action.get("agent_id") or not action.get("session_id"):
             raise ActionError("action names no agent_id and session_id")
-        await handler(action, payload)
+        await handler(action, trace_context.without(payload))  # a request's trace context is tracing's alone
 
     async def took_effect(self, action: dict) -> bool:
         """Whether the action was applied already, in an attempt that did not end."""

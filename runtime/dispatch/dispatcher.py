@@ -449,6 +449,7 @@ class Dispatcher:
         return False, error
 
     async def _handle(self, claimed: Claimed) -> None:
+        await self.observers.notify("action_started", claimed.action)
         token = BATCH_SESSIONS.set(claimed.known_sessions)
         try:
             await self.handle(claimed.action)

@@ -11,11 +11,16 @@ Why after the fact: a step row carries its time and latency, its usage the
 model calls and each HTTP attempt (monikers/llm_call.py: outcome, tokens,
 duration), a tool call row its created / started / finished times.  So every
 span is made whole, with explicit start and end times, once the row is durable,
-and nothing stays open across a crash or a restart.  Export never slows or
-breaks a step: ``on_end`` only appends to a bounded queue that a background
-thread drains; a span that finds the queue full, or a batch the receiver
-refuses, is dropped and counted (:attr:`SpanDrops.dropped`, exported as
-``agentsvc_trace_spans_dropped_total`` by runtime/worker/metrics.py).
+and nothing stays open across a crash or a restart.  Export never breaks a
+step and is kept off its path: a hook only resolves what it needs from this
+observer's memory and hands the row to :class:`SpanBuilder`, whose thread
+builds the spans (the SDK's span objects cost ~40 µs each) and ends them into
+the SDK's batch processor, itself a bounded queue that another thread encodes
+and sends.  Work that finds either queue full, or a batch the receiver refuses,
+is dropped and counted (:attr:`SpanDrops.dropped`, exported as
+``agentsvc_trace_spans_dropped_total`` by runtime/worker/metrics.py).  Both
+threads still share the interpreter lock with the event loop: BENCHMARKS.md
+says what tracing costs a busy process.
 
 Ids are derived, not random, so a session's spans join one trace whichever
 process writes them, before or after a crash:
@@ -37,6 +42,16 @@ under a parent span not yet received.  Attempts carry durations, not start
 times: they are laid end to end from the step's start, after the call's wait
 at the rate-limit gate.
 
+The request behind a step: an action whose handler starts (the observer's
+``action_started``) is remembered for its session, and the first step the
+session persists after it carries its id (``agentsvc.action_ids``, with
+``agentsvc.action_types``) and, when the HTTP request that queued it sent a
+valid W3C ``traceparent`` (kept in the action's payload by api/sessions.py,
+domain/trace_context.py), an OpenTelemetry Link to that request's span.  Only
+actions that lead to a step are remembered (not ``pause`` or ``destroy``), and
+in this process's memory: a step that a restarted process takes after the
+action was applied elsewhere carries no link.
+
 Prompts and completions go out only when the operator opts in with
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, and only what the
 record keeps of them: the redacted request and reply of the model_io table
@@ -52,10 +67,12 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import threading
 from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 
+from domain import trace_context
 from domain.statuses import SESSION_FINISHED
 from runtime.base.aio import BackgroundWork
 from store.codec import parse_time
@@ -67,6 +84,8 @@ ENDED = ("success", "failed", "denied", "unknown", "replayed")
 APPROVAL_WAIT = "waiting_approval"
 ASK_USER = "ask_user"
 MAX_QUEUE = 8192  # spans waiting for export; past this they are dropped and counted
+STEPLESS_ACTIONS = ("pause", "destroy")  # actions no step follows: nothing to link
+ACTIONS_PER_STEP = 32  # links a step carries at most (a bulk approval of many calls of one step)
 KEPT = 50_000  # tool calls remembered as having waited for approval, and sessions whose span was sent
 
 
@@ -125,7 +144,7 @@ def _clean(attrs: dict) -> dict:
 
 class _PresetIds:
     """The SDK's id generator, told the next ids: the span about to start takes
-    them (spans are only started from the event loop's thread, one at a time)."""
+    them (spans are started on one thread at a time: SpanBuilder's, or the caller's when inline)."""
 
     def __init__(self):
         from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
@@ -220,43 +239,112 @@ def provider(exporter=None, processor=None, drops: SpanDrops | None = None, max_
     return found, ids, drops
 
 
+class SpanBuilder:
+    """A thread that builds spans off the event loop, from a bounded queue of
+    (function, arguments); what finds the queue full is dropped and counted
+    (as one span, though a step with model calls makes several)."""
+
+    def __init__(self, drops: SpanDrops, size: int = MAX_QUEUE):
+        self._queue: queue.Queue = queue.Queue(maxsize=size)
+        self._drops = drops
+        self._thread = threading.Thread(target=self._run, name="trace span builder", daemon=True)
+        self._thread.start()
+
+    def submit(self, build, *args) -> None:
+        try:
+            self._queue.put_nowait((build, args))
+        except queue.Full:
+            self._drops.add(1)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                build, args = item
+                build(*args)
+            except Exception:  # noqa: BLE001 - a span not built never reaches a step
+                log.exception("trace spans not built")
+            finally:
+                self._queue.task_done()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Build what is queued, then stop (blocking: call it in a thread)."""
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            log.warning("trace span builder: queue still full after %.0f s; stopping without it", timeout_s)
+            return
+        self._thread.join(timeout_s)
+
+
+class _Inline:
+    """Spans built at once, on the caller's thread (tests that read them right away)."""
+
+    @staticmethod
+    def submit(build, *args) -> None:
+        build(*args)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        pass
+
+
 class Tracing:
     """The observer: spans from step rows, tool call rows and finished snapshots."""
 
     def __init__(self, tracer_provider=None, ids: _PresetIds | None = None, drops: SpanDrops | None = None,
-                 *, store=None, capture_content: bool = False):
+                 *, store=None, capture_content: bool = False, build_in_thread: bool = True):
         if tracer_provider is None:
             tracer_provider, ids, drops = provider()
         self.provider, self.ids, self.drops = tracer_provider, ids, drops or SpanDrops()
+        self._builder = SpanBuilder(self.drops) if build_in_thread else _Inline()
         self.store = store if capture_content else None  # the model_io table is read only for content
         self._background = BackgroundWork("traces: reading a step's model I/O", concurrency=1)
         self.tracer = tracer_provider.get_tracer("agentsvc")
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> its tree's root session
         self._approvals: OrderedDict[str, None] = OrderedDict()  # tool calls seen waiting for approval
         self._sent: OrderedDict[str, None] = OrderedDict()  # sessions whose span was sent
+        self._causes: OrderedDict[str, dict] = OrderedDict()  # session -> {action id: action} its next step follows
 
     # ---- observer hooks -------------------------------------------------
 
     async def step_persisted(self, snapshot: dict, step: dict) -> None:
         self._remember(self._roots, snapshot["session_id"], root_of(snapshot))
+        causes = list(self._causes.pop(step["session_id"], {}).values()) if self._causes else []
         if self.store is not None and (step.get("usage") or {}).get("calls"):
-            self._background.spawn(self._with_content(snapshot, step), name=f"trace {step['session_id']}")
+            self._background.spawn(self._with_content(snapshot, step, causes), name=f"trace {step['session_id']}")
         else:
-            self.emit_step(snapshot, step)
+            self._builder.submit(self.emit_step, _tree_of(snapshot), dict(step), (), causes)
 
-    async def _with_content(self, snapshot: dict, step: dict) -> None:
+    async def _with_content(self, snapshot: dict, step: dict, causes: list[dict]) -> None:
         try:
             kept = await asyncio.to_thread(self.store.model_io.of_step, step["session_id"], step["iteration"])
         except Exception as exc:  # noqa: BLE001 - the spans go out without content
             log.warning("model I/O of step %s not read for its spans: %s", step["iteration"], exc)
             kept = []
-        self.emit_step(snapshot, step, kept)
+        self._builder.submit(self.emit_step, _tree_of(snapshot), dict(step), kept, causes)
+
+    async def action_started(self, action: dict) -> None:
+        """Remember the action for the next step of its session (module docstring)."""
+        session_id = action.get("session_id")
+        if not session_id or action.get("type") in STEPLESS_ACTIONS:
+            return
+        waiting = self._causes.get(session_id) or {}
+        if len(waiting) < ACTIONS_PER_STEP:
+            waiting[action["id"]] = {"id": action["id"], "type": action.get("type"),
+                                     "traceparent": (action.get("payload") or {}).get(trace_context.PAYLOAD_KEY)}
+        self._remember(self._causes, session_id, waiting)
 
     async def tool_call_updated(self, row: dict) -> None:
         if row.get("status") == APPROVAL_WAIT:
             self._remember(self._approvals, row["id"], None)
         elif row.get("status") in ENDED:
-            self.emit_tool_call(row)
+            # what the row's spans need from this observer's memory, read here, on the loop
+            session_id, call_id = row["session_id"], row["id"]
+            waited = call_id in self._approvals
+            self._approvals.pop(call_id, None)
+            self._builder.submit(self.emit_tool_call, dict(row), self._roots.get(session_id) or session_id, waited)
 
     async def tool_phase_loaded(self, agent, rows: list[dict]) -> None:
         """A step's calls as planned or recovered: after a restart, the new process
@@ -271,12 +359,13 @@ class Tracing:
             key = f"{snapshot['session_id']}:{snapshot.get('iteration')}:{snapshot.get('status')}"
             if key not in self._sent:
                 self._remember(self._sent, key, None)
-                self.emit_session(snapshot)
+                self._builder.submit(self.emit_session, dict(snapshot))  # a copy: the thread reads it later
 
     async def close(self) -> None:
         """Send what is queued (bounded by the SDK's export timeout), then stop;
         in a thread: the export is blocking HTTP."""
         await self._background.close(grace_s=5.0)
+        await asyncio.to_thread(self._builder.close)
         await asyncio.to_thread(self.provider.shutdown)
 
     # ---- spans ------------------------------------------------------------
@@ -290,13 +379,13 @@ class Tracing:
         return otel.set_span_in_context(otel.NonRecordingSpan(context))
 
     def _span(self, name: str, span_id: int, trace: int, parent_id: int | None, start: int, end: int,
-              attrs: dict, error: str | None = None, kind=None, events=()):
+              attrs: dict, error: str | None = None, kind=None, events=(), links=()):
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         self.ids.preset(span_id, trace)
         context = self._parent(trace, parent_id) if parent_id is not None else None
         span = self.tracer.start_span(name, context=context, kind=kind or SpanKind.INTERNAL,
-                                      attributes=_clean(attrs), start_time=start)
+                                      attributes=_clean(attrs), start_time=start, links=links)
         for event_name, at, event_attrs in events:
             span.add_event(event_name, _clean(event_attrs), timestamp=at)
         if error:
@@ -324,7 +413,7 @@ class Tracing:
                     "gen_ai.usage.output_tokens": usage.get("output_tokens")},
                    error=snapshot.get("last_error") if snapshot.get("status") == "error" else None)
 
-    def emit_step(self, snapshot: dict, step: dict, model_io: list[dict] = ()) -> None:
+    def emit_step(self, snapshot: dict, step: dict, model_io: list[dict] = (), causes: list[dict] = ()) -> None:
         session_id, iteration = step["session_id"], step["iteration"]
         trace = trace_id(root_of(snapshot))
         end = _ns(step.get("created_at")) or _ns(datetime.now(timezone.utc))
@@ -336,8 +425,10 @@ class Tracing:
                     "agentsvc.status": step.get("status"),
                     "agentsvc.tool_calls": len(step.get("tool_calls") or []) or None,
                     "gen_ai.usage.input_tokens": usage.get("input_tokens"),
-                    "gen_ai.usage.output_tokens": usage.get("output_tokens")},
-                   error=step.get("error"))
+                    "gen_ai.usage.output_tokens": usage.get("output_tokens"),
+                    "agentsvc.action_ids": tuple(c["id"] for c in causes) or None,
+                    "agentsvc.action_types": tuple(c["type"] or "" for c in causes) or None},
+                   error=step.get("error"), links=_request_links(causes))
         at = start
         for n, call in enumerate(usage.get("calls") or []):
             at += int((call.get("rate_wait_ms") or 0) * 1e6)
@@ -369,9 +460,9 @@ class Tracing:
                     "agentsvc.structured_mode": call.get("structured"), **(content or {})},
                    error=attempt.get("error") or (outcome if failed else None), kind=SpanKind.CLIENT)
 
-    def emit_tool_call(self, row: dict) -> None:
+    def emit_tool_call(self, row: dict, root: str, waited: bool) -> None:
+        """The call's span, and its wait's when it was seen waiting for approval (``waited``)."""
         session_id, call_id, name = row["session_id"], row["id"], row.get("name") or "tool"
-        root = self._roots.get(session_id) or session_id
         trace = trace_id(root)
         created = _ns(row.get("created_at"))
         ended = _ns(row.get("finished_at")) or _ns(datetime.now(timezone.utc))
@@ -388,9 +479,7 @@ class Tracing:
                     "agentsvc.decided_by": row.get("decided_by")},
                    error=row.get("error") if status in ("failed", "unknown") else None, events=events)
         # Seen waiting by this process (an update, or the rows a restarted process loaded), or denied by a person
-        waited = call_id in self._approvals or bool(status == "denied" and row.get("decided_by"))
-        if waited:
-            self._approvals.pop(call_id, None)
+        if waited or (status == "denied" and row.get("decided_by")):
             decided = started if status != "denied" and started else ended
             self.ids.preset(0)
             self._span("approval wait", 0, trace, span_id, created, decided,
@@ -410,6 +499,25 @@ class Tracing:
         kept.move_to_end(key)
         while len(kept) > KEPT:
             kept.popitem(last=False)
+
+
+def _tree_of(snapshot: dict) -> dict:
+    """What a step's spans need of its snapshot (the thread reads it later; the snapshot moves on)."""
+    return {"session_id": snapshot["session_id"], "root_session_id": snapshot.get("root_session_id")}
+
+
+def _request_links(causes: list[dict]) -> list:
+    """Links to the spans of the HTTP requests that queued these actions (those that sent a traceparent)."""
+    from opentelemetry.trace import Link, SpanContext, TraceFlags
+
+    links = []
+    for cause in causes:
+        parsed = trace_context.parse(cause.get("traceparent"))
+        if parsed:
+            trace, span, flags = parsed
+            context = SpanContext(trace_id=trace, span_id=span, is_remote=True, trace_flags=TraceFlags(flags & 0xFF))
+            links.append(Link(context, {"agentsvc.action_id": cause["id"], "agentsvc.action_type": cause["type"] or ""}))
+    return links
 
 
 def _content(kept: dict) -> dict:

@@ -86,3 +86,21 @@ def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
     if name == "bench_peers":
         run = result["runs"][0]
         assert all(run[k]["steps_per_s"] > 0 for k in ("agentsvc", "langgraph", "naive"))
+
+
+def test_the_guards_tracing_part_measures_both_ways_with_phoenix_receiving():
+    """``bench_guard --tracing`` (its documented command, quick and alone): runs
+    with traces off and on, alternating, and the "on" runs ended spans that
+    Phoenix (started by the bench) was sent.  Skipped where Phoenix is not
+    installed (scripts/test_deps/phoenix.sh), like the Phoenix tests."""
+    if not os.access(os.path.join(ROOT, ".venv-phoenix", "bin", "phoenix"), os.X_OK):
+        pytest.skip("Phoenix is not installed (scripts/test_deps/phoenix.sh)")
+    proc = subprocess.run([sys.executable, "-m", "bench.bench_guard", "--quick", "--tracing",
+                           "--skip", "peers,floor,tools,adoption,history"], cwd=ROOT, text=True,
+                          capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    part = json.loads(proc.stdout.strip().splitlines()[-1])["parts"]["tracing"]
+    assert len(part["steps_per_s_off"]) == len(part["steps_per_s_on"]) == 2
+    assert all(n > 0 for n in part["steps_per_s_off"] + part["steps_per_s_on"])
+    assert all(n > 0 for n in part["spans_ended_in_window"]), part
+    assert isinstance(part["cost_percent"], float)

@@ -10,7 +10,7 @@ read whole through their pages; a tool call is approved (with changed args)
 and a question answered; a replay is made and diffed against its source, and
 an eval run scored; the stream follows a session through a restart of app.py
 with every step once, in order; and the async client does the same create,
-wait and stream.
+wait and stream, its stream too across a restart of app.py.
 """
 import asyncio
 import threading
@@ -169,16 +169,33 @@ def collect(client: Client, session_id: str, into: list, errors: list, notes: li
         errors.append(exc)
 
 
-def test_the_stream_follows_a_session_across_an_app_restart(service):
+def collect_async(url: str, session_id: str, into: list, errors: list, notes: list) -> None:
+    """:func:`collect` through the async client, on an event loop of its own."""
+    async def follow():
+        async with AsyncClient(url) as client:
+            async for event in client.stream(session_id=session_id, on_disconnect=notes.append):
+                into.append(event)
+                if isinstance(event, models.AgentStateEvent) and event.data.status in ("done", "stopped", "error"):
+                    return
+    try:
+        asyncio.run(follow())
+    except Exception as exc:  # noqa: BLE001 - the test reports it
+        errors.append(exc)
+
+
+@pytest.mark.parametrize("follow", [collect, collect_async], ids=["sync", "async"])
+def test_the_stream_follows_a_session_across_an_app_restart(service, follow):
     """A session steps on while app.py is stopped and started again: the stream
-    (in another thread) reconnects from its last cursor and receives every step
-    once, in order, the ones made while app.py was down from LanceDB."""
+    (in another thread; the sync client's, or the async client's on its own
+    event loop) reconnects from its last cursor and receives every step once,
+    in order, the ones made while app.py was down from LanceDB."""
     svc = service
     events, errors, notes = [], [], []
     with Client(svc.url) as api, Client(svc.url) as reader:
         made = api.create_agent("joke", "cats", config={"interval_s": 0.05})
         api.wait_action(made.action_id, 120)
-        thread = threading.Thread(target=collect, args=(reader, made.session_id, events, errors, notes), daemon=True)
+        source = reader if follow is collect else svc.url
+        thread = threading.Thread(target=follow, args=(source, made.session_id, events, errors, notes), daemon=True)
         thread.start()
 
         def steps_seen() -> int:

@@ -11,6 +11,10 @@ the spans read back through Phoenix's own REST API.
   which spawns a sub-agent: ``execute_tool`` spans under their steps, the wait
   as an ``approval wait`` span, and the child's session span under the
   parent's ``spawn_agent`` span, in the parent's trace;
+- the steps that followed the parent's create and the approval, both asked
+  with a W3C ``traceparent`` header, name those actions (Phoenix's REST API
+  does not return span links yet; tests/unit/test_tracing.py checks the
+  links themselves), and the header is kept in the actions' payloads;
 - agents.py's /metrics counts no dropped span.
 """
 import json
@@ -21,7 +25,6 @@ import requests
 from runtime.record import tracing
 from tests.fake_openai import FakeOpenAI, Reply, scripted
 from tests.harness import Service, free_port, wait_for
-from tests.servers import Phoenix
 
 
 def frame(n: int, text: str, done: bool = False) -> str:
@@ -29,15 +32,12 @@ def frame(n: int, text: str, done: bool = False) -> str:
                        "done": done})
 
 
+CREATE_REQUEST = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+APPROVE_REQUEST = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 def hex_id(value: int, size: int) -> str:
     return f"{value:0{size * 2}x}"
-
-
-@pytest.fixture
-def phoenix(tmp_path):
-    server = Phoenix(str(tmp_path))
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -74,16 +74,21 @@ def test_a_baml_and_a_scripted_session_with_a_sub_agent_arrive_as_span_trees(tra
     child_call = {"name": "spawn_agent", "args": {
         "task": "help your parent", "moniker": "scripted", "name": "helper", "wait": True,
         "config": {"interval_s": 0, "tools": ["human"], "frames": [{"text": "helped", "done": True}]}}}
-    parent = svc.create("scripted", task="delegate", name="parent", config={
-        "interval_s": 0, "tools": ["add", "spawn_agent", "human"], "approve": ["add"], "frames": [
-            {"text": "adding", "tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]},
-            {"text": "spawning", "tool_calls": [child_call]},
-            {"text": "all done", "done": True}]})
+    made = svc.post("/api/agents", headers={"traceparent": CREATE_REQUEST}, json={
+        "moniker": "scripted", "task": "delegate", "name": "parent", "config": {
+            "interval_s": 0, "tools": ["add", "spawn_agent", "human"], "approve": ["add"], "frames": [
+                {"text": "adding", "tool_calls": [{"name": "add", "args": {"numbers": [1, 2]}}]},
+                {"text": "spawning", "tool_calls": [child_call]},
+                {"text": "all done", "done": True}]}})
+    assert made.status_code == 202, made.text
+    parent = made.json()
     pid = parent["session_id"]
     [waiting] = wait_for(lambda: [c for c in tool_rows(svc, pid) if c["status"] == "waiting_approval"],
                          timeout=120, what="the add call to wait for approval")
-    r = svc.post(f"/api/tool-calls/{waiting['id']}/approve")
-    assert svc.action(r.json()["action_id"])["status"] == "done"
+    r = svc.post(f"/api/tool-calls/{waiting['id']}/approve", headers={"traceparent": APPROVE_REQUEST})
+    approval = svc.action(r.json()["action_id"])
+    assert approval["status"] == "done" and approval["payload"]["traceparent"] == APPROVE_REQUEST
+    assert svc.action(parent["action_id"])["payload"]["traceparent"] == CREATE_REQUEST
     svc.wait_status(baml["session_id"], "done", timeout=120)
     svc.wait_status(pid, "done", timeout=120)
     [spawn] = [c for c in tool_rows(svc, pid) if c["name"] == "spawn_agent"]
@@ -153,6 +158,10 @@ def test_a_baml_and_a_scripted_session_with_a_sub_agent_arrive_as_span_trees(tra
     child_step = one("step 0", **{"agentsvc.session_id": child_id})
     assert child_step["parent_id"] == helper["context"]["span_id"]
     assert {s["context"]["trace_id"] for s in (top, step0, step1, add, wait, spawned, helper, child_step)} == {trace}
+    # the steps those requests caused name their actions
+    assert list(step0["attributes"]["agentsvc.action_ids"]) == [parent["action_id"]]
+    assert list(step1["attributes"]["agentsvc.action_ids"]) == [approval["id"]]
+    assert list(step1["attributes"]["agentsvc.action_types"]) == ["tool_approve"]
 
     metrics = requests.get(f"{svc.health_url}/metrics", timeout=30).text
     assert "agentsvc_trace_spans_dropped_total 0.0" in metrics, metrics

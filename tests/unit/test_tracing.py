@@ -23,7 +23,7 @@ def ns(at: datetime) -> int:
 def make(exporter=None):
     exporter = exporter or InMemorySpanExporter()
     provider, ids, drops = tracing.provider(processor=SimpleSpanProcessor(exporter))
-    return tracing.Tracing(provider, ids, drops), exporter
+    return tracing.Tracing(provider, ids, drops, build_in_thread=False), exporter  # read at once
 
 
 def by_name(exporter) -> dict:
@@ -162,7 +162,7 @@ def test_drops_are_counted_when_the_queue_is_full_or_the_receiver_refuses():
     for i in range(50):
         asyncio.run(traces.step_persisted(snapshot, {"session_id": "S", "iteration": i, "status": "ok",
                                                      "latency_ms": 1, "created_at": T0}))
-    provider.shutdown()  # what was queued is tried, refused, and counted
+    asyncio.run(traces.close())  # what was queued is built, tried, refused, and counted
     assert drops.dropped == 50
 
 
@@ -192,7 +192,8 @@ def test_prompts_and_completions_only_when_the_operator_opts_in():
     for capture in (False, True):
         exporter = InMemorySpanExporter()
         provider, ids, drops = tracing.provider(processor=SimpleSpanProcessor(exporter))
-        traces = tracing.Tracing(provider, ids, drops, store=FakeStore(kept), capture_content=capture)
+        traces = tracing.Tracing(provider, ids, drops, store=FakeStore(kept), capture_content=capture,
+                                 build_in_thread=capture)  # both ways: the thread's spans are there after close()
 
         async def run():
             await traces.step_persisted(snapshot, step)
@@ -222,3 +223,76 @@ def test_an_approval_wait_a_restarted_process_learns_from_the_loaded_rows_and_a_
                                           "started_at": T0, "finished_at": T0}))
     waits = [s for s in exporter.get_finished_spans() if s.name == "approval wait"]
     assert [w.parent.span_id for w in waits] == [tracing.tool_span_id("C")]
+
+
+REQUEST = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_step_after_an_action_links_to_the_request_that_queued_it():
+    traces, exporter = make()
+    snapshot = {"session_id": "S1", "agent_id": "A1", "status": "running", "created_at": T0}
+    step = lambda n: {"session_id": "S1", "iteration": n, "status": "ok", "latency_ms": 5.0,  # noqa: E731
+                      "created_at": (T0 + timedelta(seconds=n + 1)).isoformat()}
+    asyncio.run(traces.action_started({"id": "ACT1", "type": "create", "session_id": "S1",
+                                       "payload": {"moniker": "scripted", "traceparent": REQUEST}}))
+    asyncio.run(traces.action_started({"id": "ACT0", "type": "pause", "session_id": "S1",
+                                       "payload": {"traceparent": REQUEST}}))  # no step follows a pause
+    asyncio.run(traces.step_persisted(snapshot, step(0)))
+    asyncio.run(traces.action_started({"id": "ACT2", "type": "resume", "session_id": "S1", "payload": {}}))
+    asyncio.run(traces.action_started({"id": "ACT3", "type": "tool_approve", "session_id": "S1",
+                                       "payload": {"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}}))
+    asyncio.run(traces.step_persisted(snapshot, step(1)))
+    asyncio.run(traces.step_persisted(snapshot, step(2)))
+    first, second, third = exporter.get_finished_spans()
+    assert first.attributes["agentsvc.action_ids"] == ("ACT1",)
+    assert first.attributes["agentsvc.action_types"] == ("create",)
+    [link] = first.links
+    assert link.context.trace_id == 0x4bf92f3577b34da6a3ce929d0e0e4736 and link.context.span_id == 0x00f067aa0ba902b7
+    assert link.context.is_remote and link.context.trace_flags.sampled
+    assert link.attributes["agentsvc.action_id"] == "ACT1"
+    assert first.context.trace_id == tracing.trace_id("S1")  # linked, not re-parented: the session keeps its trace
+    assert second.attributes["agentsvc.action_ids"] == ("ACT2", "ACT3")
+    assert not second.links  # no traceparent, and an invalid one (a zero trace id)
+    assert "agentsvc.action_ids" not in third.attributes and not third.links
+
+
+def test_an_action_of_another_session_links_nothing_here():
+    traces, exporter = make()
+    asyncio.run(traces.action_started({"id": "ACT1", "type": "create", "session_id": "S2",
+                                       "payload": {"traceparent": REQUEST}}))
+    asyncio.run(traces.step_persisted({"session_id": "S1", "created_at": T0},
+                                      {"session_id": "S1", "iteration": 0, "created_at": T0.isoformat()}))
+    [span] = exporter.get_finished_spans()
+    assert not span.links and "agentsvc.action_ids" not in span.attributes
+
+
+def test_spans_are_built_on_a_thread_of_their_own_off_the_event_loop():
+    """The hooks only hand the rows over; the builder thread makes the spans, and
+    what finds its queue full is dropped and counted."""
+    import threading
+
+    exporter = InMemorySpanExporter()
+    provider, ids, drops = tracing.provider(processor=SimpleSpanProcessor(exporter))
+    traces = tracing.Tracing(provider, ids, drops)
+    built_on = []
+    original = traces.emit_step
+    traces.emit_step = lambda *args: (built_on.append(threading.current_thread().name), original(*args))
+    snapshot = {"session_id": "S", "status": "running", "created_at": T0}
+
+    async def run():
+        for i in range(3):
+            await traces.step_persisted(snapshot, {"session_id": "S", "iteration": i, "created_at": T0})
+        await traces.close()
+    asyncio.run(run())
+    assert [s.name for s in exporter.get_finished_spans()] == ["step 0", "step 1", "step 2"]
+    assert set(built_on) == {"trace span builder"}
+
+    blocked = threading.Event()
+    builder = tracing.SpanBuilder(drops, size=2)
+    builder.submit(blocked.wait)  # the thread holds this one
+    before = drops.dropped
+    for _ in range(5):
+        builder.submit(lambda: None)
+    assert drops.dropped - before >= 3  # at most 2 wait in the queue
+    blocked.set()
+    builder.close()
