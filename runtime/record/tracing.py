@@ -210,7 +210,12 @@ def _counting_processor(exporter, drops: SpanDrops, max_queue_size: int):
         def on_end(self, span) -> None:
             queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
             if queue is not None and len(queue) >= max_queue_size:
-                drops.add(1)  # the SDK would push the oldest span out for this one
+                # Full: this span is dropped and counted.  Handing it on would push the
+                # oldest out, and counting that one raced the export thread: a batch
+                # taken meanwhile pushed nothing out, and was counted again when refused.
+                # The queue only shrinks under a lone producer, so a span let through fits.
+                drops.add(1)
+                return
             super().on_end(span)
 
     batch = min(int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or 512), max_queue_size)
