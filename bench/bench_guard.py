@@ -21,8 +21,10 @@ Figures (``--skip`` takes any of the part names in brackets):
   (bench_history.py, when it exists);
 - [tracing] only with ``--tracing`` (it starts Arize Phoenix from
   .venv-phoenix as the OTLP/HTTP receiver): 1,000 agents' steps/s with the
-  tracing observer off and on, alternating off, on, off, on so that the shared
-  machine's noise falls on both alike; the cost is 1 - on / off.
+  tracing observer (and its export process) off and on, alternating three
+  times so that the shared machine's noise falls on both alike; the cost is
+  1 - mean(on) / mean(off), and the export process's own CPU per step is
+  reported beside it.
 
 A target whose figure was not taken (skipped, module absent, or measured at
 another size than the target's, as ``--quick`` does) is "not measured".
@@ -90,7 +92,7 @@ def tools(seconds: float, warmup_s: float) -> dict:
     return bench_tools.single(seconds, warmup_s)
 
 
-def traced(counts: list[int], seconds: float, warmup_s: float, rounds: int = 2) -> dict | None:
+def traced(counts: list[int], seconds: float, warmup_s: float, rounds: int = 3) -> dict | None:
     """Steps/s of the largest agent count with the tracing observer off and on,
     alternating, with Phoenix receiving the spans (None when Phoenix is not installed)."""
     import tempfile
@@ -123,7 +125,9 @@ def traced(counts: list[int], seconds: float, warmup_s: float, rounds: int = 2) 
             "spans_ended_in_window": [r["traces"]["spans_ended_in_window"] for r in runs if "traces" in r],
             "spans_dropped_in_window": [r["traces"]["spans_dropped_in_window"] for r in runs if "traces" in r],
             "cpu_ms_per_step_off": [r["cpu_ms_per_step"] for r in runs if "traces" not in r],
-            "cpu_ms_per_step_on": [r["cpu_ms_per_step"] for r in runs if "traces" in r]}
+            "cpu_ms_per_step_on": [r["cpu_ms_per_step"] for r in runs if "traces" in r],
+            "export_process_cpu_ms_per_step": [r["traces"]["export_process_cpu_ms_per_step"]
+                                               for r in runs if "traces" in r]}
 
 
 def optional(module: str, **kwargs) -> dict | None:

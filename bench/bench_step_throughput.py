@@ -63,22 +63,23 @@ def start_app(root: str) -> tuple[subprocess.Popen, str, str]:
 
 
 def tracing_observer(url: str):
-    """The tracing observer agents.py attaches, exporting to the OTLP/HTTP receiver
-    at ``url``, and a count of the spans it ended: (observer, count)."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace import SpanProcessor
+    """The tracing observer agents.py attaches, with its export process sending to
+    the OTLP/HTTP receiver at ``url``: (observer, spans ended so far)."""
     from runtime.record import tracing
+    from runtime.record.trace_export import ExportProcess
 
-    class SpanCount(SpanProcessor):
-        ended = 0
+    drops = tracing.SpanDrops()
+    process = ExportProcess(drops, env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url.rstrip("/") + "/v1/traces"})
+    return tracing.Tracing(drops=drops, builder=process), lambda: (process.ended, cpu_seconds(process.pid))
 
-        def on_end(self, span) -> None:
-            self.ended += 1
 
-    found, ids, drops = tracing.provider(OTLPSpanExporter(endpoint=url.rstrip("/") + "/v1/traces"))
-    count = SpanCount()
-    found.add_span_processor(count)
-    return tracing.Tracing(found, ids, drops), count
+def cpu_seconds(pid: int | None) -> float:
+    """CPU time (user + system) of another process so far, from /proc (0 when it is gone)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(n: int, seconds: float, warmup_s: float, relay: bool = False, traces: str | None = None) -> dict:
@@ -103,7 +104,7 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False, traces
             if traces:
                 traced, counted = tracing_observer(traces)
                 service.observers.add(traced)
-                spans = lambda: (counted.ended, traced.drops.dropped)  # noqa: E731
+                spans = lambda: (*counted(), traced.drops.dropped)  # noqa: E731
             try:
                 return await measured(service, relayed, spans)
             finally:
@@ -142,7 +143,8 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False, traces
                     **({"relay_events_in_window": {k: None if r2[k] is None else r2[k] - r1[k] for k in r2},
                         "relay_buffered_at_end": len(relayed.buffer)} if relayed is not None else {}),
                     **({"traces": {"receiver": traces, "spans_ended_in_window": p2[0] - p1[0],
-                                   "spans_dropped_in_window": p2[1] - p1[1]}} if spans else {})}
+                                   "export_process_cpu_ms_per_step": round((p2[1] - p1[1]) * 1000 / max(steps, 1), 3),
+                                   "spans_dropped_in_window": p2[2] - p1[2]}} if spans else {})}
         try:
             return run_in_process(store, scenario)
         finally:

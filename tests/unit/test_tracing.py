@@ -275,8 +275,9 @@ def test_spans_are_built_on_a_thread_of_their_own_off_the_event_loop():
     provider, ids, drops = tracing.provider(processor=SimpleSpanProcessor(exporter))
     traces = tracing.Tracing(provider, ids, drops)
     built_on = []
-    original = traces.emit_step
-    traces.emit_step = lambda *args: (built_on.append(threading.current_thread().name), original(*args))
+    emitter = traces._builder.emitter
+    original = emitter.emit_step
+    emitter.emit_step = lambda *args: (built_on.append(threading.current_thread().name), original(*args))
     snapshot = {"session_id": "S", "status": "running", "created_at": T0}
 
     async def run():
@@ -288,11 +289,21 @@ def test_spans_are_built_on_a_thread_of_their_own_off_the_event_loop():
     assert set(built_on) == {"trace span builder"}
 
     blocked = threading.Event()
-    builder = tracing.SpanBuilder(drops, size=2)
-    builder.submit(blocked.wait)  # the thread holds this one
+
+    built_with = provider
+
+    class Held:
+        provider = built_with
+        emit_held = blocked.wait
+
+        def emit_step(self, *args):
+            pass
+
+    builder = tracing.SpanBuilder(Held(), drops, size=2)
+    builder.submit("held")  # the thread holds this one
     before = drops.dropped
     for _ in range(5):
-        builder.submit(lambda: None)
+        builder.submit("step")
     assert drops.dropped - before >= 3  # at most 2 wait in the queue
     blocked.set()
     builder.close()
