@@ -106,12 +106,15 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False, traces
                 service.observers.add(traced)
                 spans = lambda: (*counted(), traced.drops.dropped)  # noqa: E731
             try:
-                return await measured(service, relayed, spans)
+                result = await measured(service, relayed, spans)
             finally:
                 if relayed is not None:
                     await relayed.close()
                 if traced is not None:
                     await traced.close()
+            if traced is not None:  # what the export process built of all it was handed, once it sent it
+                result["traces"]["spans_ended_by_close"] = spans()[0]
+            return result
 
         async def measured(service, relayed, spans):
             timer = CommitTimer(service.persist)

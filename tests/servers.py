@@ -248,15 +248,18 @@ def _healthy(url: str) -> bool:
 class Phoenix(Proc):
     """``phoenix serve``: OTLP/HTTP at ``url``/v1/traces, its REST API at ``url``/v1."""
 
-    def __init__(self, log_dir: str):
+    def __init__(self, log_dir: str, nice: int = 0):
+        """``nice`` above 0 runs it at a lower CPU priority (bench_guard's stand-in for a
+        receiver on another machine, whose CPU is not taken from the workers')."""
         program = require("phoenix", os.path.join(ROOT, ".venv-phoenix", "bin", "phoenix"),
                           installer="scripts/test_deps/phoenix.sh")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        work = os.path.join(log_dir, "phoenix")
+        name = "phoenix" if not nice else f"phoenix-nice{nice}"
+        work = os.path.join(log_dir, name)
         os.makedirs(work, exist_ok=True)
         # Its own working directory (SQLite database) and ports; nothing fetched from outside, no telemetry.
-        super().__init__("phoenix", [program, "serve"], log_dir, env={
+        super().__init__(name, (["nice", "-n", str(nice)] if nice else []) + [program, "serve"], log_dir, env={
             "PHOENIX_WORKING_DIR": work, "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(self.port),
             "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
             "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false"})

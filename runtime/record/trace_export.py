@@ -12,8 +12,8 @@ pickles that buffer every ``SHIP_EVERY_S`` into a pipe, and a child process
 batching OTLP/HTTP exporter, configured by the same ``OTEL_*`` variables.
 
 Never slow a step, never break one:
-- the child runs ``NICE`` steps below the worker: when the cores are busy it
-  is the one that waits;
+- the child runs at the lowest CPU priority (``NICE``): when the cores are
+  busy it is the one that waits, and a step never does;
 - when it falls behind, the pipe fills, the shipping thread waits on it, and
   what finds the buffer full is dropped and counted; so is what the SDK's
   queue or the receiver refuses inside the child, which reports its totals
@@ -40,7 +40,7 @@ log = logging.getLogger("runtime.tracing")
 SHIP_EVERY_S = 0.05  # how long fields wait in the worker before they go down the pipe
 REPORT_EVERY_S = 0.5  # how often the child reports what it ended and dropped
 RESTART_EVERY_S = 5.0
-NICE = 10
+NICE = 19  # the lowest priority: it gets the CPU the worker leaves (see the module docstring)
 KINDS = ("step", "tool_call", "session")  # SpanEmitter.emit_<kind>: nothing else is called
 _HEADER = 4  # bytes of a frame's length
 

@@ -90,8 +90,8 @@ def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
 
 def test_the_guards_tracing_part_measures_both_ways_with_phoenix_receiving():
     """``bench_guard --tracing`` (its documented command, quick and alone): runs
-    with traces off and on, alternating, and the "on" runs ended spans that
-    Phoenix (started by the bench) was sent.  Skipped where Phoenix is not
+    with traces off and on (one round when quick), and the "on" run's export
+    process ended spans that Phoenix (started by the bench, niced) was sent.  Skipped where Phoenix is not
     installed (scripts/test_deps/phoenix.sh), like the Phoenix tests."""
     if not os.access(os.path.join(ROOT, ".venv-phoenix", "bin", "phoenix"), os.X_OK):
         pytest.skip("Phoenix is not installed (scripts/test_deps/phoenix.sh)")
@@ -100,7 +100,9 @@ def test_the_guards_tracing_part_measures_both_ways_with_phoenix_receiving():
                           capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     part = json.loads(proc.stdout.strip().splitlines()[-1])["parts"]["tracing"]
-    assert len(part["steps_per_s_off"]) == len(part["steps_per_s_on"]) == 2
+    assert len(part["steps_per_s_off"]) == len(part["steps_per_s_on"]) == 1
     assert all(n > 0 for n in part["steps_per_s_off"] + part["steps_per_s_on"])
-    assert all(n > 0 for n in part["spans_ended_in_window"]), part
-    assert isinstance(part["cost_percent"], float)
+    # The export process runs at the lowest priority: on a loaded machine it may end
+    # none inside a one-second window, but it builds what it was handed by the close.
+    assert all(n > 0 for n in part["spans_ended_by_close"]), part
+    assert isinstance(part["cost_percent"], float) and part["worker_cpu_us_per_step"] > 0
