@@ -13,12 +13,13 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from prometheus_client import start_http_server
 
 import settings
 from domain.plugin_registry import plugin_modules
-from monikers import default_registry, endpoints, llm_gate
+from monikers import chat_template, default_registry, endpoints, llm_gate
 from runtime.base.aio import run_bounded
 from runtime.base.identity import WorkerIdentity
 from domain.memory import MemoryTrimmer, tune_allocator
@@ -259,6 +260,9 @@ async def serve(args: argparse.Namespace) -> None:
         os.environ["AGENTSVC_LOG_PROMPTS"] = "1"  # read by the baml moniker when it loads
     catalog = settings.llm_endpoints(args)  # before any config is checked (profiles, resumed sessions)
     log.info("model endpoints: %s", ", ".join(f"{name} ({e.base_url})" for name, e in catalog.endpoints().items()))
+    # A llama.cpp model with no chat template of its own: said once in the log (monikers/chat_template.py).
+    threading.Thread(target=chat_template.warnings().check_all, args=(catalog,), name="chat template check",
+                     daemon=True).start()
     uri = settings.db_uri(args)
     embedding = EmbeddingSettings.from_env()
     store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)

@@ -353,6 +353,8 @@ class EndpointInfo(Open):
     models: list[str] | Literal["*"] = Field(description="the models config.llm.model may name; \"*\": any")
     default_model: str = Field(description="the model of a config that names none")
     structured: str = Field(description="its sessions' default llm.structured")
+    chat_template_warning: str | None = Field(None, description="present when a llama.cpp endpoint's model has no "
+                                                              "chat template of its own (replies will be poor)")
 
 
 class EndpointList(Open):

@@ -124,6 +124,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep test output quiet
         pass
 
+    def do_GET(self):
+        """llama.cpp's ``/props`` when the test set ``fake.props`` (else 404, as other servers)."""
+        if self.path.rstrip("/") == "/props" and self.server.fake.props is not None:
+            self.server.fake.props_reads += 1
+            return self._send(200, self.server.fake.props)
+        return self._send(404, {"error": {"message": f"no route {self.path}"}})
+
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         try:
@@ -225,6 +232,8 @@ class FakeOpenAI:
         self.embedding_dim = EMBEDDING_DIM
         self.embeddings_status = 200  # set to e.g. 503 to make /embeddings fail
         self.reject_fields: set[str] = set()  # request fields answered with a 400 that names them
+        self.props: dict | None = None  # GET /props as llama.cpp's server answers it (None: 404)
+        self.props_reads = 0
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self

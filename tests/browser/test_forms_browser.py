@@ -135,8 +135,12 @@ def test_the_create_form_offers_the_operators_endpoints_and_the_models_each_serv
     expect = playwright_api.expect
     svc = shared_service
     reply = '{"step": "0", "next_step": "1", "state": {}, "text": "hi", "data": null, "done": true}'
-    with FakeOpenAI(scripted(then=Reply(content=reply))) as server:
+    from monikers.chat_template import CHATML_FALLBACK
+    with FakeOpenAI(scripted(then=Reply(content=reply))) as server, FakeOpenAI() as untemplated:
         name = svc.endpoints.serve(server, name="form-llm", models=["m-small", "m-large"])
+        # a llama.cpp server whose model has no chat template (as the base Gemma 3 270M): the form says so
+        untemplated.props = {"chat_template": CHATML_FALLBACK, "eos_token": "<eos>"}
+        svc.endpoints.serve(untemplated, name="no-template", models=["g"], structured="grammar")
         page.goto(svc.url + "/")  # the form reads the endpoints when its page is shown
         expect(page.locator("#create-moniker option")).not_to_have_count(0, timeout=30_000)
         page.get_by_test_id("create-moniker").select_option("countdown")
@@ -144,7 +148,10 @@ def test_the_create_form_offers_the_operators_endpoints_and_the_models_each_serv
         page.get_by_test_id("create-moniker").select_option("baml")
         expect(page.locator("#create-llm-endpoint option", has_text=name)).to_have_count(1)
         expect(page.get_by_test_id("create-llm-endpoint")).to_have_value("default")
+        page.get_by_test_id("create-llm-endpoint").select_option("no-template")
+        expect(page.get_by_test_id("create-llm-warning")).to_contain_text("falls back to ChatML")
         page.get_by_test_id("create-llm-endpoint").select_option(name)
+        expect(page.get_by_test_id("create-llm-warning")).to_have_text("")
         expect(page.locator("#create-llm-models option")).to_have_count(2)
         expect(page.get_by_test_id("create-llm-model")).to_have_attribute("placeholder", "m-small")
         page.get_by_test_id("create-llm-model").fill("m-large")

@@ -13,6 +13,7 @@ operator adds to the endpoints file while the service runs serves a session,
 and receives the operator's key.
 """
 import json
+import os
 import secrets
 import textwrap
 
@@ -142,3 +143,29 @@ def test_a_session_on_an_endpoint_the_operator_adds_while_running_gets_the_opera
         assert done["status"] == "done", done["last_error"]
         request = server.requests[0]
         assert request.model == "large" and request.headers["authorization"] == f"Bearer {OPERATOR_KEY}"
+
+
+def test_a_llama_cpp_endpoint_whose_model_has_no_chat_template_is_flagged_once(svc):
+    """GET /api/endpoints flags a llama.cpp endpoint whose /props shows llama.cpp's ChatML
+    fallback for a non-ChatML model (the base Gemma 3 270M's case), not the others, and
+    app.py says so once in its log however often the endpoints are listed."""
+    from monikers.chat_template import CHATML_FALLBACK
+    with FakeOpenAI() as untemplated, FakeOpenAI() as templated:
+        untemplated.props = {"chat_template": CHATML_FALLBACK, "bos_token": "<bos>", "eos_token": "<eos>"}
+        templated.props = {"chat_template": "{{ messages }}", "eos_token": "</s>"}  # a template of its own
+        svc.endpoints.serve(untemplated, name="gemma-base", models=["gemma"], structured="grammar")
+        svc.endpoints.serve(templated, name="templated", models=["t"], structured="grammar")
+
+        def listed():
+            found = {e["name"]: e for e in svc.get("/api/endpoints").json()["endpoints"]}
+            return found if {"gemma-base", "templated"} <= set(found) else None
+        found = wait_for(listed, what="app.py to read the endpoints file again")
+        for _ in range(3):
+            found = listed()
+        assert "falls back to ChatML" in found["gemma-base"]["chat_template_warning"]
+        assert "'<eos>'" in found["gemma-base"]["chat_template_warning"]
+        assert "chat_template_warning" not in found["templated"] and "chat_template_warning" not in found["default"]
+        assert untemplated.props_reads == templated.props_reads == 1  # asked once, however often listed
+        logs = "".join(open(os.path.join(svc.log_dir, name)).read() for name in os.listdir(svc.log_dir))
+        said = [line for line in logs.splitlines() if "endpoint gemma-base (model gemma)" in line]
+        assert len(said) == 1, said

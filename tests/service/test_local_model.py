@@ -103,6 +103,8 @@ def test_a_baml_agent_with_no_llm_config_is_answered_by_the_local_model_which_st
         for name in ("local", "default"):  # no default was configured: default is the local model too
             assert listed[name]["models"] == [local_model.MODEL_NAME] and listed[name]["structured"] == "grammar"
         assert listed["openai"]["models"] == ["gpt-4o-mini"]
+        # SmolLM2 carries its own chat template (llama.cpp's /props): nothing to warn about
+        assert "chat_template_warning" not in listed["local"], listed["local"]
         assert operator.read_bytes() == written
 
         made = requests.post(f"{url}/api/agents", json={

@@ -33,11 +33,13 @@ export function createForm() {
   const endpointSelect = h("select", { id: "create-llm-endpoint", dataset: { testid: "create-llm-endpoint" },
     onchange: () => drawModels() });
   const modelChoices = h("datalist", { id: "create-llm-models" });
+  const endpointWarning = h("p.hint.warning", { role: "status", dataset: { testid: "create-llm-warning" } });
   const modelInput = h("input", { id: "create-llm-model", list: "create-llm-models", maxlength: "200",
     dataset: { testid: "create-llm-model" } });
   const llmFields = h("div.llm-fields", { dataset: { testid: "create-llm" } },
     h("label", { for: "create-llm-endpoint" }, "Model endpoint ", h("small", "one of the operator's"),
       endpointSelect),
+    endpointWarning,
     h("label", { for: "create-llm-model" }, "Model ", h("small", "one the endpoint serves; empty: its default"),
       modelInput, modelChoices));
   const commonFields = h("div.common-fields");
@@ -115,6 +117,9 @@ export function createForm() {
     const models = endpoint && Array.isArray(endpoint.models) ? endpoint.models : [];
     replace(modelChoices, models.map((m) => h("option", { value: m })));
     modelInput.placeholder = endpoint ? endpoint.default_model : "";
+    // A llama.cpp model with no chat template of its own answers, but poorly (monikers/chat_template.py).
+    endpointWarning.textContent = endpoint && endpoint.chat_template_warning
+      ? `This endpoint: ${endpoint.chat_template_warning}.` : "";
   }
 
   // {endpoint?, model?} as chosen: nothing when the defaults stand.
