@@ -3,11 +3,13 @@ tests/servers.py: seaweedfs_s3): S3 requests by type per persisted step and
 per idle hour, turned into dollars at AWS S3's list prices.
 
     python -m bench.bench_s3 [--quick] [--agents 1,100,1000] [--seconds 30] [--idle-seconds 90]
-                             [--paused 1000] [--skip steps,idle] [--agents-arg=--watch-interval=1]
+                             [--paused 1000] [--agents-arg=--watch-interval=1]
+                             [--scaleout 1x100,2x100,4x100,1x1000,2x1000] [--scaleout-seconds 20]
+                             [--controls 10] [--dead-after 5] [--skip steps,idle,scaleout]
 
 ``--quick`` (the smoke test's) runs only the per-step part, one agent, 2 s
-windows: starting app.py and agents.py for the idle part would take the suite
-tens of seconds more.
+windows: starting app.py and agents.py for the idle and scale-out parts would
+take the suite tens of seconds more.
 
 SeaweedFS counts the requests itself (its Prometheus ``SeaweedFS_s3_request_total``
 by type: PUT, GET, LIST, COPY, DELETE; a HEAD is counted as a GET), per bucket;
@@ -27,6 +29,16 @@ each run gets a bucket of its own, so nothing else is counted.
   off (agents.py ``--maintain-every-versions 0``); the bench does not touch the
   bucket during the window of ``--idle-seconds``; requests per hour are the
   window's count scaled to an hour.
+
+- ``scaleout``: per ``WORKERSxAGENTS`` plan, that many agents.py processes
+  (separate processes, one worker each, with their own ``--worker-id``, on the
+  same bucket; ``--dead-after`` 5 s) and app.py; echo sessions at
+  ``interval_s`` 0 created through the queue (spread by the create share);
+  steps/s over a window (rows of agent_steps counted before and after); an
+  HTTP pause/resume of one more agent, accepted -> applied (``created_at`` ->
+  ``processed_at``), ``--controls`` times while they step; then SIGKILL of the
+  last worker and the seconds until no running session is still its
+  (survivors adopt them once its heartbeat is ``--dead-after`` old).
 
 Dollars at AWS S3 Standard list prices: PUT, COPY, POST and LIST $0.005 per
 1,000 requests; GET and HEAD $0.0004 per 1,000; DELETE free.  SeaweedFS on
@@ -192,6 +204,83 @@ def idle_part(server, endpoint: str, paused_counts: list[int], seconds: float, a
     return out
 
 
+# ---- scale-out and control latency ------------------------------------------------
+
+def count_where(bucket: Bucket, table: str, where: str | None = None) -> int:
+    """Rows of a table, read through a connection of the bench's own (its requests
+    count, so windows that count requests never call this)."""
+    import lancedb
+    db = lancedb.connect(bucket.uri, storage_options=bucket.options)
+    return db.open_table(table).count_rows(where)
+
+
+def scaleout_run(server, endpoint: str, workers: int, agents: int, seconds: float, controls: int,
+                 dead_after: float, kill: bool) -> dict:
+    """``workers`` agents.py processes (one worker each, ids bench-w0..) and app.py
+    on a bucket; ``agents`` echo sessions stepping at interval 0, created through
+    the queue; steps/s over the window; meanwhile ``controls`` HTTP pause/resume
+    of one more echo agent (interval 1 s), accepted -> applied; then (``kill``)
+    SIGKILL of the last worker and the time until no running session is its."""
+    from bench.common import summary, ts
+    bucket = Bucket(server, endpoint)
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(f"{root}/logs")
+        env = {**S3_ENV, "AGENTSVC_DB_URI": bucket.uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(bucket.options)}
+        svc = Service(f"{root}/data", f"{root}/logs", env=env,
+                      agents_args=["--dead-after", str(dead_after)])
+        try:
+            svc.start_app()
+            svc.start_agents("--worker-id", "bench-w0")
+            for i in range(1, workers):
+                svc.start_worker("--worker-id", f"bench-w{i}")
+            wait_for(lambda: count_where(bucket, "workers", "status = 'running'") >= workers, timeout=300,
+                     interval=1, what=f"{workers} workers")
+            store = Store(bucket.uri, storage_options=bucket.options)
+            try:
+                enqueue_creates(store, agents, "echo", {"interval_s": 0})
+            finally:
+                store.close()
+            wait_for(lambda: count_where(bucket, "agent_state", "status = 'running'") >= agents, timeout=900,
+                     interval=2, what=f"{agents} sessions running")
+            target = svc.create("echo", config={"interval_s": 1})
+            svc.wait_status(target["session_id"], "running", timeout=300)
+            time.sleep(5)
+            steps0, t0 = count_where(bucket, "agent_steps"), time.monotonic()
+            applied = []
+            for i in range(controls):
+                r = svc.post(f"/api/agents/{target['agent_id']}/{'pause' if i % 2 == 0 else 'resume'}", json={})
+                action = svc.action(r.json()["action_id"], timeout=300)
+                applied.append((ts(action["processed_at"]) - ts(action["created_at"])).total_seconds() * 1000)
+            time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+            steps1, t1 = count_where(bucket, "agent_steps"), time.monotonic()
+            out = {"workers": workers, "agents": agents, "window_s": round(t1 - t0, 1),
+                   "steps_per_s": round((steps1 - steps0) / (t1 - t0), 1), "control_applied_ms": summary(applied)}
+            if kill and workers > 1:
+                victim = f"bench-w{workers - 1}"
+                owned = count_where(bucket, "agent_state", f"status = 'running' AND owner = '{victim}'")
+                svc.workers[-1].kill()
+                svc.workers[-1].wait(timeout=30)
+                killed = time.monotonic()
+                wait_for(lambda: count_where(bucket, "agent_state",
+                                             f"status = 'running' AND owner = '{victim}'") == 0,
+                         timeout=600, interval=0.5, what=f"the sessions of {victim} taken over")
+                out["takeover"] = {"sessions_of_killed_worker": owned, "dead_after_s": dead_after,
+                                   "seconds_to_all_taken_over": round(time.monotonic() - killed, 1)}
+            return out
+        finally:
+            svc.stop()
+
+
+def scaleout_part(server, endpoint: str, plans: list[tuple[int, int]], seconds: float, controls: int,
+                  dead_after: float) -> list:
+    out = []
+    for workers, agents in plans:
+        progress(f"scaleout: {workers} workers, {agents} agents, {seconds} s window, {controls} controls")
+        out.append(scaleout_run(server, endpoint, workers, agents, seconds, controls, dead_after, kill=True))
+        progress(json.dumps(out[-1]))
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes and windows (the smoke test)")
@@ -204,12 +293,17 @@ def main(argv=None) -> int:
                         help="the dispatcher's watch_s / agents.py --watch-interval (its default: 0.02)")
     parser.add_argument("--agents-arg", action="append", default=[],
                         help="one more argument for agents.py in the idle part (repeat)")
-    parser.add_argument("--skip", default="", help="parts to leave out: steps, idle")
+    parser.add_argument("--scaleout", default="1x100,2x100,4x100,1x1000,2x1000",
+                        help="WORKERSxAGENTS plans of the scale-out part")
+    parser.add_argument("--scaleout-seconds", type=float, default=20.0)
+    parser.add_argument("--controls", type=int, default=10, help="pause/resume actions per scale-out plan")
+    parser.add_argument("--dead-after", type=float, default=5.0, help="agents.py --dead-after in the scale-out part")
+    parser.add_argument("--skip", default="", help="parts to leave out: steps, idle, scaleout")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:  # the smoke test's: SeaweedFS and one agent for seconds; the idle part's processes are left out
         args.agents, args.seconds, args.warmup = "1", 2.0, 0.5
-        skip.add("idle")
+        skip |= {"idle", "scaleout"}
     result = {"benchmark": "s3", "machine": machine(), "server": "SeaweedFS (weed server) on 127.0.0.1",
               "prices_per_1k": PRICE_PER_1K, "watch_interval": args.watch_interval}
     with tempfile.TemporaryDirectory() as root:
@@ -221,6 +315,10 @@ def main(argv=None) -> int:
             if "idle" not in skip:
                 agents_args = ["--watch-interval", str(args.watch_interval), *args.agents_arg]
                 result["idle"] = idle_part(server, endpoint, [0, args.paused], args.idle_seconds, agents_args)
+            if "scaleout" not in skip:
+                plans = [tuple(int(x) for x in plan.split("x")) for plan in args.scaleout.split(",")]
+                result["scaleout"] = scaleout_part(server, endpoint, plans, args.scaleout_seconds, args.controls,
+                                                   args.dead_after)
         finally:
             server.stop()
     emit(result)
