@@ -53,6 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--watch-interval", type=float, default=settings.env_float("AGENTSVC_WATCH_S", 0.02),
                         help="how often to check the queue for changes while busy, or always where it cannot be "
                              "watched (object storage, not Linux), seconds [AGENTSVC_WATCH_S, 0.02]")
+    parser.add_argument("--idle-poll", type=float, default=settings.env_float("AGENTSVC_IDLE_POLL_S", 1.0),
+                        help="where the queue cannot be watched (object storage), an idle dispatcher looks at it "
+                             "less and less often, up to this interval (each look is a request; a control waits "
+                             "up to this long), seconds [AGENTSVC_IDLE_POLL_S, 1]")
     parser.add_argument("--full-poll", type=float, default=settings.env_float("AGENTSVC_FULL_POLL_S", 5.0),
                         help="query the queue at least this often even without a change signal, seconds "
                              "[AGENTSVC_FULL_POLL_S, 5]")
@@ -189,7 +193,7 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
     def service(p):
         return AgentService(p["store"], monikers, tools=p["tools"], worker_id=p["worker_id"],
                             destroy_grace_s=args.destroy_grace, maintainer=maintainer, watch_s=args.watch_interval,
-                            full_poll_s=args.full_poll, dead_after_s=args.dead_after, create_grace_s=args.create_grace, max_attempts=args.max_attempts,
+                            idle_poll_s=args.idle_poll, full_poll_s=args.full_poll, dead_after_s=args.dead_after, create_grace_s=args.create_grace, max_attempts=args.max_attempts,
                             session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
                             keep_model_io=args.keep_model_io,
                             monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,

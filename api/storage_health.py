@@ -7,8 +7,9 @@ when its fragments or versions pass the thresholds that maintenance keeps them
 under (:mod:`store.maintenance`), or when a worker's last run of it was
 abandoned.  Reading every table's shape costs a few milliseconds a table (and
 seconds on a loaded machine), and ``/api/health`` is a liveness probe that must
-answer at once: a background thread rebuilds the report every ``ttl_s`` and
-the probe returns the last one with its age.
+answer at once: the probe returns the last report with its age, and a
+background thread rebuilds it when it is older than ``ttl_s`` (only when asked
+for: an unprobed app.py reads nothing).
 """
 import logging
 import threading
@@ -30,9 +31,15 @@ class StorageHealth:
         self._thread: threading.Thread | None = None
 
     def report(self) -> dict | None:
-        """The latest report with its age in seconds, or None until the first is built."""
+        """The latest report with its age in seconds, or None until the first is built.
+        A report older than ``ttl_s`` is rebuilt in the background, once at a
+        time, only when asked for: on object storage a rebuild is a few hundred
+        requests (every table's stats and versions), which a thread rebuilding
+        every 5 s forever paid ~110,000 times an hour with nobody asking
+        (bench/bench_s3.py)."""
         with self._lock:
-            if self._thread is None:
+            stale = self._report is None or time.monotonic() - self._at > self.ttl_s
+            if stale and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._refresh, name="storage-health", daemon=True)
                 self._thread.start()
             if self._report is None:
@@ -40,14 +47,12 @@ class StorageHealth:
             return {**self._report, "age_s": round(time.monotonic() - self._at, 1)}
 
     def _refresh(self) -> None:
-        while True:
-            try:
-                report = self._build()
-                with self._lock:
-                    self._report, self._at = report, time.monotonic()
-            except Exception as exc:  # the store may be briefly unreachable; the next round tries again
-                log.warning("storage health report failed: %s", exc)
-            time.sleep(self.ttl_s)
+        try:
+            report = self._build()
+            with self._lock:
+                self._report, self._at = report, time.monotonic()
+        except Exception as exc:  # the store may be briefly unreachable; the next probe tries again
+            log.warning("storage health report failed: %s", exc)
 
     def _build(self) -> dict:
         tables = self.store.table_shapes()

@@ -109,6 +109,9 @@ class ActionQueue:
         self.table = table
         self.writer = writer
         self._versions_dir = versions_dir
+        # Called (from the committing thread) after each append: this process's own
+        # dispatcher wakes at once where it cannot watch the queue (object storage).
+        self.appended: list = []
 
     def change_token(self):
         """Something that changes whenever any process commits to the queue.
@@ -172,6 +175,8 @@ class ActionQueue:
     def append(self, rows: list[dict]) -> list[dict]:
         """Append rows made by :meth:`new_rows` in one commit; returns them as a read would."""
         self.writer.append(self.name, rows)
+        for listener in self.appended:
+            listener()
         return [codec.decode(self.name, codec.encode(self.name, row)) for row in rows]
 
     def by_idempotency_key(self, key_hash: str, since: datetime) -> list[dict]:

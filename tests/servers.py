@@ -102,7 +102,25 @@ class SeaweedProc(Proc):
         super().__init__(name, argv, log_dir)
         self.argv, self.log_dir, self.sockets = argv, log_dir, sockets
         self.endpoint, self.filer_port = endpoint, filer_port
+        self.metrics_url: str | None = None  # its Prometheus metrics (seaweedfs_s3 sets it)
         self.starts = 1
+
+    def requests(self, bucket: str | None = None) -> dict[str, int]:
+        """How many S3 requests the gateway has answered since it started, by
+        type (SeaweedFS's ``SeaweedFS_s3_request_total`` counter: PUT, GET, LIST,
+        COPY, DELETE, ...; it counts a HEAD as a GET), for one bucket or all.
+        Counted by the server itself, so a bench costs nothing to count."""
+        from prometheus_client.parser import text_string_to_metric_families
+        text = requests.get(self.metrics_url, timeout=10).text
+        counts: dict[str, int] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name != "SeaweedFS_s3_request":
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total") and bucket in (None, sample.labels.get("bucket")):
+                    kind = sample.labels.get("type", "?")
+                    counts[kind] = counts.get(kind, 0) + int(sample.value)
+        return counts
 
     def stop(self, timeout: float = 3) -> int | None:
         try:
@@ -155,7 +173,8 @@ def seaweedfs_s3(log_dir: str) -> tuple[SeaweedProc, str]:
 
     Every port is a free one, the gRPC ones too (they default to port + 10000,
     which may be taken); the Iceberg and Lance catalog ports it opens by default
-    are turned off. ``-volume.max=100``: with the default 8, each new bucket (its
+    are turned off. Its Prometheus metrics listen on a free port of 127.0.0.1
+    (``metrics_url``; ``requests()`` reads the S3 request counters). ``-volume.max=100``: with the default 8, each new bucket (its
     own collection, which grows several volumes) soon fails with 500 "No
     writable volumes". Without an identity configured its S3 gateway accepts any
     access key.
@@ -166,6 +185,7 @@ def seaweedfs_s3(log_dir: str) -> tuple[SeaweedProc, str]:
     os.makedirs(data_dir, exist_ok=True)
     ports = {role: free_port() for role in ("s3", "s3.grpc", "master", "master.grpc", "volume", "volume.grpc",
                                             "filer", "filer.grpc")}
+    metrics_port = free_port()
     argv = [weed, "-logtostderr", "server", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3.grpc']}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
@@ -173,11 +193,12 @@ def seaweedfs_s3(log_dir: str) -> tuple[SeaweedProc, str]:
             f"-volume.port={ports['volume']}", f"-volume.port.grpc={ports['volume.grpc']}",
             f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer.grpc']}",
             "-volume.max=100", "-master.volumeSizeLimitMB=64", "-volume.preStopSeconds=0",
-            "-master.telemetry=false"]
+            "-master.telemetry=false", f"-metricsPort={metrics_port}", "-metricsIp=127.0.0.1"]
     sockets = [f"/tmp/seaweedfs-{role.replace('.', '-')}-{port}.sock" for role, port in ports.items()
                if role.endswith(".grpc")] + [f"/tmp/seaweedfs-{role}-{ports[role]}.sock" for role in ("filer", "s3")]
     endpoint = f"http://127.0.0.1:{ports['s3']}"
     proc = SeaweedProc("seaweedfs", argv, log_dir, sockets, endpoint, ports["filer"])
+    proc.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     proc.wait_writable()
     return proc, endpoint
 

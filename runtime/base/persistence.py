@@ -159,6 +159,13 @@ class Persistence:
         the pending query (~5-20 ms), so the poller can look often."""
         return self.store.actions.change_token()
 
+    def on_enqueue(self, callback):
+        """``callback()`` (from any thread) after this process appends to the
+        queue, until the function returned is called."""
+        listeners = self.store.actions.appended
+        listeners.append(callback)
+        return lambda: listeners.remove(callback)
+
     def watch_queue(self):
         """A file descriptor that wakes on any commit to the queue, or None (then poll)."""
         return self.store.actions.watch()

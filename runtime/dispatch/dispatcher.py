@@ -134,7 +134,7 @@ class Dispatcher:
     def __init__(self, persist: Persistence, handle: Callable[[dict], Awaitable[None]], *, worker_id: str,
                  observers: Observers | None = None,
                  owns: Callable[[str], SessionAgent | None] = lambda session_id: None,
-                 watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0,
+                 watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0, idle_poll_s: float = 1.0,
                  batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5,
                  retry_after_s: float = 0.2, fence: Fence | None = None,
                  took_effect: Callable[[dict], Awaitable[bool]] | None = None, share: CreateShare | None = None):
@@ -153,6 +153,7 @@ class Dispatcher:
         self.idle_watch_s = idle_watch_s
         self._commit_seen = False  # set by the commit watch, consumed by the poll loop
         self.full_poll_s = full_poll_s
+        self.idle_poll_s = max(idle_poll_s, watch_s)  # unwatched and idle: the longest wait between looks
         self.batch = batch
         self.lease_s = lease_s
         self.release_every_s = release_every_s
@@ -168,13 +169,26 @@ class Dispatcher:
             asyncio.get_running_loop().add_reader(watch.fileno(), self._notified, watch, wake)
         stopper = asyncio.create_task(stopping.wait())
         stopper.add_done_callback(lambda _: wake.set())
+        loop = asyncio.get_running_loop()
+
+        def enqueued():  # in the thread that committed
+            try:
+                loop.call_soon_threadsafe(self._enqueued, wake)
+            except RuntimeError:  # this loop has closed
+                pass
+        stop_listening = self.persist.on_enqueue(enqueued)
         try:
             await self._poll_loop(stopping, wake, watched=watch is not None)
         finally:
+            stop_listening()
             stopper.cancel()
             if watch is not None:
                 asyncio.get_running_loop().remove_reader(watch.fileno())
                 watch.close()
+
+    def _enqueued(self, wake: asyncio.Event) -> None:
+        self._commit_seen = True
+        wake.set()
 
     def _notified(self, watch, wake: asyncio.Event) -> None:
         watch.drain()
@@ -183,9 +197,11 @@ class Dispatcher:
 
     async def _poll_loop(self, stopping: asyncio.Event, wake: asyncio.Event, watched: bool) -> None:
         seen_version, last_full, last_release, found = None, 0.0, 0.0, 0
+        idle_wait = self.watch_s
         while not stopping.is_set():
             wake.clear()  # before looking: a commit from now on wakes the wait below
             now = time.monotonic()
+            changed = False
             try:
                 if now - last_release > self.release_every_s:
                     last_release = now
@@ -194,14 +210,19 @@ class Dispatcher:
                         log.warning("released %d actions whose lease expired", released)
                 version = self.persist.queue_change_token()
                 notified, self._commit_seen = self._commit_seen, False
-                if found or notified or version != seen_version or now - last_full > self.full_poll_s:
+                changed = notified or version != seen_version
+                if found or changed or now - last_full > self.full_poll_s:
                     seen_version, last_full = version, now  # read before querying: no change slips by
                     found = await self.poll_once()
             except Exception:
                 log.exception("poll failed; retrying")
                 found = 0
             # Busy, or nothing to wake us: look again soon.  Watched and idle: sleep.
-            timeout = self.idle_watch_s if watched and not found else self.watch_s
+            # Unwatched (object storage, where each look is a request) and idle: look
+            # less and less often, up to idle_poll_s; a change or this process's own
+            # enqueue brings it back to watch_s at once.
+            idle_wait = self.watch_s if found or changed else min(idle_wait * 2, self.idle_poll_s)
+            timeout = self.idle_watch_s if watched and not found else idle_wait
             try:
                 await asyncio.wait_for(wake.wait(), timeout=timeout)
             except TimeoutError:

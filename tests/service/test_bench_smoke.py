@@ -31,6 +31,7 @@ EXPECTED = {
     "bench_adoption": ["machine", "run", "target"],
     "bench_history": ["machine", "steps", "disk_over_new", "delta", "whole", "target"],
     "bench_processes": ["machine", "runs", "ratio", "target"],
+    "bench_s3": ["machine", "steps", "prices_per_1k"],
 }
 
 
