@@ -115,21 +115,17 @@ function below(id, open) {
   document.dispatchEvent(new CustomEvent("subagents-below", { detail: { sessionId: id, open } }));
 }
 
-// What may change the tree: a status in it, a new child, a spawn in it.  The
-// open session counts as in the tree before the first read has landed: a spawn
-// whose events came while that read was on its way (it found no tree yet) was
-// otherwise missed for good, the panel staying hidden (seen under load).
-const inTree = (id) => shown.has(id) || (id != null && id === sessionId);
+// What may change the tree: a status in it, a new child, a spawn in it.
 registerLiveEvent("agent_state", (s) => {
   if (!s || !shownPage()) return;
   const known = shown.has(s.session_id);
   if (known && shown.get(s.session_id) !== s.status) {
     shown.set(s.session_id, s.status);  // once per change, also when the read shows nothing new
     later();
-  } else if (!known && inTree(s.parent_session_id)) later();
+  } else if (!known && shown.has(s.parent_session_id)) later();
 });
 registerLiveEvent("tool_call", (call) => {
-  if (call && call.name === "spawn_agent" && inTree(call.session_id) && shownPage()) later();
+  if (call && call.name === "spawn_agent" && shown.has(call.session_id) && shownPage()) later();
 });
 
 registerSessionHook((id, snapshot) => {
