@@ -92,7 +92,7 @@ def test_benchmark_quick_mode_prints_its_figures(name, quick_runs):
 def test_the_guards_tracing_part_measures_both_ways_with_phoenix_receiving():
     """``bench_guard --tracing`` (its documented command, quick and alone): runs
     with traces off and on (one round when quick), and the "on" run's export
-    process ended spans that Phoenix (started by the bench, niced) was sent.  Skipped where Phoenix is not
+    process ended spans that Phoenix (started by the bench) was sent.  Skipped where Phoenix is not
     installed (scripts/test_deps/phoenix.sh), like the Phoenix tests."""
     if not os.access(os.path.join(ROOT, ".venv-phoenix", "bin", "phoenix"), os.X_OK):
         pytest.skip("Phoenix is not installed (scripts/test_deps/phoenix.sh)")
