@@ -110,6 +110,44 @@ def test_a_parent_page_open_before_the_spawn_shows_the_panel_and_the_list_names_
     assert link.get_attribute("href") == f"#/session/{root}"
 
 
+def test_a_child_whose_create_lands_after_the_pages_read_still_shows_up_without_a_reload(page, shared_service):
+    """A spawn_agent call ends when its child's create is queued, and the
+    create may land after the read the call's events start (under load it
+    did, and the panel stayed hidden for good: the child's own events go only
+    to its room).  Here the page's first read that would show the child is
+    answered without it, as a read served before the create would be; the
+    page must then learn of the child by itself, with no reload."""
+    svc, expect = shared_service, playwright_api.expect
+    frames = working(8) + [{"text": "spawning", "tool_calls": [
+        {"name": "spawn_agent", "args": {"task": "later", "moniker": "scripted", "name": "late child",
+                                         "config": {"interval_s": 0.2, "frames": working(400)}}}]}] + working(400)
+    made = svc.create("scripted", task="delegate", name="slow create", config={
+        "interval_s": 1, "tools": ["spawn_agent", "wait"], "frames": frames})
+    root = made["session_id"]
+    hidden, until = [], []  # the reads answered as if the child's create had not landed; when that ends
+
+    def before_the_create(route):
+        response = route.fetch()
+        body = response.json()
+        if body.get("children") and (not until or time.monotonic() < until[0]):
+            hidden.append(route.request.url)
+            body = dict(body, children=[])
+        route.fulfill(response=response, json=body)
+
+    page.route("**/api/sessions/*/children*", before_the_create)
+    page.goto(f"{svc.url}/#/session/{root}")
+    expect(page.get_by_test_id("session-status")).to_be_visible(timeout=90_000)
+    assert not [r for r in tool_rows(svc, root) if r["name"] == "spawn_agent"], "opened after the spawn"
+    (child,) = spawned_ids(svc, root, 1)
+    # Every read the spawn call's events start (debounced, 2 s at most after the last) is answered without the child.
+    until.append(time.monotonic() + 5)
+    tree = page.get_by_test_id("session-tree")
+    expect(tree.locator(f"[data-session='{child}']")).to_be_visible(timeout=90_000)
+    assert hidden, "no read of the tree came between the spawn and the panel showing the child"
+    page.unroute_all(behavior="ignoreErrors")
+    svc.control(made["agent_id"], "destroy")
+
+
 def test_pause_guidance_and_resume_reach_the_whole_tree_when_the_box_is_ticked(page, shared_service):
     """Issue 40, item 1: the session page's Pause acted on one session and left
     its sub-agents running.  A box (shown only with sessions at work below, and

@@ -9,7 +9,8 @@
 // (the whole tree) and the root's snapshot (the page's own when it is the root).
 // It is read on every catch-up of the session (first load, reconnects) and
 // then from live events, never on a timer: the page also follows the rooms of
-// the tree's unfinished sessions (core/live.js followAlso), and a change of
+// the tree's unfinished sessions and of children spawned but not read yet
+// (core/live.js followAlso), and a change of
 // status in the tree, a new child (an agent_state whose parent is in the tree)
 // or a spawn_agent call of a session in it (the first child of a session
 // whose panel is still hidden) reads the tree again, debounced with a maximum
@@ -31,6 +32,12 @@ const FINISHED = ["stopped", "done", "error"];
 let sessionId = null;
 let generation = 0;
 const shown = new Map();  // session id -> its status as the panel shows it (the open session included)
+// Children spawned in the tree that no read has shown yet.  A spawn_agent call
+// ends when its child's create is queued, and the create may land after the
+// read its events start; the child's own events go only to its room, so the
+// page follows that room (the child's session id is the call's id) until a
+// read shows the child.
+const spawned = new Set();
 const later = debouncer(() => shownPage() && refresh(sessionId, generation), { delay: 300, maxWait: 2000 });
 
 const shownPage = () => sessionId !== null && !$("#view-session")?.hidden;
@@ -86,6 +93,7 @@ async function refresh(id, mine, snapshot = null) {
     const status = snapshot ? snapshot.status : shown.get(id) ?? null;  // a read from an event keeps the event's
     shown.clear();
     shown.set(id, status);
+    if (spawned.size) await follow([], mine);  // its first child, not readable yet
     return;
   }
   const rows = [{ ...top, depth: 0, result_text: top.result && top.result.text }, ...tree.children];
@@ -100,9 +108,14 @@ async function refresh(id, mine, snapshot = null) {
   below(id, descendants(id, rows).filter((r) => !FINISHED.includes(r.status)).length);
   shown.clear();
   rows.forEach((r) => shown.set(r.session_id, r.status));
-  const watched = rows.filter((r) => r.session_id !== id && !FINISHED.includes(r.status))
-    .map((r) => "session:" + r.session_id);
-  // A room joined only now may have had events before the join: read once more.
+  rows.forEach((r) => spawned.delete(r.session_id));
+  await follow(rows.filter((r) => r.session_id !== id && !FINISHED.includes(r.status)).map((r) => r.session_id), mine);
+}
+
+// Follow the rooms of the tree's unfinished sessions and of its children not
+// read yet.  A room joined only now may have had events before the join: read once more.
+async function follow(unfinished, mine) {
+  const watched = [...unfinished, ...spawned].map((s) => "session:" + s);
   if (await followAlso("session-tree", watched) && mine === generation) later();
 }
 
@@ -125,13 +138,17 @@ registerLiveEvent("agent_state", (s) => {
   } else if (!known && shown.has(s.parent_session_id)) later();
 });
 registerLiveEvent("tool_call", (call) => {
-  if (call && call.name === "spawn_agent" && shown.has(call.session_id) && shownPage()) later();
+  if (!call || call.name !== "spawn_agent" || !shown.has(call.session_id) || !shownPage()) return;
+  if (["failed", "denied"].includes(call.status)) spawned.delete(call.id);  // no child comes
+  else if (!shown.has(call.id)) spawned.add(call.id);
+  later();
 });
 
 registerSessionHook((id, snapshot) => {
   if (id !== sessionId) {
     sessionId = id;
     shown.clear();
+    spawned.clear();
     const root = panel();
     if (root) root.hidden = true;
   }
