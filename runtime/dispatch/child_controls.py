@@ -50,7 +50,11 @@ class ChildControls:
                 return True
         agent = self.sessions.get(action["session_id"])
         snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(action["session_id"])
-        return snapshot is not None and holds(snapshot, key)
+        if snapshot is None or not holds(snapshot, key):
+            return False
+        if agent is not None:  # held in memory: the save that carried it may have failed
+            await agent.save()
+        return True
 
     # ---- child_result -----------------------------------------------------
 
@@ -75,8 +79,10 @@ class ChildControls:
             await asyncio.gather(agent.runner, return_exceptions=True)  # it may wake itself as it ends
         agent = await self._unless_stale(agent)
         if agent is not None and not agent.finished:
-            if agent.add_inbox_item(key, kind, text, data=data, source=source):
-                await agent.save()
+            agent.add_inbox_item(key, kind, text, data=data, source=source)
+            # Saved also when memory held the item already: the attempt that queued it
+            # may have raised on a failed save (handlers.SessionControls._saved).
+            await agent.save()
             return "queued"
         snapshot = agent.snapshot() if agent is not None else await self.persist.load_snapshot(session_id)
         if snapshot is None:

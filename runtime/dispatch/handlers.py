@@ -111,8 +111,12 @@ class SessionControls:
         if action["type"] == "create":
             return True
         if action["type"] == "destroy":
-            return snapshot["status"] in SESSION_FINISHED
-        return holds(snapshot, action["id"])
+            took = snapshot["status"] in SESSION_FINISHED
+        else:
+            took = holds(snapshot, action["id"])
+        if took:
+            await self._saved(action)
+        return took
 
     async def _snapshot(self, action: dict) -> dict | None:
         agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
@@ -123,9 +127,20 @@ class SessionControls:
         did not end (the session may have finished since, which must not fail it)."""
         snapshot = await self._snapshot(action)
         if snapshot is not None and holds(snapshot, action["id"]):
+            await self._saved(action)
             log.info("action %s (%s) was applied before its worker stopped; done", action["id"], action["type"])
             return True
         return False
+
+    async def _saved(self, action: dict) -> None:
+        """An effect found in a running session's memory may never have reached
+        the store: the attempt that made it raised when its save failed (the
+        object store was down), and memory kept the change.  Save that memory
+        before the action ends done, or a pause is "done" while the store says
+        running for good (the session, paused here, writes nothing more)."""
+        agent = self.sessions.resolve(action["agent_id"], action.get("session_id"))
+        if agent is not None:
+            await agent.save()
 
     # ---- controls -------------------------------------------------------
 
