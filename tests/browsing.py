@@ -9,6 +9,22 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 SHOTS = os.environ.get("AGENTSVC_SCREENSHOTS")  # a directory (e.g. docs) to save the pages' pictures to
 
+# Playwright's own waits (navigation, clicks, wait_for_url) give up after 30 s and
+# its expect() assertions after 5 s: beside the suite and a kill loop (load ~15 on
+# two cores) a login's redirect took longer, and an expect() with no timeout of
+# its own (some sixty in the tier) failed a run.  Every wait of the tier waits
+# as long as the suite's other deadlines; what a test waits for is a condition.
+PATIENT_MS = 90_000
+
+
+def be_patient(context=None) -> None:
+    """Give playwright's expect() (and ``context``'s waits, if given) PATIENT_MS."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=PATIENT_MS)
+    if context is not None:
+        context.set_default_timeout(PATIENT_MS)
+
 
 def refused_by_policy(message) -> bool:
     """Whether chromium refused something the page did because of its

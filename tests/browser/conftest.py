@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tests.browsing import ARGS, CHROMIUM, refused_by_policy
+from tests.browsing import ARGS, CHROMIUM, be_patient, refused_by_policy
 
 
 @pytest.fixture(scope="module")
@@ -20,17 +20,11 @@ def browser():
         b.close()
 
 
-# Playwright's own waits (navigation, clicks, wait_for_url) give up after 30 s:
-# beside the suite and a kill loop (load ~15 on two cores) a login's redirect
-# took longer.  Every context of the tier waits as long as the suite's other
-# deadlines; what a test waits for is a condition, not a time.
-PATIENT_MS = 90_000
-
-
 def patient(new_context):
+    """Every context of the tier waits as long as the suite's other deadlines (tests/browsing.py)."""
     def make(*args, **kwargs):
         context = new_context(*args, **kwargs)
-        context.set_default_timeout(PATIENT_MS)
+        be_patient(context)
         return context
     return make
 

@@ -390,7 +390,7 @@ def test_the_timeline_shows_what_observers_and_flow_rules_did(env):
     """In a real browser (Debian's chromium): a fired observer, a failing one
     (skipped, with its error) and a flow decision, inside their steps."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.browsing import ARGS, CHROMIUM
+    from tests.browsing import ARGS, CHROMIUM, be_patient
 
     svc, _ = env
     watched = create(svc, "watcher")
@@ -401,6 +401,7 @@ def test_the_timeline_shows_what_observers_and_flow_rules_did(env):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             page = browser.new_page()
+            be_patient(page.context)
             errors = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(f"{svc.url}/#/session/{watched['session_id']}")
