@@ -100,6 +100,26 @@ def test_a_parked_control_that_took_effect_is_done(store):
     assert store.actions.get(never)["error"].startswith("parked after 5 attempts")
 
 
+def fail_one_save(store: Store, which) -> list[str]:
+    """Make the store fail the first snapshot save for which ``which(snapshot)``
+    is true, as an object store that is down does; returns the sessions failed."""
+    real_submit, failed = store.states.submit, []
+
+    def submit(snapshot, loop=None):
+        if which(snapshot) and not failed:
+            failed.append(snapshot["session_id"])
+            future = loop.create_future()
+            future.set_exception(OSError("the object store is down"))
+            return future
+        return real_submit(snapshot, loop=loop)
+    store.states.submit = submit
+    return failed
+
+
+def held_items(snapshot: dict) -> list[str]:
+    return [i.get("action_id") for i in snapshot.get("pending_guidance") or []]
+
+
 def test_a_control_whose_save_failed_is_saved_before_it_is_done(store):
     """The store fails the snapshot save that carries a pause (an S3 outage):
     the attempt raises, but the running session's memory already says paused
@@ -109,19 +129,10 @@ def test_a_control_whose_save_failed_is_saved_before_it_is_done(store):
     failed so in whole runs)."""
     store.actions.enqueue("create", agent_id="a", session_id="s",
                           payload={"moniker": "echo", "config": {"interval_s": 0.05}})
-    real_submit, failed = store.states.submit, []
-
-    def submit(snapshot, loop=None):
-        if snapshot.get("status") == "paused" and not failed:
-            failed.append(snapshot["session_id"])
-            future = loop.create_future()
-            future.set_exception(OSError("the object store is down"))
-            return future
-        return real_submit(snapshot, loop=loop)
 
     async def scenario(service):
         await until(lambda: store.steps.count("s") >= 1, what="a first step")
-        store.states.submit = submit
+        failed = fail_one_save(store, lambda snapshot: snapshot.get("status") == "paused")
         pause = store.actions.enqueue("pause", agent_id="a", session_id="s")["id"]
         await until(lambda: finished(store, pause), timeout=60, what="the pause to finish")
         assert failed, "the pause's save was never tried"
@@ -138,29 +149,18 @@ def test_a_childs_result_whose_save_failed_is_saved_before_it_is_done(store):
     crash cannot lose it."""
     store.actions.enqueue("create", agent_id="a", session_id="s",
                           payload={"moniker": "echo", "config": {"interval_s": 0.05}})
-    real_submit, failed = store.states.submit, []
     key = "child-c-1"
-
-    def submit(snapshot, loop=None):
-        held = [i.get("action_id") for i in snapshot.get("pending_guidance") or []]
-        if key in held and not failed:
-            failed.append(snapshot["session_id"])
-            future = loop.create_future()
-            future.set_exception(OSError("the object store is down"))
-            return future
-        return real_submit(snapshot, loop=loop)
 
     async def scenario(service):
         await until(lambda: store.steps.count("s") >= 1, what="a first step")
         pause = store.actions.enqueue("pause", agent_id="a", session_id="s")["id"]
         await until(lambda: finished(store, pause), what="paused")
-        store.states.submit = submit
+        failed = fail_one_save(store, lambda snapshot: key in held_items(snapshot))
         result = store.actions.enqueue("child_result", agent_id="a", session_id="s", payload={
             "key": key, "child_session_id": "c", "child_agent_id": "ca", "status": "done", "text": "42"})["id"]
         await until(lambda: finished(store, result), timeout=60, what="the child's result to finish")
         assert failed, "the item's save was never tried"
         assert store.actions.get(result)["status"] == "done"
-        await until(lambda: key in [i.get("action_id") for i in store.states.get("s").get("pending_guidance") or []],
-                    timeout=10, what="the store to hold the item")
+        await until(lambda: key in held_items(store.states.get("s")), timeout=10, what="the store to hold the item")
 
     run(store, scenario)
