@@ -174,6 +174,9 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await self.tool_rows_landed()  # a snapshot says the tool step is over: its rows land first
             await child_sessions.report_if_finished(self)  # a child's outcome is queued before its final snapshot
             snapshot = self.snapshot()
+            if self._ending:  # a handler's save while the runner decides what the end leads to
+                # (_decide_the_end): the store keeps the status it had until the runner saves the decision
+                snapshot["status"], snapshot["status_reason"] = self._saved_status or ("running", None)
             self._unsaved = False  # this save holds every step so far, whoever asked for it
             await self.persist.save_snapshot(snapshot)
             self._saved_at = asyncio.get_running_loop().time()

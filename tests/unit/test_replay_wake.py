@@ -130,3 +130,22 @@ def test_the_background_save_does_not_save_an_end_the_wake_is_still_deciding(sto
     record_and_replay(store, snapshots)
     saved = [(s["status"], s["iteration"]) for s in snapshots]
     assert ("done", 1) not in saved and saved[-1] == ("done", 2), saved
+
+
+def test_a_handlers_save_does_not_save_an_end_the_wake_is_still_deciding(store, monkeypatch):
+    """The same for a handler's save (a control applied while the wake reads the
+    recording): it saves the session as it is, but not the end, which only the
+    runner saves once the wake has decided."""
+    from runtime.session.replay import Replayer
+
+    deciding = Replayer.wake
+
+    async def wake_beside_a_handler(self, agent):
+        await agent.save()  # what a pause or an inbox item applied meanwhile does
+        return await deciding(self, agent)
+
+    monkeypatch.setattr(Replayer, "wake", wake_beside_a_handler)
+    snapshots = []
+    record_and_replay(store, snapshots)
+    saved = [(s["status"], s["iteration"]) for s in snapshots]
+    assert ("done", 1) not in saved and ("running", 1) in saved and saved[-1] == ("done", 2), saved
