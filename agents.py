@@ -28,7 +28,7 @@ from runtime.worker import fanout_targets
 from domain.events import events_token
 from semantic.embeddings import EmbeddingSettings
 from runtime.record.record_keeping import RecordKeeping
-from runtime.record.eval_runner import EvalRunner
+from runtime.record.eval_runner import IDLE_EVERY_S as EVAL_IDLE_EVERY_S, EvalRunner
 from evals.scorers import default_registry as default_scorers
 from semantic import semantic_search
 from runtime.worker.health import HealthServer
@@ -93,6 +93,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 15.0),
                         help="a worker silent this long is dead; its sessions are taken over "
                              "[AGENTSVC_DEAD_AFTER_S, 15]")
+    parser.add_argument("--heartbeat", type=float, default=settings.env_float("AGENTSVC_HEARTBEAT_S", 0.0),
+                        help="how often this worker commits its heartbeat (renewing its write lease, dead-after / 2); "
+                             "at most dead-after / 4; 0 = 2 s on a local disk, dead-after / 4 on object storage "
+                             "(a beat is 3 PUTs and a LIST there) [AGENTSVC_HEARTBEAT_S, 0]")
+    parser.add_argument("--idle-saving", choices=("auto", "on", "off"),
+                        default=os.environ.get("AGENTSVC_IDLE_SAVING", "auto"),
+                        help="skip periodic reads that cannot find anything new while nothing changes: the queue's "
+                             "full poll and lease release while its version is that of a look that found it empty; "
+                             "adoption rounds until a live peer could be dead; maintenance rounds until this "
+                             "process writes (or a minute); retention every minute; eval rounds back off to 10 s. "
+                             "auto = on where the database is on object storage (each read is a billed request) "
+                             "[AGENTSVC_IDLE_SAVING, auto]")
     parser.add_argument("--pause-expiry", type=float, default=settings.env_float("AGENTSVC_PAUSE_EXPIRY_S", 7 * 86400),
                         help="stop sessions paused longer than this, seconds [AGENTSVC_PAUSE_EXPIRY_S, 7 days]")
     parser.add_argument("--retention", type=float, default=settings.env_float("AGENTSVC_RETENTION_S", 30 * 86400),
@@ -183,6 +195,11 @@ def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> Rate
     return limiter
 
 
+def idle_saving(args: argparse.Namespace, store: Store) -> bool:
+    """``--idle-saving``: auto is on where the store is on object storage."""
+    return store.on_object_storage if args.idle_saving == "auto" else args.idle_saving == "on"
+
+
 def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chore]:
     """What agents.py runs around its service, each with what it needs
     (runtime/worker/chores.py starts them in an order that satisfies the needs,
@@ -193,7 +210,9 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
     def service(p):
         return AgentService(p["store"], monikers, tools=p["tools"], worker_id=p["worker_id"],
                             destroy_grace_s=args.destroy_grace, maintainer=maintainer, watch_s=args.watch_interval,
-                            idle_poll_s=args.idle_poll, full_poll_s=args.full_poll, dead_after_s=args.dead_after, create_grace_s=args.create_grace, max_attempts=args.max_attempts,
+                            idle_poll_s=args.idle_poll, full_poll_s=args.full_poll, dead_after_s=args.dead_after,
+                            heartbeat_s=args.heartbeat or None, idle_saving=idle_saving(args, p["store"]),
+                            create_grace_s=args.create_grace, max_attempts=args.max_attempts,
                             session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
                             keep_model_io=args.keep_model_io,
                             monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
@@ -254,7 +273,9 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
               start=lambda p: fanout_targets.attach_questions(p["service"], p["relay"])),
         # eval runs (issue 29): replay a set's sessions through the queue and score them
         Chore("eval-runs", needs=("store", "worker_id"),
-              start=lambda p: EvalRunner(p["store"], default_scorers(), worker_id=p["worker_id"]),
+              start=lambda p: EvalRunner(p["store"], default_scorers(), worker_id=p["worker_id"],
+                                         idle_every_s=EVAL_IDLE_EVERY_S if idle_saving(args, p["store"])
+                                         else 1.0),
               run=lambda runner, stopping: runner.run(stopping)),
     ]
 
