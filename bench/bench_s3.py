@@ -246,6 +246,7 @@ def chores_part(server, endpoint: str, paused_counts: list[int], calls: int) -> 
         bucket = Bucket(server, endpoint)
         if paused:
             root = tempfile.mkdtemp()
+            os.makedirs(f"{root}/logs")
             env = {**S3_ENV, "AGENTSVC_DB_URI": bucket.uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(bucket.options)}
             svc = Service(f"{root}/data", f"{root}/logs", agents_args=["--worker-id", "bench-chores"],
                           env=env).start()
