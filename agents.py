@@ -103,7 +103,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="skip periodic reads that cannot find anything new while nothing changes: the queue's "
                              "full poll and lease release while its version is that of a look that found it empty; "
                              "adoption rounds until a live peer could be dead; maintenance rounds until this "
-                             "process writes (or a minute); retention every minute; eval rounds back off to 10 s. "
+                             "process writes (or 5 minutes); retention every minute; eval rounds back off to 10 s. "
                              "auto = on where the database is on object storage (each read is a billed request) "
                              "[AGENTSVC_IDLE_SAVING, auto]")
     parser.add_argument("--pause-expiry", type=float, default=settings.env_float("AGENTSVC_PAUSE_EXPIRY_S", 7 * 86400),

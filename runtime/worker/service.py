@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("runtime.service")
 
 ADOPT_CHUNK = 1000  # sessions taken with one conditional update and one read of their newer steps
-IDLE_UPKEEP_S = 60.0  # idle saving: a maintenance round without writes of this process's, at most this often
+IDLE_UPKEEP_S = 300.0  # idle saving: a maintenance round without writes of this process's, at least this often
 FULL_ADOPTION_S = 300.0  # idle saving: a whole adoption round at least this often, whatever the workers show
 IDLE_RETENTION_S = 60.0  # idle saving: the health monitor's retention query (30 days' horizon), this often
 
@@ -380,7 +380,7 @@ class AgentService:
         this process committed to a table other than the workers' (its own
         heartbeats) since the last round, or ``IDLE_UPKEEP_S`` after it (the
         heartbeats' versions, other processes' commits: upkeep is due after
-        100 versions, so a minute late is harmless)."""
+        100 versions, and the heartbeats make ~8 a minute: five minutes late is harmless)."""
         if not self.idle_saving:
             return True
         by_table = self.persist.store.writer.stats.by_table
