@@ -5,11 +5,12 @@ per idle hour, turned into dollars at AWS S3's list prices.
     python -m bench.bench_s3 [--quick] [--agents 1,100,1000] [--seconds 30] [--idle-seconds 90]
                              [--paused 1000] [--agents-arg=--watch-interval=1]
                              [--scaleout 1x100,2x100,4x100,1x1000,2x1000] [--scaleout-seconds 20]
-                             [--controls 10] [--dead-after 5] [--skip steps,idle,scaleout]
+                             [--controls 10] [--dead-after 5] [--chore-calls 5]
+                             [--skip steps,idle,chores,scaleout]
 
 ``--quick`` (the smoke test's) runs only the per-step part, one agent, 2 s
-windows: starting app.py and agents.py for the idle and scale-out parts would
-take the suite tens of seconds more.
+windows: starting app.py and agents.py for the idle, chores and scale-out
+parts would take the suite tens of seconds more.
 
 SeaweedFS counts the requests itself (its Prometheus ``SeaweedFS_s3_request_total``
 by type: PUT, GET, LIST, COPY, DELETE; a HEAD is counted as a GET), per bucket;
@@ -29,6 +30,15 @@ each run gets a bucket of its own, so nothing else is counted.
   off (agents.py ``--maintain-every-versions 0``); the bench does not touch the
   bucket during the window of ``--idle-seconds``; requests per hour are the
   window's count scaled to an hour.
+
+- ``chores``: what each periodic read of an idle agents.py costs: every chore
+  (heartbeat, idle poll, full poll, lease release, adoption round, health
+  monitor, eval-run round, archive sweep, maintenance round) called
+  ``--chore-calls`` times in this process on a bucket nothing else touches,
+  with 0 and then ``--paused`` paused sessions (made by a real agents.py run
+  under the same worker id, so the adoption round reads them as its own);
+  requests per call, and per hour at the period each had on a local disk
+  (idle saving off: object storage's idle saving skips most calls instead).
 
 - ``scaleout``: per ``WORKERSxAGENTS`` plan, that many agents.py processes
   (separate processes, one worker each, with their own ``--worker-id``, on the
