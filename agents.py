@@ -97,7 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--heartbeat", type=float, default=settings.env_float("AGENTSVC_HEARTBEAT_S", 0.0),
                         help="how often this worker commits its heartbeat (renewing its write lease, dead-after / 2); "
                              "at most dead-after / 4; 0 = 2 s on a local disk, dead-after / 4 on object storage "
-                             "(a beat is 3 PUTs and a LIST there) [AGENTSVC_HEARTBEAT_S, 0]")
+                             "(a beat is 10 requests there: 3 PUTs, 6 LISTs, a GET) [AGENTSVC_HEARTBEAT_S, 0]")
     parser.add_argument("--idle-saving", choices=("auto", "on", "off"),
                         default=os.environ.get("AGENTSVC_IDLE_SAVING", "auto"),
                         help="skip periodic reads that cannot find anything new while nothing changes: the queue's "

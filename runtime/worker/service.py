@@ -85,8 +85,9 @@ class AgentService:
         self.idle_saving = store.on_object_storage if idle_saving is None else idle_saving
         # A heartbeat renews this worker's write lease (dead_after / 2, runtime/base/fence.py):
         # beat well within it, or the lease runs out between two beats.  On object
-        # storage a beat is a commit (3 PUTs and a LIST): by default every
-        # dead_after / 4 there (two beats a lease), every 2 s on a local disk.
+        # storage a beat is an upsert of 10 requests (3 PUTs, 6 LISTs, a GET;
+        # bench_s3's chores part): by default every dead_after / 4 there (two
+        # beats a lease), every 2 s on a local disk.
         if heartbeat_s is None:
             heartbeat_s = dead_after_s / 4 if store.on_object_storage else 2.0
         heartbeat_s = min(heartbeat_s, dead_after_s / 4)
@@ -349,8 +350,8 @@ class AgentService:
         beat + dead_after), and at the latest dead_after from now (a peer that
         started since, or stopped).  A peer that dies is then taken over as soon
         as today's rounds would, without a round every ``adopt_every_s`` meanwhile
-        (each reads the workers, the queue's claims and the sessions: ~15 requests
-        on object storage).  A crashed runner of this worker's still brings the
+        (each reads the workers, the queue's claims and the sessions: 18 requests
+        on object storage, bench_s3's chores part).  A crashed runner of this worker's still brings the
         next tick's round (``_adoption_round``)."""
         now = time.monotonic()
         if not self.idle_saving:
