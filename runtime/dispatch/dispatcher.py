@@ -14,7 +14,12 @@ still looks at the change token every ``idle_watch_s`` in case a notification
 was lost.  Elsewhere it reads the change token (a directory mtime, or the table
 version on object storage) every ``watch_s``.  The pending query runs only when
 something changed (some process appended, claimed or finished an action), right
-after it found work, or every ``full_poll_s`` as a safety net.  A control
+after it found work, or every ``full_poll_s`` as a safety net.  With
+``skip_quiet`` (object storage, where each query is ~5 billed requests) an
+idle dispatcher counts the open actions once per queue version; while the
+version is that of a count that found none, the full poll and the lease
+release are skipped: nothing can be pending and no lease can run out until a
+commit moves the version.  A control
 action is picked up within tens of milliseconds, and an idle service sleeps.
 
 With several workers on one database, each applies only the actions of the
@@ -203,7 +208,7 @@ class Dispatcher:
 
     async def _poll_loop(self, stopping: asyncio.Event, wake: asyncio.Event, watched: bool) -> None:
         seen_version, last_full, last_release, found = None, 0.0, 0.0, 0
-        quiet_version = None  # the queue's version when last found empty (skip_quiet)
+        quiet_version = checked_version = None  # the queue's version when last found empty / last counted
         idle_wait = self.watch_s
         while not stopping.is_set():
             wake.clear()  # before looking: a commit from now on wakes the wait below
@@ -223,7 +228,9 @@ class Dispatcher:
                 if found or changed or (not quiet and now - last_full > self.full_poll_s):
                     seen_version, last_full = version, now  # read before querying: no change slips by
                     found = await self.poll_once()
-                if self.skip_quiet and not found and not quiet and idle_wait >= self.idle_poll_s:
+                if self.skip_quiet and not found and not quiet and idle_wait >= self.idle_poll_s \
+                        and version != checked_version:  # open actions close only by a commit: count once a version
+                    checked_version = version
                     quiet_version = await self._quiet_at(version)
             except Exception:
                 log.exception("poll failed; retrying")

@@ -148,3 +148,24 @@ def test_a_claim_whose_lease_runs_out_keeps_the_queue_from_quiet(store):
 
     assert run_dispatcher(store, scenario, watch_s=0.02, idle_poll_s=0.05, full_poll_s=0.05, release_every_s=0.05,
                           skip_quiet=True) >= 2
+
+
+def test_an_open_queue_is_counted_once_a_version(store):
+    """An action that stays pending (a create the share gives another worker)
+    keeps the queue open: its count is not
+    repeated at every look, only when the queue's version moves."""
+    store.actions.enqueue("create", agent_id="a", session_id="s", payload={"moniker": "echo"})
+
+    class NotMine:  # the create share (runtime/dispatch/create_share.py): another worker's create
+        async def mine(self, creates):
+            return []
+
+    async def scenario(persist, applied):
+        await until(lambda: persist.quiet_checks >= 1, timeout=120, what="the queue counted")
+        looks = persist.looks
+        await until(lambda: persist.looks >= looks + 20, timeout=300, what="20 more looks")
+        return persist.quiet_checks, applied
+
+    checks, applied = run_dispatcher(store, scenario, watch_s=0.02, idle_poll_s=0.05, full_poll_s=0.05,
+                                     release_every_s=0.05, skip_quiet=True, share=NotMine())
+    assert checks == 1 and applied == []
