@@ -28,7 +28,7 @@ from runtime.worker import fanout_targets
 from domain.events import events_token
 from semantic.embeddings import EmbeddingSettings
 from runtime.record.record_keeping import RecordKeeping
-from runtime.record.eval_runner import EvalRunner
+from runtime.record.eval_runner import IDLE_EVERY_S as EVAL_IDLE_EVERY_S, EvalRunner
 from evals.scorers import default_registry as default_scorers
 from semantic import semantic_search
 from runtime.worker.health import HealthServer
@@ -53,10 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--watch-interval", type=float, default=settings.env_float("AGENTSVC_WATCH_S", 0.02),
                         help="how often to check the queue for changes while busy, or always where it cannot be "
                              "watched (object storage, not Linux), seconds [AGENTSVC_WATCH_S, 0.02]")
-    parser.add_argument("--idle-poll", type=float, default=settings.env_float("AGENTSVC_IDLE_POLL_S", 1.0),
+    parser.add_argument("--idle-poll", type=float, default=settings.env_float("AGENTSVC_IDLE_POLL_S", 0.0),
                         help="where the queue cannot be watched (object storage), an idle dispatcher looks at it "
                              "less and less often, up to this interval (each look is a request; a control waits "
-                             "up to this long), seconds [AGENTSVC_IDLE_POLL_S, 1]")
+                             "up to this long), seconds; 0 = 1 s, 2 s on object storage [AGENTSVC_IDLE_POLL_S, 0]")
     parser.add_argument("--full-poll", type=float, default=settings.env_float("AGENTSVC_FULL_POLL_S", 5.0),
                         help="query the queue at least this often even without a change signal, seconds "
                              "[AGENTSVC_FULL_POLL_S, 5]")
@@ -90,9 +90,22 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="with several workers, a new session goes to one of them (rendezvous hashing); a "
                              "create it has not taken this long after it was queued is anyone's, seconds "
                              "[AGENTSVC_CREATE_GRACE_S, 10]")
-    parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 15.0),
-                        help="a worker silent this long is dead; its sessions are taken over "
-                             "[AGENTSVC_DEAD_AFTER_S, 15]")
+    parser.add_argument("--dead-after", type=float, default=settings.env_float("AGENTSVC_DEAD_AFTER_S", 0.0),
+                        help="a worker silent this long is dead; its sessions are taken over (after a crash, this "
+                             "long); 0 = 15 s on a local disk, 30 s on object storage, where the heartbeat (every "
+                             "dead-after / 4) is a commit [AGENTSVC_DEAD_AFTER_S, 0]")
+    parser.add_argument("--heartbeat", type=float, default=settings.env_float("AGENTSVC_HEARTBEAT_S", 0.0),
+                        help="how often this worker commits its heartbeat (renewing its write lease, dead-after / 2); "
+                             "at most dead-after / 4; 0 = 2 s on a local disk, dead-after / 4 on object storage "
+                             "(a beat is 10 requests there: 3 PUTs, 6 LISTs, a GET) [AGENTSVC_HEARTBEAT_S, 0]")
+    parser.add_argument("--idle-saving", choices=("auto", "on", "off"),
+                        default=os.environ.get("AGENTSVC_IDLE_SAVING", "auto"),
+                        help="skip periodic reads that cannot find anything new while nothing changes: the queue's "
+                             "full poll and lease release while its version is that of a look that found it empty; "
+                             "adoption rounds until a live peer could be dead; maintenance rounds until this "
+                             "process writes (or 5 minutes); retention every minute; eval rounds back off to 10 s. "
+                             "auto = on where the database is on object storage (each read is a billed request) "
+                             "[AGENTSVC_IDLE_SAVING, auto]")
     parser.add_argument("--pause-expiry", type=float, default=settings.env_float("AGENTSVC_PAUSE_EXPIRY_S", 7 * 86400),
                         help="stop sessions paused longer than this, seconds [AGENTSVC_PAUSE_EXPIRY_S, 7 days]")
     parser.add_argument("--retention", type=float, default=settings.env_float("AGENTSVC_RETENTION_S", 30 * 86400),
@@ -105,9 +118,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--archive-quiet", type=float, default=settings.env_float("AGENTSVC_ARCHIVE_QUIET_S", 1800),
                         help="summarise a conversation once it has been quiet this long, seconds "
                              "[AGENTSVC_ARCHIVE_QUIET_S, 1800]")
-    parser.add_argument("--archive-every", type=float, default=settings.env_float("AGENTSVC_ARCHIVE_EVERY_S", 30),
+    parser.add_argument("--archive-every", type=float, default=settings.env_float("AGENTSVC_ARCHIVE_EVERY_S", 0),
                         help="how often the archive looks for quiet conversations and unsummarised sessions, "
-                             "seconds [AGENTSVC_ARCHIVE_EVERY_S, 30]")
+                             "seconds; 0 = 30 s, 120 s on object storage [AGENTSVC_ARCHIVE_EVERY_S, 0]")
     parser.add_argument("--session-heartbeat", type=float,
                         default=settings.env_float("AGENTSVC_SESSION_HEARTBEAT_S", 5.0),
                         help="a step running longer than this is marked in flight and heartbeats at this "
@@ -183,6 +196,31 @@ def rate_limiter(args: argparse.Namespace, store: Store, worker_id: str) -> Rate
     return limiter
 
 
+# Where the store is on object storage every read and commit is a billed request:
+# the periods an option left at 0 take there (BENCHMARKS.md, "What the store costs
+# on S3"; docs/deploy.md, "What the bucket will cost"), and on a local disk.
+PERIODS = {  # option: (local disk, object storage), seconds
+    "dead_after": (15.0, 30.0),  # takeover after a crash; the heartbeat is every dead_after / 4 there
+    "idle_poll": (1.0, 2.0),  # a control sent to an idle worker waits up to this long
+    "archive_every": (30.0, 120.0),
+}
+
+
+def resolve_periods(args: argparse.Namespace, store: Store) -> None:
+    """Options left at 0 take their default for where the store is (``PERIODS``)."""
+    for name, (local, remote) in PERIODS.items():
+        if not getattr(args, name):
+            setattr(args, name, remote if store.on_object_storage else local)
+    log.info("periods: dead-after %g s, heartbeat %s, idle-poll %g s, archive-every %g s, idle saving %s",
+             args.dead_after, f"{args.heartbeat:g} s" if args.heartbeat else "auto", args.idle_poll,
+             args.archive_every, "on" if idle_saving(args, store) else "off")
+
+
+def idle_saving(args: argparse.Namespace, store: Store) -> bool:
+    """``--idle-saving``: auto is on where the store is on object storage."""
+    return store.on_object_storage if args.idle_saving == "auto" else args.idle_saving == "on"
+
+
 def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chore]:
     """What agents.py runs around its service, each with what it needs
     (runtime/worker/chores.py starts them in an order that satisfies the needs,
@@ -193,7 +231,9 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
     def service(p):
         return AgentService(p["store"], monikers, tools=p["tools"], worker_id=p["worker_id"],
                             destroy_grace_s=args.destroy_grace, maintainer=maintainer, watch_s=args.watch_interval,
-                            idle_poll_s=args.idle_poll, full_poll_s=args.full_poll, dead_after_s=args.dead_after, create_grace_s=args.create_grace, max_attempts=args.max_attempts,
+                            idle_poll_s=args.idle_poll, full_poll_s=args.full_poll, dead_after_s=args.dead_after,
+                            heartbeat_s=args.heartbeat or None, idle_saving=idle_saving(args, p["store"]),
+                            create_grace_s=args.create_grace, max_attempts=args.max_attempts,
                             session_heartbeat_s=args.session_heartbeat, stop_grace_s=args.stop_grace,
                             keep_model_io=args.keep_model_io,
                             monitor_options={"pause_expiry_s": args.pause_expiry, "retention_s": args.retention,
@@ -254,7 +294,9 @@ def declared_chores(args: argparse.Namespace, monikers, maintainer) -> list[Chor
               start=lambda p: fanout_targets.attach_questions(p["service"], p["relay"])),
         # eval runs (issue 29): replay a set's sessions through the queue and score them
         Chore("eval-runs", needs=("store", "worker_id"),
-              start=lambda p: EvalRunner(p["store"], default_scorers(), worker_id=p["worker_id"]),
+              start=lambda p: EvalRunner(p["store"], default_scorers(), worker_id=p["worker_id"],
+                                         idle_every_s=EVAL_IDLE_EVERY_S if idle_saving(args, p["store"])
+                                         else 1.0),
               run=lambda runner, stopping: runner.run(stopping)),
     ]
 
@@ -270,6 +312,7 @@ async def serve(args: argparse.Namespace) -> None:
     uri = settings.db_uri(args)
     embedding = EmbeddingSettings.from_env()
     store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)
+    resolve_periods(args, store)
     embedder = semantic_search(store, embedding)
     trimmer = MemoryTrimmer(args.trim_memory_every).start()  # domain/memory.py: RSS follows what is in use
     identity = WorkerIdentity(args.worker_id) if args.worker_id else WorkerIdentity.claim(

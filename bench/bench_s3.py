@@ -5,11 +5,12 @@ per idle hour, turned into dollars at AWS S3's list prices.
     python -m bench.bench_s3 [--quick] [--agents 1,100,1000] [--seconds 30] [--idle-seconds 90]
                              [--paused 1000] [--agents-arg=--watch-interval=1]
                              [--scaleout 1x100,2x100,4x100,1x1000,2x1000] [--scaleout-seconds 20]
-                             [--controls 10] [--dead-after 5] [--skip steps,idle,scaleout]
+                             [--controls 10] [--dead-after 5] [--chore-calls 5]
+                             [--skip steps,idle,chores,scaleout]
 
 ``--quick`` (the smoke test's) runs only the per-step part, one agent, 2 s
-windows: starting app.py and agents.py for the idle and scale-out parts would
-take the suite tens of seconds more.
+windows: starting app.py and agents.py for the idle, chores and scale-out
+parts would take the suite tens of seconds more.
 
 SeaweedFS counts the requests itself (its Prometheus ``SeaweedFS_s3_request_total``
 by type: PUT, GET, LIST, COPY, DELETE; a HEAD is counted as a GET), per bucket;
@@ -29,6 +30,15 @@ each run gets a bucket of its own, so nothing else is counted.
   off (agents.py ``--maintain-every-versions 0``); the bench does not touch the
   bucket during the window of ``--idle-seconds``; requests per hour are the
   window's count scaled to an hour.
+
+- ``chores``: what each periodic read of an idle agents.py costs: every chore
+  (heartbeat, idle poll, full poll, lease release, adoption round, health
+  monitor, eval-run round, archive sweep, maintenance round) called
+  ``--chore-calls`` times in this process on a bucket nothing else touches,
+  with 0 and then ``--paused`` paused sessions (made by a real agents.py run
+  under the same worker id, so the adoption round reads them as its own);
+  requests per call, and per hour at the period each had on a local disk
+  (idle saving off: object storage's idle saving skips most calls instead).
 
 - ``scaleout``: per ``WORKERSxAGENTS`` plan, that many agents.py processes
   (separate processes, one worker each, with their own ``--worker-id``, on the
@@ -204,6 +214,87 @@ def idle_part(server, endpoint: str, paused_counts: list[int], seconds: float, a
     return out
 
 
+# ---- chores: what each periodic read of an idle agents.py costs -----------------
+
+def chore_calls(service, store) -> dict:
+    """The periodic reads of an idle agents.py, by name: (how often it runs
+    now, seconds; the call).  Periods as AgentService and agents.py set them."""
+    from evals.scorers import default_registry as default_scorers
+    from runtime.record.archive import Archiver
+    from runtime.record.eval_runner import EvalRunner
+
+    maintainer = Maintainer(store, every_versions=100, keep_versions_s=10)
+    evals = EvalRunner(store, default_scorers(), worker_id=service.worker_id)
+    archiver = Archiver(store, worker_id=service.worker_id)
+    dispatcher, persist = service.dispatcher, service.persist
+
+    async def look():
+        persist.queue_change_token()
+    return {
+        "heartbeat": (service.heartbeat_s, service._beat),
+        "idle poll (a look at the queue's version)": (dispatcher.idle_poll_s, look),
+        "full poll (pending query)": (dispatcher.full_poll_s, lambda: persist.pending_actions(dispatcher.batch)),
+        "lease release": (dispatcher.release_every_s, persist.release_expired_actions),
+        "adoption round": (service.adopt_every_s, service.adopt),
+        "health monitor (retention)": (service.monitor.every_s, service.monitor.check),
+        "eval run round": (evals.every_s, evals.round),
+        "archive sweep": (archiver.every_s, archiver.sweep),
+        "maintenance round": (service.maintain_every_s, lambda: persist.run_maintenance(maintainer)),
+    }
+
+
+def chores_part(server, endpoint: str, paused_counts: list[int], calls: int) -> list:
+    """Each chore called ``calls`` times on a bucket nothing else touches (with
+    0 and then ``paused`` paused sessions, which the adoption round reads):
+    requests per call, and per hour at its period."""
+    import asyncio
+    from monikers import default_registry
+    from runtime.worker.service import AgentService
+
+    out = []
+    for paused in paused_counts:
+        bucket = Bucket(server, endpoint)
+        if paused:
+            root = tempfile.mkdtemp()
+            os.makedirs(f"{root}/logs")
+            env = {**S3_ENV, "AGENTSVC_DB_URI": bucket.uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(bucket.options)}
+            svc = Service(f"{root}/data", f"{root}/logs", agents_args=["--worker-id", "bench-chores"],
+                          env=env).start()
+            try:
+                pause_all(bucket, paused)
+            finally:
+                svc.stop()
+        store = Store(bucket.uri, storage_options=bucket.options)
+
+        async def measure():
+            # today's cadence on a local disk (no idle saving): each chore's period is fixed
+            service = AgentService(store, default_registry(), worker_id="bench-chores", idle_saving=False,
+                                   heartbeat_s=2.0)
+            await service.persist.heartbeat(service.worker_id)
+            rows = {}
+            for name, (period, call) in chore_calls(service, store).items():
+                await call()  # warm: first reads open what later ones reuse
+                before = bucket.requests()
+                for _ in range(calls):
+                    await call()
+                per_call = scaled(minus(bucket.requests(), before), 1 / calls, 2)
+                per_h = scaled(per_call, 3600 / period, 0)
+                rows[name] = {"period_s": period, "per_call": per_call, "per_hour": per_h,
+                              "total_per_hour": sum(per_h.values())}
+                progress(f"chores, {paused} paused: {name}: {json.dumps(rows[name])}")
+            for agent in service.sessions.running():  # adopted paused sessions: stop their runners
+                agent.runner.cancel()
+            return rows
+        try:
+            from runtime.base.aio import run_bounded
+            rows = run_bounded(measure(), grace_s=1.0)
+        finally:
+            store.close()
+        out.append({"paused_sessions": paused, "calls": calls, "chores": rows,
+                    "total_per_hour": sum(r["total_per_hour"] for r in rows.values())})
+    return out
+
+
 # ---- scale-out and control latency ------------------------------------------------
 
 def count_where(bucket: Bucket, table: str, where: str | None = None) -> int:
@@ -301,12 +392,13 @@ def main(argv=None) -> int:
     parser.add_argument("--scaleout-seconds", type=float, default=20.0)
     parser.add_argument("--controls", type=int, default=10, help="pause/resume actions per scale-out plan")
     parser.add_argument("--dead-after", type=float, default=5.0, help="agents.py --dead-after in the scale-out part")
-    parser.add_argument("--skip", default="", help="parts to leave out: steps, idle, scaleout")
+    parser.add_argument("--chore-calls", type=int, default=5, help="calls of each chore in the chores part")
+    parser.add_argument("--skip", default="", help="parts to leave out: steps, idle, chores, scaleout")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:  # the smoke test's: SeaweedFS and one agent for seconds; the idle part's processes are left out
         args.agents, args.seconds, args.warmup = "1", 2.0, 0.5
-        skip |= {"idle", "scaleout"}
+        skip |= {"idle", "chores", "scaleout"}
     result = {"benchmark": "s3", "machine": machine(), "server": "SeaweedFS (weed server) on 127.0.0.1",
               "prices_per_1k": PRICE_PER_1K, "watch_interval": args.watch_interval}
     with tempfile.TemporaryDirectory() as root:
@@ -318,6 +410,8 @@ def main(argv=None) -> int:
             if "idle" not in skip:
                 agents_args = ["--watch-interval", str(args.watch_interval), *args.agents_arg]
                 result["idle"] = idle_part(server, endpoint, [0, args.paused], args.idle_seconds, agents_args)
+            if "chores" not in skip:
+                result["chores"] = chores_part(server, endpoint, [0, args.paused], args.chore_calls)
             if "scaleout" not in skip:
                 plans = [tuple(int(x) for x in plan.split("x")) for plan in args.scaleout.split(",")]
                 result["scaleout"] = scaleout_part(server, endpoint, plans, args.scaleout_seconds, args.controls,

@@ -315,6 +315,11 @@ class ActionQueue:
             return 0
         return self.writer.update(self.name, where, {"status": "pending", "claimed_by": None, "lease_until": None})
 
+    def open_count(self) -> int:
+        """Actions pending or being applied: none means nothing to poll for and
+        no lease that can run out until the queue changes."""
+        return query.count(self.table, f"({PENDING}) OR ({PROCESSING})")
+
     def claimants(self) -> set[str]:
         """Workers holding actions in processing."""
         return {r["claimed_by"] for r in query.rows(self.table, self.name, PROCESSING, columns=["claimed_by"])

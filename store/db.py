@@ -151,9 +151,15 @@ class Store:
             log.debug("migrating %s: %s", name, exc)
             table.checkout_latest()
 
+    @property
+    def on_object_storage(self) -> bool:
+        """Whether the database is on object storage (s3://, gs://, az://...), where
+        every read and commit is a billed request and nothing can be watched."""
+        return "://" in self.uri and not self.uri.startswith("file://")
+
     def _local_dir(self, table: str, *parts: str) -> str | None:
         """A folder of a table when the database is a local directory, else None."""
-        if "://" in self.uri and not self.uri.startswith("file://"):
+        if self.on_object_storage:
             return None
         root = self.uri.removeprefix("file://")
         path = os.path.join(root, f"{table}.lance", *parts)

@@ -92,6 +92,11 @@ class EvalTables:
         return query.rows(self.runs, "eval_runs", filters.eq_id("evalset_id", evalset_id),
                           order=[("created_at", True), ("id", True)], limit=limit)
 
+    def runs_version(self) -> int:
+        """The eval_runs table's latest version (one request on object storage):
+        changes whenever any process writes a run."""
+        return self.runs.version
+
     def running(self, limit: int = 100) -> list[dict]:
         return query.rows(self.runs, "eval_runs", filters.eq_word("status", "running", RUN_STATUSES),
                           order=[("created_at", True)], limit=limit)

@@ -8,7 +8,7 @@ start: each beat says whether it polls the queue (``polling``), which app.py's
 """
 import os
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from store import codec, filters, query
 
@@ -39,6 +39,16 @@ class WorkerTable:
         where = filters.all_of(filters.eq_word("status", "running", {"running", "stopped"}),
                                filters.ts_cmp("heartbeat_at", ">=", since), "polling = true" if polling else None)
         return {r["worker_id"] for r in query.rows(self.table, self.name, where, columns=["worker_id"])}
+
+    def beats(self) -> dict[str, tuple[str, datetime | None]]:
+        """Every worker's (status, last heartbeat as a UTC datetime): one read, from
+        which an adoption round tells who is alive and who died since the last round."""
+        out = {}
+        for r in query.rows(self.table, self.name, None, columns=["worker_id", "status", "heartbeat_at"]):
+            beat = codec.parse_time(r["heartbeat_at"])
+            out[r["worker_id"]] = (r["status"], beat.replace(tzinfo=timezone.utc) if beat and not beat.tzinfo
+                                   else beat)
+        return out
 
     def all(self) -> list[dict]:
         return query.rows(self.table, self.name, None, order=[("worker_id", True)])

@@ -6,7 +6,7 @@ an agents.py worker polls the queue now.
 is off unless ``--health-port`` is given, and answers for one worker only), so
 an operator or a test harness can tell from one place whether the service is
 serving or still recovering: 200 while some worker's heartbeat is fresh (at
-most ``AGENTSVC_READY_STALE_S``, 10 s, old) and says it polls (it has adopted
+most ``AGENTSVC_READY_STALE_S``, 10 s, 20 s on object storage, old) and says it polls (it has adopted
 its sessions and is not stopping; store/workers.py), 503 otherwise (no worker,
 all of them dead or killed, or one still adopting after a start).  It is a
 separate route rather than a field of ``/api/health`` because a probe reads the
@@ -58,7 +58,9 @@ def _age_s(stamp: str | None, now: datetime) -> float | None:
 def readyz():
     """readiness: 200 while an agents.py worker polls the queue, 503 while none does (down, killed, or adopting
     its sessions after a start)"""
-    stale_after_s = float(os.environ.get("AGENTSVC_READY_STALE_S") or 10.0)
+    # On object storage a worker beats every dead-after / 4 (7.5 s by default, agents.py): 20 s there
+    stale_after_s = float(os.environ.get("AGENTSVC_READY_STALE_S") or (20.0 if ctx().store.on_object_storage
+                                                                      else 10.0))
     try:
         workers = ctx().store.workers.all()
     except Exception as exc:

@@ -27,6 +27,36 @@ async def every(stopping: asyncio.Event, seconds: float, chore, what: str) -> No
             pass
 
 
+class Backoff:
+    """The wait of a chore that looks for work where each look is billed (object
+    storage): ``base_s`` after a look that found some, doubled after each look
+    that found none, up to ``most_s``; back to ``base_s`` at the first find."""
+
+    def __init__(self, base_s: float, most_s: float):
+        self.base_s, self.most_s = base_s, max(most_s, base_s)
+        self.wait_s = base_s
+
+    def after(self, found: bool) -> float:
+        """The wait before the next look, after one that ``found`` work or not."""
+        self.wait_s = self.base_s if found else min(self.wait_s * 2, self.most_s)
+        return self.wait_s
+
+
+async def every_backoff(stopping: asyncio.Event, backoff: Backoff, chore, what: str) -> None:
+    """``found = await chore()`` until ``stopping`` is set, waiting ``backoff.after(found)``
+    between rounds (a failed round counts as a find: it is tried again soon)."""
+    while not stopping.is_set():
+        try:
+            found = await chore()
+        except Exception:
+            log.exception("%s failed; trying again in %.1fs", what, backoff.base_s)
+            found = True
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=backoff.after(bool(found)))
+        except TimeoutError:
+            pass
+
+
 class BackgroundWork:
     """Work the runner does not wait for (summaries, turn ends), at most
     ``concurrency`` at a time; a failure is logged as ``what`` and never

@@ -179,6 +179,10 @@ class Persistence:
     async def release_claims_of(self, worker_ids) -> int:
         return await self._queue(self.store.actions.release_claims_of, worker_ids)
 
+    async def open_actions(self) -> int:
+        """Actions pending or claimed (store/actions.py ``open_count``)."""
+        return await self._queue(self.store.actions.open_count)
+
     async def claimants(self) -> set[str]:
         return await self._queue(self.store.actions.claimants)
 
@@ -192,6 +196,10 @@ class Persistence:
 
     async def alive_workers(self, dead_after_s: float, polling: bool = False) -> set[str]:
         return await self._queue(self.store.workers.alive, dead_after_s, polling)
+
+    async def worker_beats(self) -> dict:
+        """worker id -> (status, last heartbeat as a UTC datetime), every worker."""
+        return await self._queue(self.store.workers.beats)
 
     async def session_owners(self, session_ids) -> dict[str, dict]:
         return await self._queue(self.store.states.get_many, session_ids)

@@ -14,7 +14,12 @@ still looks at the change token every ``idle_watch_s`` in case a notification
 was lost.  Elsewhere it reads the change token (a directory mtime, or the table
 version on object storage) every ``watch_s``.  The pending query runs only when
 something changed (some process appended, claimed or finished an action), right
-after it found work, or every ``full_poll_s`` as a safety net.  A control
+after it found work, or every ``full_poll_s`` as a safety net.  With
+``skip_quiet`` (object storage, where each query is ~5 billed requests) an
+idle dispatcher counts the open actions once per queue version; while the
+version is that of a count that found none, the full poll and the lease
+release are skipped: nothing can be pending and no lease can run out until a
+commit moves the version.  A control
 action is picked up within tens of milliseconds, and an idle service sleeps.
 
 With several workers on one database, each applies only the actions of the
@@ -137,7 +142,8 @@ class Dispatcher:
                  watch_s: float = 0.02, idle_watch_s: float = 1.0, full_poll_s: float = 5.0, idle_poll_s: float = 1.0,
                  batch: int = 500, lease_s: float = 60.0, release_every_s: float = 5.0, max_attempts: int = 5,
                  retry_after_s: float = 0.2, fence: Fence | None = None,
-                 took_effect: Callable[[dict], Awaitable[bool]] | None = None, share: CreateShare | None = None):
+                 took_effect: Callable[[dict], Awaitable[bool]] | None = None, share: CreateShare | None = None,
+                 skip_quiet: bool = False):
         self.persist = persist
         self.share = share  # which creates are this worker's (runtime/dispatch/create_share.py); None: all
         self.fence = fence  # None: unfenced (a single worker in tests)
@@ -157,6 +163,11 @@ class Dispatcher:
         self.batch = batch
         self.lease_s = lease_s
         self.release_every_s = release_every_s
+        # Object storage: while the queue's version is that of a look that found it
+        # empty (nothing pending, nothing claimed), skip the full poll and the lease
+        # release, each a query (~5 requests): nothing can be pending and no lease
+        # can run out until some process commits to the queue, which changes the version.
+        self.skip_quiet = skip_quiet
         self.in_flight: set[str] = set()
         self.lanes: dict[str, asyncio.Queue[Claimed]] = {}
         self.lane_tasks: dict[str, asyncio.Task] = {}
@@ -197,23 +208,30 @@ class Dispatcher:
 
     async def _poll_loop(self, stopping: asyncio.Event, wake: asyncio.Event, watched: bool) -> None:
         seen_version, last_full, last_release, found = None, 0.0, 0.0, 0
+        quiet_version = checked_version = None  # the queue's version when last found empty / last counted
         idle_wait = self.watch_s
         while not stopping.is_set():
             wake.clear()  # before looking: a commit from now on wakes the wait below
             now = time.monotonic()
             changed = False
             try:
-                if now - last_release > self.release_every_s:
+                version = self.persist.queue_change_token()
+                notified, self._commit_seen = self._commit_seen, False
+                changed = notified or version != seen_version
+                quiet = quiet_version is not None and version == quiet_version and not notified \
+                    and not self.in_flight
+                if not quiet and now - last_release > self.release_every_s:
                     last_release = now
                     released = await self.persist.release_expired_actions()
                     if released:
                         log.warning("released %d actions whose lease expired", released)
-                version = self.persist.queue_change_token()
-                notified, self._commit_seen = self._commit_seen, False
-                changed = notified or version != seen_version
-                if found or changed or now - last_full > self.full_poll_s:
+                if found or changed or (not quiet and now - last_full > self.full_poll_s):
                     seen_version, last_full = version, now  # read before querying: no change slips by
                     found = await self.poll_once()
+                if self.skip_quiet and not found and not quiet and idle_wait >= self.idle_poll_s \
+                        and version != checked_version:  # open actions close only by a commit: count once a version
+                    checked_version = version
+                    quiet_version = await self._quiet_at(version)
             except Exception:
                 log.exception("poll failed; retrying")
                 found = 0
@@ -227,6 +245,15 @@ class Dispatcher:
                 await asyncio.wait_for(wake.wait(), timeout=timeout)
             except TimeoutError:
                 pass
+
+    async def _quiet_at(self, version):
+        """``version`` if the queue held no open action at it (or later), else None.
+        The version was read before the count: a commit in between only makes
+        the next look see a change."""
+        if self.in_flight or await self.persist.open_actions():
+            return None
+        log.debug("queue quiet at version %s: full poll and lease release wait for a change", version)
+        return version
 
     async def poll_once(self) -> int:
         """Fetch, claim and route one batch; returns how many actions were dispatched."""

@@ -2,7 +2,8 @@
 
 app.py accepted the run and stored, per session of the set, the replay's
 create payload and a pre-assigned replay session id (api/routes/evals.py).
-This chore of agents.py takes it from there, a round every ``every_s``:
+This chore of agents.py takes it from there, a round every ``every_s`` (less
+often while no run is running, on object storage: ``idle_every_s``):
 
 1. It holds the run's lease (store/evals.py ``claim_run``), so one worker of
    several drives a run at a time; a worker that dies loses it when the lease
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from domain.statuses import SESSION_FINISHED, SessionStatus
 from evals.scorers import Score, ScorerRegistry, UnknownScorer, run_scorer
-from runtime.base.aio import every
+from runtime.base.aio import Backoff, every_backoff
 from store.codec import parse_time
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ log = logging.getLogger("runtime.eval_runner")
 
 # A replay is scored once its turn is over: finished, or waiting for input it will not get.
 SCORABLE = SESSION_FINISHED | {SessionStatus.WAITING.value}
+IDLE_EVERY_S = 10.0  # on object storage, the longest wait between rounds while no run is running
 MAX_RECORD_STEPS = 5000  # of a session read for scoring
 MAX_RECORD_CALLS = 20_000
 
@@ -55,24 +57,42 @@ def load_record(store: Store, session_id: str, from_iteration: int = 0) -> dict:
 
 class EvalRunner:
     def __init__(self, store: Store, scorers: ScorerRegistry, *, worker_id: str, every_s: float = 1.0,
-                 lease_s: float = 30.0):
+                 lease_s: float = 30.0, idle_every_s: float | None = None):
+        """``idle_every_s``: while no run is running, rounds back off from ``every_s``
+        to this (a new run starts that much later), and a round reads the runs only
+        when the eval_runs table's version moved (one request instead of a query's
+        ~5 on object storage).  Default: 10 s on object storage, else ``every_s``."""
         self.store = store
         self.evals = store.evals
         self.scorers = scorers
         self.worker_id = worker_id
         self.every_s = every_s
         self.lease_s = lease_s
+        if idle_every_s is None:
+            idle_every_s = IDLE_EVERY_S if store.on_object_storage else every_s
+        self.backoff = Backoff(every_s, idle_every_s)
+        self._none_at = None  # the runs table's version when a round last found none running
 
     async def run(self, stopping: asyncio.Event) -> None:
-        await every(stopping, self.every_s, self.round, "eval run round")
+        await every_backoff(stopping, self.backoff, self.round, "eval run round")
 
-    async def round(self) -> None:
-        for run in await asyncio.to_thread(self.evals.running):
+    async def round(self) -> bool:
+        """One round over the running runs; whether there were any."""
+        if self.backoff.most_s > self.backoff.base_s:
+            version = await asyncio.to_thread(self.evals.runs_version)
+            if version == self._none_at:
+                return False
+        else:
+            version = None
+        running = await asyncio.to_thread(self.evals.running)
+        self._none_at = None if running else version
+        for run in running:
             if await self._hold(run):
                 try:
                     await self.advance(run)
                 except Exception:
                     log.exception("eval run %s: a round failed; tried again next round", run["id"])
+        return bool(running)
 
     async def _hold(self, run: dict) -> bool:
         """Whether this worker drives the run now: renewed only when half the lease is gone."""

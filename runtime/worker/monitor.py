@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ class HealthMonitor:
     def __init__(self, sessions: SessionRegistry, persist: Persistence, *, every_s: float = 5.0,
                  stuck_grace_s: float = 30.0,
                  pause_expiry_s: float = 7 * DAY, retention_s: float = 30 * DAY, stop_grace_s: float = 5.0,
-                 keep_summaries: bool = False, archiver: Archiver | None = None):
+                 keep_summaries: bool = False, archiver: Archiver | None = None, retention_every_s: float = 0.0):
         self.sessions = sessions
         self.persist = persist
         self.every_s = every_s
@@ -43,6 +44,10 @@ class HealthMonitor:
         self.stop_grace_s = stop_grace_s
         self.keep_summaries = keep_summaries
         self.archiver = archiver  # runtime/record/archive.py, passed in by agents.py
+        # The retention query (the only read of a check) at most this often; 0: every
+        # check.  Its horizon is days: on object storage a minute apart saves requests.
+        self.retention_every_s = retention_every_s
+        self._retention_at: float | None = None
 
     async def run(self, stopping: asyncio.Event) -> None:
         await every(stopping, self.every_s, self.check, "health check")
@@ -56,7 +61,10 @@ class HealthMonitor:
                 await self._fail_stuck(agent, now)
             elif agent.status == "paused" and self._expired(agent, now):
                 await self._expire(agent)
-        await self._apply_retention(now)
+        clock = time.monotonic()
+        if self._retention_at is None or clock - self._retention_at >= self.retention_every_s:
+            self._retention_at = clock
+            await self._apply_retention(now)
 
     def _stuck(self, agent: SessionAgent, now: datetime) -> bool:
         return (now - agent.step_started_at).total_seconds() > agent.config.step_timeout_s + self.stuck_grace_s

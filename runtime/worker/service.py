@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from ulid import ULID
@@ -53,15 +55,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("runtime.service")
 
 ADOPT_CHUNK = 1000  # sessions taken with one conditional update and one read of their newer steps
+IDLE_UPKEEP_S = 300.0  # idle saving: a maintenance round without writes of this process's, at least this often
+FULL_ADOPTION_S = 300.0  # idle saving: a whole adoption round at least this often, whatever the workers show
+IDLE_RETENTION_S = 60.0  # idle saving: the health monitor's retention query (30 days' horizon), this often
 
 
 class AgentService:
     def __init__(self, store: Store, monikers: MonikerRegistry, *, tools: ToolRegistry | None = None,
                  worker_id: str | None = None,
                  destroy_grace_s: float = 5.0, maintainer: Maintainer | None = None, maintain_every_s: float = 2.0,
-                 heartbeat_s: float = 2.0, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
+                 heartbeat_s: float | None = None, dead_after_s: float = 15.0, adopt_every_s: float = 5.0,
                  session_heartbeat_s: float = 5.0, monitor_options: dict | None = None, stop_grace_s: float = 10.0,
-                 keep_model_io: int = 0, create_grace_s: float = 10.0, **dispatcher_options):
+                 keep_model_io: int = 0, create_grace_s: float = 10.0, idle_saving: bool | None = None,
+                 **dispatcher_options):
         self.persist = Persistence(store)
         if keep_model_io:
             self.persist.model_io = ModelIOKeeper(store, keep_model_io)
@@ -72,10 +78,24 @@ class AgentService:
         self.maintainer = maintainer  # None: no upkeep
         self.maintain_every_s = maintain_every_s
         self._maintaining: asyncio.Future | None = None  # the maintenance round in flight, if any
+        # Idle saving (by default where the store is on object storage, where every read
+        # is billed): chores whose reads find nothing while nothing changes skip them
+        # (the dispatcher's quiet queue, adoption rounds timed to when a peer could be
+        # dead, maintenance rounds after this process's writes, retention every minute).
+        self.idle_saving = store.on_object_storage if idle_saving is None else idle_saving
         # A heartbeat renews this worker's write lease (dead_after / 2, runtime/base/fence.py):
-        # beat well within it, or the lease runs out between two beats.
+        # beat well within it, or the lease runs out between two beats.  On object
+        # storage a beat is an upsert of 10 requests (3 PUTs, 6 LISTs, a GET;
+        # bench_s3's chores part): by default every dead_after / 4 there (two
+        # beats a lease), every 2 s on a local disk.
+        if heartbeat_s is None:
+            heartbeat_s = dead_after_s / 4 if store.on_object_storage else 2.0
         heartbeat_s = min(heartbeat_s, dead_after_s / 4)
         self.heartbeat_s, self.dead_after_s, self.adopt_every_s = heartbeat_s, dead_after_s, adopt_every_s
+        self._adoption_due = 0.0  # monotonic time of the next adoption round that must run (idle saving)
+        # (monotonic and wall time, alive workers) of the last whole round that found nothing to take
+        self._quiet: tuple[float, datetime, set[str]] | None = None
+        self._upkeep_mark: tuple[float, int] | None = None  # (when, this process's commits) at the last round
         self.tools = tools if tools is not None else default_tool_registry()
         self.tool_runner = ToolRunner(self.tools, self.persist, self.observers)
         self.factory = SessionFactory(self.persist, self.observers, self.tool_runner, owner=self.worker_id,
@@ -91,8 +111,11 @@ class AgentService:
                                      share=CreateShare(self.worker_id,
                                                        lambda: self.persist.alive_workers(dead_after_s, polling=True),
                                                        grace_s=create_grace_s),
-                                     **dispatcher_options)
-        self.monitor = HealthMonitor(self.sessions, self.persist, **(monitor_options or {}))
+                                     skip_quiet=self.idle_saving, **dispatcher_options)
+        monitor_options = dict(monitor_options or {})
+        if self.idle_saving:
+            monitor_options.setdefault("retention_every_s", IDLE_RETENTION_S)
+        self.monitor = HealthMonitor(self.sessions, self.persist, **monitor_options)
         self.stop_grace_s = stop_grace_s
         self.ready = False  # true while polling: sessions adopted, not stopping (runtime/worker/health.py)
         self._scanned = False  # the start's scan for unreported sub-agent outcomes (runtime/session/child_sessions.py)
@@ -149,7 +172,11 @@ class AgentService:
         """Release dead workers' claims and take over sessions nobody alive runs,
         this worker's own whose runner crashed among them (runtime/worker/revival.py)."""
         await self.revivals.revive_crashed()
-        alive = await self.persist.alive_workers(self.dead_after_s) | {self.worker_id}
+        self._adoption_due = time.monotonic() + self.adopt_every_s  # until this round says later
+        self._quiet = None
+        read_at = datetime.now(timezone.utc)
+        beats = await self.persist.worker_beats()
+        alive = self._alive(beats) | {self.worker_id}
         dead = await self.persist.claimants() - alive
         if dead and (released := await self.persist.release_claims_of(dead)):
             log.warning("requeued %d actions claimed by dead workers %s", released, sorted(dead))
@@ -175,6 +202,9 @@ class AgentService:
         adopted = sum(await asyncio.gather(*resuming))
         if adopted:
             log.info("worker %s resumed %d sessions", self.worker_id, adopted)
+        if not (dead or candidates):  # nothing to take: no round is needed before a live peer could be dead
+            self._adoption_due = self._next_adoption(beats)
+            self._quiet = (time.monotonic(), read_at, alive)
         if not self._scanned or dead or adopted:  # at start and at each takeover, not every round
             try:  # finished sub-agents whose outcome a crash left unreported, and parents left unwoken
                 await child_sessions.report_unreported(self.persist, self.sessions.get)
@@ -279,7 +309,58 @@ class AgentService:
         try:
             await asyncio.wait_for(stopping.wait(), timeout=self.adopt_every_s)
         except TimeoutError:
-            await every(stopping, self.adopt_every_s, self.adopt, "adoption round")
+            await every(stopping, self.adopt_every_s, self._adoption_round, "adoption round")
+
+    async def _adoption_round(self) -> None:
+        """A round of ``adopt_every_s``'s tick.  With idle saving, after a whole round
+        that found nothing to take: none until a live peer could be dead
+        (``_next_adoption``), and then only a read of the workers (~5 requests on
+        object storage, against ~18 for a whole round) unless one of them died or
+        stopped since; a whole round at least every ``FULL_ADOPTION_S`` all the same."""
+        if not self.idle_saving or self.sessions.crashed() or self._quiet is None:
+            await self.adopt()
+            return
+        now = time.monotonic()
+        if now < self._adoption_due:
+            return
+        if now - self._quiet[0] < FULL_ADOPTION_S:
+            beats = await self.persist.worker_beats()
+            if not self._died_since_quiet(beats):
+                self._adoption_due = self._next_adoption(beats)
+                return
+        await self.adopt()
+
+    def _alive(self, beats: dict) -> set[str]:
+        """The workers ``beats`` (``worker_beats``) shows alive: running, beat within dead_after."""
+        since = datetime.now(timezone.utc) - timedelta(seconds=self.dead_after_s)
+        return {w for w, (status, beat) in beats.items() if status == "running" and beat is not None and beat >= since}
+
+    def _died_since_quiet(self, beats: dict) -> bool:
+        """Whether a worker is not alive now that was alive at the last quiet round,
+        or that beat since shortly before it (a beat committed late, or a worker
+        that started and died between two rounds): its sessions may be orphans."""
+        _, read_at, was_alive = self._quiet
+        alive, recent = self._alive(beats), read_at - timedelta(seconds=self.dead_after_s)
+        return any(w != self.worker_id and w not in alive and (w in was_alive or (beat is not None and beat > recent))
+                   for w, (_, beat) in beats.items())
+
+    def _next_adoption(self, beats: dict) -> float:
+        """Idle saving, after a round that found nothing to take: the next round is
+        due when the first live peer would be dead if it beat no more (its last
+        beat + dead_after), and at the latest dead_after from now (a peer that
+        started since, or stopped).  A peer that dies is then taken over as soon
+        as today's rounds would, without a round every ``adopt_every_s`` meanwhile
+        (each reads the workers, the queue's claims and the sessions: 18 requests
+        on object storage, bench_s3's chores part).  A crashed runner of this worker's still brings the
+        next tick's round (``_adoption_round``)."""
+        now = time.monotonic()
+        if not self.idle_saving:
+            return now + self.adopt_every_s
+        wall = datetime.now(timezone.utc)
+        wait = self.dead_after_s
+        for worker_id in self._alive(beats) - {self.worker_id}:
+            wait = min(wait, (beats[worker_id][1] - wall).total_seconds() + self.dead_after_s)
+        return now + max(wait, self.adopt_every_s)
 
     async def _maintain(self, stopping: asyncio.Event) -> None:
         """Compact and clean up tables in a worker thread, off the event loop.
@@ -287,10 +368,30 @@ class AgentService:
         thread, so the service waits for the round instead of leaving it
         writing to a store that is being closed (``_finish_maintenance``)."""
         async def one_round():
+            if not self._upkeep_wanted():
+                return
             self._maintaining = asyncio.ensure_future(self.persist.run_maintenance(self.maintainer))
             await asyncio.shield(self._maintaining)
 
         await every(stopping, self.maintain_every_s, one_round, "maintenance round")
+
+    def _upkeep_wanted(self) -> bool:
+        """Whether a maintenance round runs now.  A round looks at every table's
+        version (~20 requests on object storage).  With idle saving, only after
+        this process committed to a table other than the workers' (its own
+        heartbeats) since the last round, or ``IDLE_UPKEEP_S`` after it (the
+        heartbeats' versions, other processes' commits: upkeep is due after
+        100 versions, and the heartbeats make ~8 a minute: five minutes late is harmless)."""
+        if not self.idle_saving:
+            return True
+        by_table = self.persist.store.writer.stats.by_table
+        commits = sum(n for name, n in by_table.items() if name != "workers")
+        now = time.monotonic()
+        mark = self._upkeep_mark
+        if mark is not None and commits == mark[1] and now - mark[0] < IDLE_UPKEEP_S:
+            return False
+        self._upkeep_mark = (now, commits)
+        return True
 
     async def _finish_maintenance(self, timeout_s: float = 60.0) -> None:
         round_ = self._maintaining

@@ -58,3 +58,36 @@ def test_counts_a_lancedb_append(seaweedfs):
         table.add(pa.table({"id": [f"r{i}"], "v": [i]}))
     assert delta(before, proc.requests("lance")) == {"PUT": 12, "LIST": 4}
     assert table.count_rows() == 5
+
+
+def test_an_idle_service_on_object_storage_stays_under_half_the_old_rate(seaweedfs, tmp_path):
+    """agents.py and app.py on a bucket, nothing to do, agents.py's defaults (on
+    object storage: idle saving, heartbeat every dead-after / 4 = 7.5 s, idle
+    poll up to 2 s): the requests of a 30 s window, scaled to an hour, stay
+    under 30,000, half of what an idle service made before idle saving (59,792
+    to 62,015 an hour, BENCHMARKS.md "What the store costs on S3"; ~8,000 after).
+    A loaded machine only makes fewer requests: every chore waits its period."""
+    import json
+    import time
+
+    from tests.harness import Service, wait_for
+
+    proc, endpoint = seaweedfs
+    bucket = "idle"
+    s3_client(endpoint).create_bucket(Bucket=bucket)
+    options = {"aws_endpoint": endpoint, "aws_region": "us-east-1", "aws_access_key_id": "testing",
+               "aws_secret_access_key": "testing", "allow_http": "true"}
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AGENTSVC_DB_URI": f"s3://{bucket}/agents", "AGENTSVC_STORAGE_OPTIONS": json.dumps(options)}
+    (tmp_path / "logs").mkdir()
+    svc = Service(str(tmp_path / "data"), str(tmp_path / "logs"), env=env).start()
+    try:
+        wait_for(lambda: svc.http.get(svc.url + "/readyz", timeout=10).status_code == 200, timeout=180,
+                 what="the worker polling the queue")
+        before, start = proc.requests(bucket), time.monotonic()
+        time.sleep(30)  # the window: what an idle hour costs is a rate
+        counts, elapsed = delta(before, proc.requests(bucket)), time.monotonic() - start
+    finally:
+        svc.stop()
+    per_hour = {kind: round(n * 3600 / elapsed) for kind, n in counts.items()}
+    assert sum(per_hour.values()) < 30_000, per_hour

@@ -25,11 +25,24 @@ def store(tmp_path):
 
 
 class Unwatched(Persistence):
-    """The store's persistence as on object storage: no watch; counts the looks."""
+    """The store's persistence as on object storage: no watch; counts the looks,
+    and the queries a look may be followed by."""
 
     def __init__(self, store):
         super().__init__(store)
-        self.looks = 0
+        self.looks = self.full_polls = self.releases = self.quiet_checks = 0
+
+    async def pending_actions(self, limit):
+        self.full_polls += 1
+        return await super().pending_actions(limit)
+
+    async def release_expired_actions(self):
+        self.releases += 1
+        return await super().release_expired_actions()
+
+    async def open_actions(self):
+        self.quiet_checks += 1
+        return await super().open_actions()
 
     def watch_queue(self):
         return None
@@ -82,3 +95,77 @@ def test_its_own_enqueue_wakes_it_at_once(store):
 
     action = run_dispatcher(store, scenario, watch_s=600, idle_poll_s=600, full_poll_s=600)
     assert action["type"] == "interrupt"
+
+
+def test_a_quiet_queue_is_not_queried_until_it_changes(store, tmp_path):
+    """skip_quiet (object storage): once a look found the queue empty (nothing
+    pending, nothing claimed), the full poll and the lease release, each a
+    query, wait for the queue's version to move; another process's enqueue
+    (a second Store: no listener of this process hears it) moves it, and the
+    action is applied at the next look."""
+    async def scenario(persist, applied):
+        await until(lambda: persist.quiet_checks >= 1, timeout=120, what="the queue found quiet")
+        polls, releases, looks = persist.full_polls, persist.releases, persist.looks
+        # full_poll_s and release_every_s are 0.05 s: 40 looks at >= 0.05 s apart would each have queried
+        await until(lambda: persist.looks >= looks + 40, timeout=300, what="40 more looks")
+        assert (persist.full_polls, persist.releases) == (polls, releases)
+        other = Store(str(tmp_path / "db"))
+        try:
+            action = await asyncio.to_thread(other.actions.enqueue, "interrupt", agent_id="a", session_id="s",
+                                             payload={"guidance": "g"})
+        finally:
+            other.close()
+        await until(lambda: any(a["id"] == action["id"] for a in applied), timeout=300, what="the action applied")
+        return persist.full_polls - polls
+
+    assert run_dispatcher(store, scenario, watch_s=0.02, idle_poll_s=0.05, full_poll_s=0.05, release_every_s=0.05,
+                          skip_quiet=True) >= 1
+
+
+def test_without_skip_quiet_the_full_poll_keeps_its_period(store):
+    async def scenario(persist, applied):
+        await until(lambda: persist.looks >= 3, timeout=120, what="three looks")
+        polls, looks = persist.full_polls, persist.looks
+        await until(lambda: persist.looks >= looks + 40, timeout=300, what="40 more looks")
+        return persist.full_polls - polls, persist.quiet_checks
+
+    polls, quiet_checks = run_dispatcher(store, scenario, watch_s=0.02, idle_poll_s=0.05, full_poll_s=0.05,
+                                         release_every_s=0.05)
+    assert polls >= 10 and quiet_checks == 0
+
+
+def test_a_claim_whose_lease_runs_out_keeps_the_queue_from_quiet(store):
+    """An action another worker claimed is open: the queue is not quiet, so the
+    lease release still runs every release_every_s, puts the action back once
+    its lease ran out, and this dispatcher applies it."""
+    action = store.actions.enqueue("interrupt", agent_id="a", session_id="s", payload={"guidance": "g"})
+    assert store.actions.claim([action["id"]], "another-worker", lease_s=1.0) == [action["id"]]
+
+    async def scenario(persist, applied):
+        await until(lambda: any(a["id"] == action["id"] for a in applied), timeout=300,
+                    what="the released action applied")
+        return persist.releases
+
+    assert run_dispatcher(store, scenario, watch_s=0.02, idle_poll_s=0.05, full_poll_s=0.05, release_every_s=0.05,
+                          skip_quiet=True) >= 2
+
+
+def test_an_open_queue_is_counted_once_a_version(store):
+    """An action that stays pending (a create the share gives another worker)
+    keeps the queue open: its count is not
+    repeated at every look, only when the queue's version moves."""
+    store.actions.enqueue("create", agent_id="a", session_id="s", payload={"moniker": "echo"})
+
+    class NotMine:  # the create share (runtime/dispatch/create_share.py): another worker's create
+        async def mine(self, creates):
+            return []
+
+    async def scenario(persist, applied):
+        await until(lambda: persist.quiet_checks >= 1, timeout=120, what="the queue counted")
+        looks = persist.looks
+        await until(lambda: persist.looks >= looks + 20, timeout=300, what="20 more looks")
+        return persist.quiet_checks, applied
+
+    checks, applied = run_dispatcher(store, scenario, watch_s=0.02, idle_poll_s=0.05, full_poll_s=0.05,
+                                     release_every_s=0.05, skip_quiet=True, share=NotMine())
+    assert checks == 1 and applied == []
