@@ -193,8 +193,10 @@ def _ts(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def wait_new_steps(svc: Service, session_ids: list[str], n: int = 2, timeout: float = 60.0) -> None:
-    """Each of these sessions takes ``n`` more steps from now on."""
+def wait_new_steps(svc: Service, session_ids: list[str], n: int = 2, timeout: float = 180.0) -> None:
+    """Each of these sessions takes ``n`` more steps from now on.  The deadline is
+    generous: at a load of 15, with a 26 s compaction of agent_steps in the worker,
+    three steps once took over 60 s (test_processes in a whole run)."""
     base = {sid: len(svc.steps(sid)) for sid in session_ids}
     for sid in session_ids:
         svc.wait_steps(sid, base[sid] + n, timeout=timeout)

@@ -84,7 +84,7 @@ def run_crash_harness(svc, kills: int, seed: int, kill=None) -> dict:
             raise AssertionError(f"session {sid} should be {m.status}: {explain(svc, sid, sent, actions)}") from None
     running = [sid for sid, m in models.items() if m.status == "running"]
     paused = {sid: len(svc.steps(sid)) for sid, m in models.items() if m.status == "paused"}
-    wait_new_steps(svc, running, n=3, timeout=60)
+    wait_new_steps(svc, running, n=3)
     for sid, count in paused.items():
         assert len(svc.steps(sid)) == count, f"paused session {sid} kept stepping"
 

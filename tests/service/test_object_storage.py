@@ -128,7 +128,7 @@ def test_two_workers_on_object_storage_and_a_kill(service):
                  what=f"{survivor} to adopt {a['session_id']}")
     assert_applied_once(svc, list(late), by=survivor)
     assert_guidance_once(svc, late)
-    wait_new_steps(svc, [a["session_id"] for a in agents if a not in paused], n=2, timeout=60)
+    wait_new_steps(svc, [a["session_id"] for a in agents if a not in paused], n=2)
     for a in paused:
         assert svc.session(a["session_id"])["status"] == "paused"
         assert len(svc.steps(a["session_id"])) == paused_counts[a["session_id"]]
@@ -196,7 +196,7 @@ def test_kill_9_and_restart_under_controls_on_object_storage(service, monkeypatc
     actions, models = controls_as_modelled(svc, agents, sent, timeout=90 + 0.5 * len(sent))
     running = [sid for sid, m in models.items() if m.status == "running"]
     paused = {sid: len(svc.steps(sid)) for sid, m in models.items() if m.status == "paused"}
-    wait_new_steps(svc, running, n=2, timeout=60)
+    wait_new_steps(svc, running, n=2)
     for sid, count in paused.items():
         assert len(svc.steps(sid)) == count, f"paused session {sid} kept stepping"
     for sid, m in models.items():
@@ -288,7 +288,7 @@ def test_the_s3_server_killed_and_restarted_under_controls_loses_nothing(service
 
     actions, models = controls_as_modelled(svc, agents, sent, timeout=180 + 0.5 * len(sent))
     running = [sid for sid, m in models.items() if m.status == "running"]
-    wait_new_steps(svc, running, n=2, timeout=120)
+    wait_new_steps(svc, running, n=2)
     for sid in models:
         steps = svc.steps(sid)
         assert_contiguous(steps, f"session {sid}")

@@ -66,7 +66,7 @@ def test_two_workers_share_sessions_and_the_survivor_takes_over(service):
                  what=f"{survivor} to adopt {a['session_id']}")
     assert_applied_once(svc, list(late), by=survivor)
     assert_guidance_once(svc, late)
-    wait_new_steps(svc, [a["session_id"] for a in agents if a not in paused], n=3, timeout=60)
+    wait_new_steps(svc, [a["session_id"] for a in agents if a not in paused], n=3)
 
     for a in paused:
         sid = a["session_id"]
@@ -76,7 +76,7 @@ def test_two_workers_share_sessions_and_the_survivor_takes_over(service):
     paused_orphans = [a for a in orphans if a in paused]
     resumes = [send(svc, a, "resume") for a in paused_orphans]
     assert_applied_once(svc, resumes, by=survivor)
-    wait_new_steps(svc, [a["session_id"] for a in paused_orphans], n=2, timeout=60)
+    wait_new_steps(svc, [a["session_id"] for a in paused_orphans], n=2)
     for a in agents:
         assert_contiguous(svc.steps(a["session_id"]), a["session_id"])
     assert {owner(svc, a["session_id"]) for a in orphans} == {survivor}
