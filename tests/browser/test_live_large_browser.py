@@ -129,6 +129,9 @@ def test_a_page_that_missed_events_says_so_and_catches_up(browser, quiet_service
     made = svc.create("countdown", "slow count", config={"n": 1000, "interval_s": 0.3})
     sid = made["session_id"]
     svc.wait_steps(sid, 2, timeout=60)
+    # The page's step count is the snapshot's, saved behind the steps: with live
+    # events off the page reads once, so the snapshot must say 2 steps before it does.
+    wait_for(lambda: svc.session(sid)["iteration"] + 1 >= 2, timeout=90, what="a snapshot of 2 steps")
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = context.new_page()
