@@ -2,6 +2,7 @@
 on what it persists."""
 import asyncio
 import copy
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,30 @@ import requests
 from tests.llm_endpoints import EndpointsFile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the suite's CPU goes: with AGENTSVC_SUITE_PROFILE=FILE, every agents.py and
+# app.py a Service started appends one JSON line to FILE as it is stopped or killed
+# (the test that started it, how long it ran, its CPU seconds).  tests/README.md
+# reads such a file per module.
+PROFILE = os.environ.get("AGENTSVC_SUITE_PROFILE")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _profile(proc: subprocess.Popen) -> None:
+    """Note what ``proc`` cost, read from /proc while it still runs."""
+    started = getattr(proc, "_profile", None)
+    if not PROFILE or started is None or proc.poll() is not None:
+        return
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return
+    cpu = (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+    t0 = started.pop("_t0")
+    line = {**started, "lived_s": round(time.monotonic() - t0, 1), "cpu_s": round(cpu, 2)}
+    proc._profile = None
+    with open(PROFILE, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def free_port() -> int:
@@ -62,8 +87,11 @@ class Service:
     def _spawn(self, script: str, *args) -> subprocess.Popen:
         self._starts += 1
         log = open(os.path.join(self.log_dir, f"{script}.{self._starts}.log"), "w")
-        return subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--data-dir", self.data_dir, *args],
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--data-dir", self.data_dir, *args],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        proc._profile = {"script": script, "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                         "_t0": time.monotonic()}
+        return proc
 
     def start(self) -> "Service":
         """Both processes, started together as serve.py starts them (each pays its
@@ -103,6 +131,7 @@ class Service:
         return view
 
     def stop_app(self) -> int:
+        _profile(self.app)
         self.app.send_signal(signal.SIGTERM)
         return self.app.wait(timeout=20)
 
@@ -119,16 +148,19 @@ class Service:
 
     def kill_agents(self) -> None:
         """kill -9: no chance to clean up, as in a real crash."""
+        _profile(self.agents)
         self.agents.send_signal(signal.SIGKILL)
         self.agents.wait(timeout=10)
 
     def stop_agents(self) -> int:
+        _profile(self.agents)
         self.agents.send_signal(signal.SIGTERM)
         return self.agents.wait(timeout=20)
 
     def stop(self) -> None:
         for proc in (*self.workers, self.agents, self.app):
             if proc and proc.poll() is None:
+                _profile(proc)
                 proc.send_signal(signal.SIGTERM)
         for proc in (*self.workers, self.agents, self.app):
             if proc:
