@@ -353,6 +353,7 @@ class SessionAgent(PauseMixin, InterruptMixin, StopMixin, AgentBase):
             await phase.load(fresh=fresh)
             results = await phase.run()
         finally:
+            phase.close()
             self.tool_phase, self._landing = None, phase
         if results is None:
             return False

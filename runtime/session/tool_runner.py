@@ -472,6 +472,9 @@ class ToolPhase:
         self.changed = asyncio.Event()
         self.tasks: dict[str, asyncio.Task] = {}
         self.loaded = False
+        # Set once the loop has started the calls it will run (and when the phase
+        # ends): until then a loaded ``pending`` call has no task to wait for.
+        self.started = asyncio.Event()
 
     # ---- controls hand rows over here ------------------------------------
 
@@ -488,7 +491,15 @@ class ToolPhase:
 
     async def wait_for_call(self, tool_call_id: str) -> None:
         """Wait until the call's tool, if this phase is running it, has ended
-        (its row here is then final)."""
+        (its row here is then final).  A call recovered ``pending`` (an
+        idempotent one cut short by a crash) is started by the phase's loop, a
+        moment after loading: its start is waited for first.  Unwaited, a
+        child's outcome ended such a ``spawn_agent`` call while it was being
+        started, and the run's ``waiting_result`` landed over the outcome's
+        ``success`` (the parent went on with the result; its row waited for good)."""
+        row = self.rows.get(tool_call_id)
+        if row is not None and row["status"] == "pending" and tool_call_id not in self.tasks:
+            await self.started.wait()
         task = self.tasks.get(tool_call_id)
         if task is not None:
             await asyncio.wait({task})
@@ -573,6 +584,7 @@ class ToolPhase:
                 # and its call stayed pending).
                 self.changed.clear()
                 self._start_pending()
+                self.started.set()
                 if self.agent.stop_requested:
                     if self._destroyed():
                         await self._cancel_waits()
@@ -585,6 +597,12 @@ class ToolPhase:
         except asyncio.CancelledError:
             await self._on_cancel()
             raise
+        finally:
+            self.started.set()
+
+    def close(self) -> None:
+        """The phase is over, whether or not it ran: nothing waits on its start."""
+        self.started.set()
 
     async def landed(self) -> None:
         """Wait until the ended rows written behind are durable.  A write that

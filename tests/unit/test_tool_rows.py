@@ -218,6 +218,65 @@ def test_a_call_waiting_for_a_tool_slot_has_its_pending_row_written(store):
 
 
 
+def test_a_childs_outcome_applied_as_a_recovered_spawn_starts_is_what_the_row_and_the_step_keep(store):
+    """A ``spawn_agent {wait: true}`` call cut short by a crash is run again (it
+    is idempotent: it finds its child and waits again, ``waiting_result``); the
+    child had already finished, so its outcome is applied in the parent's lane
+    right after the phase loads, before the phase's loop has started the call.
+    The outcome's handler (runtime/dispatch/child_controls.py ``_end_wait_call``)
+    waits for the call first: before, it ended the call ``success`` while the
+    loop started it, the run's ``waiting_result`` landed over it, and the parent
+    went on with the child's result while its row waited for good
+    (test_processes' killed worker, a run beside the suite)."""
+    from datetime import datetime, timezone
+
+    from domain.statuses import TOOL_CALL_ENDED
+    from runtime.dispatch.tool_controls import record_decision
+    from tools.tool import Deferred
+
+    runs = []
+
+    async def spawn(args, ctx):
+        runs.append(ctx.tool_call_id)
+        return Deferred({"session_id": "kid", "status": "running"})
+
+    registry = ToolRegistry()
+    registry.register(Tool("spawnish", "test", spawn, NoArgs, timeout_s=30, idempotent=True))
+    runner = ToolRunner(registry, Persistence(store))
+    agent = Agent(["spawnish"])
+    step = step_with(store, agent, ["spawnish"])  # ...and the worker died as the call ran
+    outcome = {"status": "success", "error": None, "finished_at": datetime.now(timezone.utc),
+               "result": {"session_id": "kid", "status": "done", "text": "42"}}
+
+    async def child_outcome(phase, call_id):  # what _end_wait_call does with a live phase
+        await phase.wait_for_call(call_id)
+        row = phase.row(call_id)
+        if row["status"] not in TOOL_CALL_ENDED:
+            await record_decision(runner, agent, row, "child:kid:1", dict(outcome))
+
+    async def scenario():
+        phase = agent.tool_phase = ToolPhase(runner, agent, step, behind=True)
+        await phase.load(fresh=False)
+        call_id = step["tool_calls"][0]["id"]
+        assert phase.row(call_id)["status"] == "pending"
+        handler = asyncio.ensure_future(child_outcome(phase, call_id))
+        await asyncio.sleep(0)  # the handler is applied first, as it was between the load and the loop
+        results = await asyncio.wait_for(phase.run(), timeout=60)
+        await asyncio.wait_for(handler, timeout=60)
+        await phase.landed()
+        # the worker lives on: whatever the phase left running ends too
+        await asyncio.wait_for(asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()})), timeout=60)
+        return results
+
+    (result,) = asyncio.run(scenario())
+    assert result["status"] == "success" and result["result"]["text"] == "42"
+    rows = rows_of(store, agent)
+    assert len(rows) == 1, rows  # (before: the run's row was added beside the outcome's)
+    row = rows[0]
+    assert (row["status"], row["decided_by"], row["result"]) == ("success", "child:kid:1", outcome["result"])
+    assert len(runs) == 1
+
+
 # ---- ended rows written behind the next step (ToolPhase behind=True) ----------
 
 def next_step_of(store: Store, agent: Agent, results: list[dict]) -> dict:
