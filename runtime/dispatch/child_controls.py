@@ -16,9 +16,10 @@ import asyncio
 import logging
 
 from domain.errors import ActionError
-from domain.statuses import TOOL_CALL_ENDED
+from domain.statuses import SESSION_FINISHED, TOOL_CALL_ENDED
 from monikers.moniker_registry import MonikerRegistry
 from runtime.base.agent_core import holds
+from runtime.base.fence import SessionLost
 from runtime.session.child_sessions import has_child_results, item_data, item_text, next_generation, wakeable
 from runtime.session.live_sessions import SessionRegistry
 from runtime.session.agent import SessionAgent, SessionFactory
@@ -72,7 +73,9 @@ class ChildControls:
     async def deliver(self, action: dict, key: str, kind: str, text: str, data, source, *, wake: bool,
                       reactivate_reason: str = "woken") -> str:
         """Put one inbox item into a session: queued if it is live, kept for a
-        failed one, and a finished one is woken (``wake``).  Returns what happened."""
+        failed one, and a finished one is woken (``wake``).  Returns what happened;
+        raises SessionLost for a session live on another worker (the dispatcher
+        hands the action back to the queue, for its owner)."""
         session_id = action["session_id"]
         agent = self.sessions.get(session_id)
         if agent is not None and agent.finished and agent.runner is not None and not agent.runner.done():
@@ -90,6 +93,12 @@ class ChildControls:
         if holds(snapshot, key):
             return "duplicate"
         status = snapshot["status"]
+        if agent is None and status not in SESSION_FINISHED:
+            # Live on another worker (which woke or adopted it since this action was
+            # claimed), or waiting for its adoption: its runner takes the item.  Written
+            # into the stored snapshot here, the runner's next save dropped it (two
+            # workers: a parent woken by its own runner lost a child's second result).
+            raise SessionLost(session_id)
         if status == "stopped":
             log.info("session %s is stopped; %s %s not delivered", session_id, kind, key)
             return "dropped"

@@ -164,3 +164,35 @@ def test_a_childs_result_whose_save_failed_is_saved_before_it_is_done(store):
         await until(lambda: key in held_items(store.states.get("s")), timeout=10, what="the store to hold the item")
 
     run(store, scenario)
+
+
+def test_a_childs_result_for_a_session_live_on_another_worker_is_handed_back(store):
+    """A finished parent is anyone's to wake, so a worker may claim its child's
+    result; by the time the handler runs, the parent's own runner on another
+    worker may have woken it (stored ``running``).  The item is that runner's to
+    take: the handler raises SessionLost (the dispatcher hands the action back to
+    the queue) and writes nothing.  It wrote the item into the stored snapshot
+    instead, and the runner's next save dropped it (test_processes' killed worker:
+    a child's second result never reached its parent)."""
+    import asyncio
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from runtime.base.fence import SessionLost
+    from runtime.base.persistence import Persistence
+    from runtime.dispatch.child_controls import ChildControls
+    from runtime.session.live_sessions import SessionRegistry
+
+    now = datetime.now(timezone.utc)
+    store.states.save({"session_id": "p", "agent_id": "a", "moniker": "scripted", "task": "delegate",
+                       "config": {"interval_s": 0, "frames": [{"text": "x"}]}, "status": "running",
+                       "status_reason": "woken", "iteration": 4, "step_token": "4", "next_step_token": "5",
+                       "state": {}, "pending_guidance": [], "owner": "another-worker", "created_at": now,
+                       "updated_at": now})
+    controls = ChildControls(SessionRegistry(), None, SimpleNamespace(persist=Persistence(store)))
+    payload = {"key": "child:c:2", "child_session_id": "c", "child_agent_id": "ca", "generation": 2,
+               "status": "done", "text": "the second result"}
+    action = {"id": "act-1", "type": "child_result", "agent_id": "a", "session_id": "p", "payload": payload}
+    with pytest.raises(SessionLost):
+        asyncio.run(controls.child_result(action, payload))
+    assert held_items(store.states.get("p")) == []
