@@ -39,12 +39,22 @@ class StopMixin:
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._stop = asyncio.Event()
+        self._for_restart = False
 
     @property
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
-    def request_stop(self) -> None:
+    @property
+    def stopping_for_restart(self) -> bool:
+        """The stop asked is only the worker shutting down: the session lives on
+        at the restart, so what its end decides (a replay's wake) still holds."""
+        return self._stop.is_set() and self._for_restart
+
+    def request_stop(self, for_restart: bool = False) -> None:
+        """Stop at the next step boundary: for good (a destroy, an expiry), or
+        ``for_restart`` (the worker shuts down).  A stop for good wins."""
+        self._for_restart = for_restart and (self._for_restart or not self._stop.is_set())
         self._stop.set()
         self.wake()
 

@@ -163,8 +163,13 @@ class Replayer:
     async def wake(self, agent: AgentView) -> bool:
         """The replay has finished ``done``: when its recording ran on (it was
         woken by what its next step consumed: a child's result, a follow-up),
-        queue those items and run again, as the recording did.  True when woken."""
-        if agent.stop_requested or not wakeable(agent.status, agent.status_reason):
+        queue those items and run again, as the recording did.  True when woken.
+        A worker shutting down still wakes it (saved ``running``, its restart
+        runs it on): ended ``done`` instead, it was never adopted again and
+        stayed one step short of its recording (the kill loop, two workers:
+        a supervisor's kill stops its workers gracefully)."""
+        if (agent.stop_requested and not agent.stopping_for_restart) or not wakeable(agent.status,
+                                                                                      agent.status_reason):
             return False
         iteration = agent.iteration + 1
         if (self.to_iteration is not None and iteration > self.to_iteration) or (

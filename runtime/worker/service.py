@@ -403,7 +403,7 @@ class AgentService:
         agents = self.sessions.running()
         runners = [a.runner for a in agents]
         for agent in agents:
-            agent.request_stop()  # in memory only: at the next step boundary, status untouched
+            agent.request_stop(for_restart=True)  # in memory only: at the next step boundary, status untouched
         in_flight = [a.runner for a in agents if a.status != "paused" and not a.runner.done()]
         if in_flight:
             _, late = await asyncio.wait(in_flight, timeout=self.stop_grace_s)

@@ -149,3 +149,60 @@ def test_a_handlers_save_does_not_save_an_end_the_wake_is_still_deciding(store, 
     record_and_replay(store, snapshots)
     saved = [(s["status"], s["iteration"]) for s in snapshots]
     assert ("done", 1) not in saved and ("running", 1) in saved and saved[-1] == ("done", 2), saved
+
+
+def test_a_replay_whose_worker_shuts_down_at_its_end_is_woken_and_runs_on_at_the_restart(store, monkeypatch):
+    """The kill loop with two worker processes: a supervisor killed stops its
+    workers gracefully, and a replay whose last step ended ``done`` as its
+    worker shut down was not woken ("a stop was asked") and saved ``done``: a
+    finished session is not adopted again, so it stayed one step short of its
+    recording.  A stop for the worker's restart still wakes it: saved
+    ``running`` (woken), it runs on after the restart."""
+    import asyncio
+
+    from runtime.session.replay import Replayer
+
+    deciding, stopped = Replayer.wake, []
+
+    async def wake_as_the_worker_shuts_down(self, agent):
+        if agent.session_id == "rep" and agent.iteration == 1 and not stopped:
+            stopped.append(agent.session_id)
+            agent.request_stop(for_restart=True)  # what the worker's shutdown does to every session
+        return await deciding(self, agent)
+
+    monkeypatch.setattr(Replayer, "wake", wake_as_the_worker_shuts_down)
+    snapshots = []
+    store.actions.enqueue("create", agent_id="a", session_id="rec", payload={
+        "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
+                                                              "frames": parent_frames()}})
+
+    class Snapshots:
+        async def snapshot_saved(self, snapshot):
+            if snapshot["session_id"] == "rep":
+                snapshots.append(dict(snapshot))
+
+    async def until_the_stop(service):
+        service.observers.add(Snapshots())
+        await until(lambda: store.steps.count("rec") >= 3 and store.states.get("rec")["status"] == "done",
+                    timeout=60, what="the recording: done, woken by its child, done again")
+        store.actions.enqueue("create", agent_id="a", session_id="rep", payload={
+            "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
+                                                                  "frames": parent_frames()},
+            "replay": {"session_id": "rec", "from_iteration": 0, "tools": "recorded", "children": "served"}})
+        await until(lambda: stopped and (a := service.sessions.get("rep")) is not None and a.runner.done(),
+                    timeout=60, what="the replay's runner to stop at its first end")
+        await asyncio.sleep(0)
+
+    run(store, until_the_stop)
+    saved = [(s["status"], s["status_reason"], s["iteration"]) for s in snapshots]
+    assert ("done", "done", 1) not in saved and saved[-1] == ("running", "woken", 1), saved
+    store.states.save(dict(store.states.get("rep"), owner="a-dead-worker"))  # the restart: adopted again
+
+    async def after_the_restart(service):
+        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
+                    timeout=120, what="the replay to run on after the restart")
+
+    run(store, after_the_restart)
+    recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
+    assert [s["iteration"] for s in replayed] == [0, 1, 2]
+    assert child_results(replayed[2]) == child_results(recorded[2])
