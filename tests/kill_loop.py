@@ -621,12 +621,28 @@ class KillLoop:
         self.count("seconds the S3 server was down", round(time.monotonic() - self.s3_down_since))
         self.s3_back_at, self.s3_down_since = time.monotonic(), None
 
+    def kill_worker(self) -> None:
+        """SIGKILL one worker process of ``agents.py --processes N`` (its
+        supervisor restarts it under its old id)."""
+        import psutil
+
+        workers = sorted((p for p in psutil.Process(self.svc.agents.pid).children()
+                          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE), key=lambda p: p.pid)
+        if not workers:  # all being restarted: count nothing
+            return
+        self.rng.choice(workers).send_signal(signal.SIGKILL)
+        self.killed_at.append(utcnow())
+        self.count("kills: worker")
+
     def kill(self, target: str) -> None:
         seen = in_flight(self.store)
         self.at_kill.update({what for what, n in seen.items() if n})
         if target == "s3":
             self.kill_s3()
             self.count("kills: s3")
+            return
+        if target == "worker":
+            self.kill_worker()
             return
         if target in ("agents", "both"):
             self.count("kills of agents.py during its start or adoption", self.recovering())
