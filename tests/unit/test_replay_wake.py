@@ -37,6 +37,16 @@ def child_results(step: dict) -> list[str]:
 def record_and_replay(store, saved: list[dict]) -> None:
     """The recording (a parent done, woken by its child, done again), then its
     replay run to its end; every snapshot the replay saved goes to ``saved``."""
+    async def until_the_replay_is_done(service):
+        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
+                    timeout=60, what="the replay to run as far as its recording")
+
+    record_then_replay(store, saved, until_the_replay_is_done)
+
+
+def record_then_replay(store, saved: list[dict], then) -> None:
+    """The recording, then its replay's create; ``then(service)`` waits for what
+    the test is about.  Every snapshot the replay saved goes to ``saved``."""
     store.actions.enqueue("create", agent_id="a", session_id="rec", payload={
         "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
                                                               "frames": parent_frames()}})
@@ -55,8 +65,7 @@ def record_and_replay(store, saved: list[dict]) -> None:
                                                                   "frames": parent_frames()},
             "replay": {"session_id": "rec", "from_iteration": 0, "tools": "recorded", "children": "served"}})
         await until(lambda: finished(store, made["id"]), what="the replay's create")
-        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
-                    timeout=60, what="the replay to run as far as its recording")
+        await then(service)
 
     run(store, scenario)
 
@@ -65,6 +74,19 @@ def run(store, scenario) -> None:
     monikers = default_registry()
     run_in_process(store, scenario, monikers=monikers, tools=service_registry(store, monikers), watch_s=0.01,
                    dead_after_s=1.0)
+
+
+def adopted_and_run_on(store, what: str) -> None:
+    """A new life of the service adopts the replay (its owner is gone): it runs
+    its last step as its recording did, with the child's result."""
+    async def until_done(service):
+        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
+                    timeout=120, what=what)
+
+    run(store, until_done)
+    recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
+    assert [s["iteration"] for s in replayed] == [0, 1, 2]
+    assert child_results(replayed[2]) == child_results(recorded[2])
 
 
 def test_a_replay_is_woken_where_its_recording_was_and_gets_the_child_result(store):
@@ -97,14 +119,7 @@ def test_a_replay_whose_done_step_outran_its_snapshot_is_woken_when_adopted(stor
     store.states.save(dict(before, owner="a-dead-worker"))
     assert [s["iteration"] for s in store.steps.search(session_id="rep")] == [0, 1]
 
-    async def after_the_crash(service):
-        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
-                    timeout=120, what="the adopted replay to be woken and run its last step")
-
-    run(store, after_the_crash)
-    recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
-    assert [s["iteration"] for s in replayed] == [0, 1, 2]
-    assert child_results(replayed[2]) == child_results(recorded[2])
+    adopted_and_run_on(store, "the adopted replay to be woken and run its last step")
 
 
 def test_the_background_save_does_not_save_an_end_the_wake_is_still_deciding(store, monkeypatch):
@@ -172,37 +187,15 @@ def test_a_replay_whose_worker_shuts_down_at_its_end_is_woken_and_runs_on_at_the
 
     monkeypatch.setattr(Replayer, "wake", wake_as_the_worker_shuts_down)
     snapshots = []
-    store.actions.enqueue("create", agent_id="a", session_id="rec", payload={
-        "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
-                                                              "frames": parent_frames()}})
-
-    class Snapshots:
-        async def snapshot_saved(self, snapshot):
-            if snapshot["session_id"] == "rep":
-                snapshots.append(dict(snapshot))
 
     async def until_the_stop(service):
-        service.observers.add(Snapshots())
-        await until(lambda: store.steps.count("rec") >= 3 and store.states.get("rec")["status"] == "done",
-                    timeout=60, what="the recording: done, woken by its child, done again")
-        store.actions.enqueue("create", agent_id="a", session_id="rep", payload={
-            "moniker": "scripted", "task": "delegate", "config": {"interval_s": 0, "tools": ["spawn_agent"],
-                                                                  "frames": parent_frames()},
-            "replay": {"session_id": "rec", "from_iteration": 0, "tools": "recorded", "children": "served"}})
         await until(lambda: stopped and (a := service.sessions.get("rep")) is not None and a.runner.done(),
                     timeout=60, what="the replay's runner to stop at its first end")
         await asyncio.sleep(0)
 
-    run(store, until_the_stop)
+    record_then_replay(store, snapshots, until_the_stop)
     saved = [(s["status"], s["status_reason"], s["iteration"]) for s in snapshots]
     assert ("done", "done", 1) not in saved and saved[-1] == ("running", "woken", 1), saved
     store.states.save(dict(store.states.get("rep"), owner="a-dead-worker"))  # the restart: adopted again
 
-    async def after_the_restart(service):
-        await until(lambda: store.steps.count("rep") >= 3 and store.states.get("rep")["status"] == "done",
-                    timeout=120, what="the replay to run on after the restart")
-
-    run(store, after_the_restart)
-    recorded, replayed = store.steps.search(session_id="rec"), store.steps.search(session_id="rep")
-    assert [s["iteration"] for s in replayed] == [0, 1, 2]
-    assert child_results(replayed[2]) == child_results(recorded[2])
+    adopted_and_run_on(store, "the replay to run on after the restart")
