@@ -30,7 +30,9 @@ directory, which keeps deleted objects until its vacuum: ``server_dir_mb``), and
 each sample adds ``s3``: the S3 requests SeaweedFS counted for the bucket
 between the previous sample's end and this sample's start (the service's own,
 with the control stream's HTTP calls; the bench's reads in a sample are counted
-apart, ``bench_sample_requests``), per hour and per step persisted.
+apart, ``bench_sample_requests``), per hour and per step persisted.  The
+verdict adds ``s3_requests``: those per hour and per step, the first minute's
+against the last two samples' (a figure to read, not one of the targets).
 
 Two loads are worth running: the default (50 agents every 0.1 s, more than
 the service sustains on 2 cores, so it measures back-pressure) and the highest
