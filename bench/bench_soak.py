@@ -29,8 +29,9 @@ and app.py get ``AGENTSVC_DB_URI=s3://...`` and its storage options).  Then
 directory, which keeps deleted objects until its vacuum: ``server_dir_mb``), and
 each sample adds ``s3``: the S3 requests SeaweedFS counted for the bucket
 between the previous sample's end and this sample's start (the service's own,
-with the control stream's HTTP calls; the bench's reads in a sample are counted
-apart, ``bench_sample_requests``), per hour and per step persisted.  The
+with the control stream's HTTP calls), per hour and per step persisted; the
+requests during a sample, ``bench_sample_requests``, are counted apart: the
+bench's own reads plus what the service did in those few seconds.  The
 verdict adds ``s3_requests``: those per hour and per step, the first minute's
 against the last two samples' (a figure to read, not one of the targets).
 
@@ -94,7 +95,8 @@ class ControlStream(threading.Thread):
 
 class RequestMeter:
     """The S3 requests of the service between two samples, apart from the ones
-    the bench's own reads in a sample make (SeaweedFS counts them per bucket)."""
+    made while a sample reads (the bench's reads and the service's requests of
+    those seconds; SeaweedFS counts per bucket, not per client)."""
 
     def __init__(self, bucket: Bucket):
         self.bucket = bucket
@@ -108,7 +110,7 @@ class RequestMeter:
         self.counts = counts
 
     def sample_ends(self, steps: int) -> dict:
-        """The window's figures; the requests since sample_starts were the bench's own."""
+        """The window's figures; the requests since sample_starts were made while the bench read."""
         counts = self.bucket.requests()
         own, self.counts, self.at = minus(counts, self.counts), counts, time.monotonic()
         per_h = scaled(self.window, 3600 / max(self.window_s, 1e-9), 0)
