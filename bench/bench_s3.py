@@ -63,14 +63,14 @@ import tempfile
 import time
 import uuid
 
-from bench.common import CommitTimer, emit, enqueue_creates, machine, progress, run_in_process, wait_until
+from bench.common import (Bucket, CommitTimer, emit, enqueue_creates, machine, minus, progress, run_in_process, scaled,
+                          wait_until)
 from store import Store
 from store.maintenance import Maintainer
 from tests.harness import Service, wait_for
-from tests.servers import s3_client, seaweedfs_s3
+from tests.servers import seaweedfs_s3
 
 PRICE_PER_1K = {"PUT": 0.005, "GET": 0.0004, "DELETE": 0.0}  # AWS S3 Standard, by request class
-S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 def price_class(kind: str) -> str:
@@ -82,30 +82,6 @@ def price_class(kind: str) -> str:
 
 def dollars(counts: dict[str, float]) -> float:
     return sum(n * PRICE_PER_1K[price_class(kind)] / 1000 for kind, n in counts.items())
-
-
-def minus(after: dict, before: dict) -> dict:
-    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(after) | set(before))}
-
-
-def scaled(counts: dict, factor: float, digits: int = 3) -> dict:
-    return {k: round(v * factor, digits) for k, v in counts.items()}
-
-
-class Bucket:
-    """A fresh bucket on the server: its LanceDB URI, storage options, and
-    the requests SeaweedFS has counted for it."""
-
-    def __init__(self, server, endpoint: str):
-        self.server = server
-        self.name = f"bench-{uuid.uuid4().hex[:12]}"
-        s3_client(endpoint).create_bucket(Bucket=self.name)
-        self.uri = f"s3://{self.name}/agents"
-        self.options = {"aws_endpoint": endpoint, "aws_region": "us-east-1", "aws_access_key_id": "testing",
-                        "aws_secret_access_key": "testing", "allow_http": "true"}
-
-    def requests(self) -> dict[str, int]:
-        return self.server.requests(self.name)
 
 
 # ---- per step -----------------------------------------------------------------
@@ -183,7 +159,7 @@ def pause_all(bucket: Bucket, n: int) -> None:
 
 def idle_window(bucket: Bucket, root: str, paused: int, seconds: float, agents_args: list[str]) -> dict:
     os.makedirs(f"{root}/logs", exist_ok=True)
-    env = {**S3_ENV, "AGENTSVC_DB_URI": bucket.uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(bucket.options)}
+    env = bucket.service_env()
     svc = Service(f"{root}/data", f"{root}/logs", agents_args=agents_args, env=env).start()
     try:
         if paused:
@@ -257,7 +233,7 @@ def chores_part(server, endpoint: str, paused_counts: list[int], calls: int) -> 
         if paused:
             root = tempfile.mkdtemp()
             os.makedirs(f"{root}/logs")
-            env = {**S3_ENV, "AGENTSVC_DB_URI": bucket.uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(bucket.options)}
+            env = bucket.service_env()
             svc = Service(f"{root}/data", f"{root}/logs", agents_args=["--worker-id", "bench-chores"],
                           env=env).start()
             try:
@@ -316,7 +292,7 @@ def scaleout_run(server, endpoint: str, workers: int, agents: int, seconds: floa
     bucket = Bucket(server, endpoint)
     with tempfile.TemporaryDirectory() as root:
         os.makedirs(f"{root}/logs")
-        env = {**S3_ENV, "AGENTSVC_DB_URI": bucket.uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(bucket.options)}
+        env = bucket.service_env()
         svc = Service(f"{root}/data", f"{root}/logs", env=env,
                       agents_args=["--dead-after", str(dead_after)])
         try:

@@ -1,7 +1,7 @@
 """Soak: does the service stay as fast after 30 minutes of continuous load as in
 its first minute, and does its disk stop growing with the number of commits?
 
-    python -m bench.bench_soak [--quick] [--minutes 30] [--agents 50] [--sample-s 30]
+    python -m bench.bench_soak [--quick] [--minutes 30] [--agents 50] [--sample-s 30] [--object-storage]
 
 Starts agents.py and app.py (with whatever background maintenance agents.py
 runs by default) on a temporary directory, starts ``--agents`` joke agents
@@ -22,6 +22,19 @@ the rows' own bytes at the end; each process's RSS at the end within 1.2x of
 its value at minute 5; no maintenance run abandoned; no control action failed.
 Maintenance figures come from the workers' heartbeats (``GET /api/health``).
 
+``--object-storage`` runs the same soak with the store in a bucket of SeaweedFS
+on 127.0.0.1 (tests/servers.py: seaweedfs_s3, as bench_s3 starts it; agents.py
+and app.py get ``AGENTSVC_DB_URI=s3://...`` and its storage options).  Then
+``disk_mb`` is the bytes of the bucket's objects (not SeaweedFS's own data
+directory, which keeps deleted objects until its vacuum: ``server_dir_mb``), and
+each sample adds ``s3``: the S3 requests SeaweedFS counted for the bucket
+between the previous sample's end and this sample's start (the service's own,
+with the control stream's HTTP calls), per hour and per step persisted; the
+requests during a sample, ``bench_sample_requests``, are counted apart: the
+bench's own reads plus what the service did in those few seconds.  The
+verdict adds ``s3_requests``: those per hour and per step, the first minute's
+against the last two samples' (a figure to read, not one of the targets).
+
 Two loads are worth running: the default (50 agents every 0.1 s, more than
 the service sustains on 2 cores, so it measures back-pressure) and the highest
 load the service sustains (``--interval`` chosen so steps/s keeps up).
@@ -37,9 +50,11 @@ import time
 
 import psutil
 
-from bench.common import dir_bytes, emit, machine, progress, summary, table_health, timed_ms, ts
+from bench.common import (Bucket, dir_bytes, emit, machine, minus, progress, scaled, summary, table_health,
+                          timed_ms, ts)
 from store import Store
 from tests.harness import Service, wait_for
+from tests.servers import seaweedfs_s3
 
 LIMIT_RATIO = 1.5
 MAX_FRAGMENTS, MAX_VERSIONS = 200, 2000
@@ -78,8 +93,38 @@ class ControlStream(threading.Thread):
         return [ms for at, ms in self.latencies if at >= t]
 
 
+class RequestMeter:
+    """The S3 requests of the service between two samples, apart from the ones
+    made while a sample reads (the bench's reads and the service's requests of
+    those seconds; SeaweedFS counts per bucket, not per client)."""
+
+    def __init__(self, bucket: Bucket):
+        self.bucket = bucket
+        self.at, self.counts = time.monotonic(), bucket.requests()
+        self.window, self.window_s = {}, 0.0
+
+    def sample_starts(self) -> None:
+        """Close the service's window: the requests since the last sample ended."""
+        now, counts = time.monotonic(), self.bucket.requests()
+        self.window, self.window_s = minus(counts, self.counts), now - self.at
+        self.counts = counts
+
+    def sample_ends(self, steps: int) -> dict:
+        """The window's figures; the requests since sample_starts were made while the bench read."""
+        counts = self.bucket.requests()
+        own, self.counts, self.at = minus(counts, self.counts), counts, time.monotonic()
+        per_h = scaled(self.window, 3600 / max(self.window_s, 1e-9), 0)
+        return {"window_s": round(self.window_s, 1), "requests": self.window, "requests_per_hour": per_h,
+                "total_per_hour": sum(per_h.values()),
+                "per_step": round(sum(self.window.values()) / steps, 2) if steps > 0 else None,
+                "bench_sample_requests": own}
+
+
 def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], control: ControlStream,
-           since: float, started: float, steps_before: int) -> dict:
+           since: float, started: float, steps_before: int, bucket: Bucket | None = None,
+           meter: RequestMeter | None = None) -> dict:
+    if meter is not None:
+        meter.sample_starts()
     listing = []
     for _ in range(QUERIES):
         t0 = time.perf_counter()
@@ -96,7 +141,8 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
             m = maintenance.setdefault(name, {"runs": 0, "failures": 0, "abandoned": 0})
             for key in m:
                 m[key] += run.get(key) or 0
-    return {"t_s": round(now - started, 1), "disk_mb": round(dir_bytes(data_dir) / 1e6, 2),
+    disk = bucket.object_bytes() if bucket is not None else dir_bytes(data_dir)
+    out = {"t_s": round(now - started, 1), "disk_mb": round(disk / 1e6, 2),
             "rows_mb": round(sum(t.get("bytes") or 0 for t in tables.values()) / 1e6, 2),
             "load_avg_1m": round(os.getloadavg()[0], 2),
             "maintenance": maintenance,
@@ -122,6 +168,10 @@ def sample(svc: Service, store: Store, data_dir: str, sessions: list[str], contr
             # cold first reads (new manifest, new index files) shows here.
             "first_ms": {"list_steps": round(listing[0], 2), "pending_poll": round(poll[0], 2)},
             "control": summary(control.since(since)), "tables": tables}
+    if meter is not None:
+        out["server_dir_mb"] = round(dir_bytes(bucket.server.log_dir + "/seaweedfs") / 1e6, 2)
+        out["s3"] = meter.sample_ends(steps - steps_before)
+    return out
 
 
 def _cpu_s(pid: int) -> float:
@@ -165,6 +215,21 @@ def verdict(series: list[dict], first_minute_s: float = 60.0) -> dict:
     out["disk_mb_first_last"] = [series[0]["disk_mb"], series[-1]["disk_mb"]]
     out["agents_rss_mb_first_last"] = [series[0]["rss_mb"]["agents.py"], series[-1]["rss_mb"]["agents.py"]]
     out["targets"] = targets(series, out["within_1_5x"])
+    if "s3" in series[-1]:
+        out["s3_requests"] = s3_flatness(first, last)
+    return out
+
+
+def s3_flatness(first: list[dict], last: list[dict]) -> dict:
+    """S3 requests per hour and per step, first minute against the last two
+    samples (not one of issue 9's targets: what the hour costs, over time)."""
+    out = {}
+    for key, path in (("total_per_hour", "total_per_hour"), ("per_step", "per_step")):
+        base = [s["s3"][path] for s in first if s.get("s3", {}).get(path) is not None]
+        end = [s["s3"][path] for s in last if s.get("s3", {}).get(path) is not None]
+        if base and end:
+            out[key] = {"first_minute": round(statistics.fmean(base), 2), "last": round(statistics.fmean(end), 2),
+                        "ratio": round(statistics.fmean(end) / max(statistics.fmean(base), 1e-9), 2)}
     return out
 
 
@@ -200,28 +265,31 @@ def targets(series: list[dict], latencies_ok: bool) -> dict:
     }
 
 
-def soak(args, root: str) -> dict:
+def soak(args, root: str, bucket: Bucket | None = None) -> dict:
+    """The soak on ``root``'s data directory, or with the store in ``bucket``."""
     log_dir = args.log_dir or root
     os.makedirs(log_dir, exist_ok=True)
-    svc = Service(f"{root}/data", log_dir).start()
+    svc = Service(f"{root}/data", log_dir, env=bucket.service_env() if bucket else None).start()
     store = None
     try:
         busy = [svc.create("joke", f"subject {i}", config={"interval_s": args.interval}) for i in range(args.agents)]
         steered = [svc.create("joke", f"steered {i}", config={"interval_s": 1.0}) for i in range(args.steered)]
         wait_for(lambda: svc.steps(busy[-1]["session_id"]), timeout=300, what="the last busy agent stepping")
-        store = Store(f"{root}/data/lancedb")
+        store = Store(bucket.uri, storage_options=bucket.options) if bucket else Store(f"{root}/data/lancedb")
         control = ControlStream(svc, [s["agent_id"] for s in steered], args.control_every)
         control.start()
         sessions = [b["session_id"] for b in busy]
         started = since = time.monotonic()
         steps_before, series = store.steps.count(), []
+        meter = RequestMeter(bucket) if bucket else None
         while time.monotonic() - started < args.minutes * 60:
             time.sleep(max(0.0, since + args.sample_s - time.monotonic()))
             if svc.app.poll() is not None or svc.agents.poll() is not None:
                 progress(f"a process exited: app.py {svc.app.poll()}, agents.py {svc.agents.poll()}; see {log_dir}")
                 break
             try:
-                series.append(sample(svc, store, f"{root}/data", sessions, control, since, started, steps_before))
+                series.append(sample(svc, store, f"{root}/data", sessions, control, since, started, steps_before,
+                                     bucket, meter))
             except Exception as exc:  # a slow answer on a loaded machine: note it, keep soaking
                 progress(f"sample failed: {type(exc).__name__}: {exc}")
                 continue
@@ -233,7 +301,9 @@ def soak(args, root: str) -> dict:
                      f"{s['pending_poll']['p50_ms']}/{s['pending_poll']['p99_ms']} first={s['first_ms']} control p99="
                      f"{s['control']['p99_ms']} steps frags/versions={steps_table.get('fragments')}/"
                      f"{steps_table.get('versions')} rss={s['rss_mb']} anon={s['rss_anon_mb']} fds={s['open_files']} threads={s['threads']} "
-                     f"maint={s['maintenance'].get('agent_steps')} cpu={_cpu_share(series)}")
+                     f"maint={s['maintenance'].get('agent_steps')} cpu={_cpu_share(series)}"
+                     + (f" s3/h={s['s3']['total_per_hour']} s3/step={s['s3']['per_step']} "
+                        f"server_dir={s['server_dir_mb']}MB" if "s3" in s else ""))
             unread = {name: t["error"] for name, t in s["tables"].items() if "error" in t}
             if unread:  # this sample's rows and steps/s are short of those tables
                 progress(f"tables not read this sample: {unread}")
@@ -260,13 +330,23 @@ def main(argv=None) -> int:
     parser.add_argument("--control-every", type=float, default=1.0, help="seconds between control actions")
     parser.add_argument("--sample-s", type=float, default=30.0)
     parser.add_argument("--log-dir", default=None, help="keep agents.py's and app.py's logs here")
+    parser.add_argument("--object-storage", action="store_true",
+                        help="the store in a bucket of SeaweedFS on 127.0.0.1 instead of a local directory")
     args = parser.parse_args(argv)
     if args.quick:
         args.minutes, args.agents, args.steered, args.sample_s, args.control_every = 0.08, 2, 1, 2.0, 0.5
     result = {"benchmark": "soak", "machine": machine(), "minutes": args.minutes, "agents": args.agents,
-              "interval_s": args.interval, "control_every_s": args.control_every, "sample_s": args.sample_s}
+              "interval_s": args.interval, "control_every_s": args.control_every, "sample_s": args.sample_s,
+              "storage": "SeaweedFS (weed server) on 127.0.0.1" if args.object_storage else "local directory"}
     with tempfile.TemporaryDirectory() as root:
-        result.update(soak(args, root))
+        if not args.object_storage:
+            result.update(soak(args, root))
+        else:
+            server, endpoint = seaweedfs_s3(root)
+            try:
+                result.update(soak(args, root, Bucket(server, endpoint)))
+            finally:
+                server.stop()
     emit(result)
     return 0
 

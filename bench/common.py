@@ -1,6 +1,9 @@
 """Helpers shared by the benchmarks: statistics, output, machine facts, and the
 two ways of running the service (real subprocesses, or AgentService in-process).
 
+``Bucket`` is a fresh bucket on the suite's SeaweedFS (tests/servers.py:
+seaweedfs_s3) with the settings the service needs to run on it.
+
 Every benchmark prints exactly one JSON object on stdout so its figures can be
 diffed and checked by tests/service/test_bench_smoke.py; progress goes to stderr.
 """
@@ -12,6 +15,7 @@ import re
 import statistics
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
@@ -65,6 +69,15 @@ def ts(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def minus(after: dict, before: dict) -> dict:
+    """Two readings of counters by name, subtracted (a name missing counts 0)."""
+    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(after) | set(before))}
+
+
+def scaled(counts: dict, factor: float, digits: int = 3) -> dict:
+    return {k: round(v * factor, digits) for k, v in counts.items()}
+
+
 def dir_bytes(path: str) -> int:
     total = 0
     for root, _, files in os.walk(path):
@@ -74,6 +87,43 @@ def dir_bytes(path: str) -> int:
             except OSError:
                 pass  # removed by cleanup while we walked
     return total
+
+
+# ---- a bucket on SeaweedFS ----------------------------------------------------
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+class Bucket:
+    """A fresh bucket on the server: its LanceDB URI, storage options, the
+    environment agents.py and app.py need to use it, the requests SeaweedFS has
+    counted for it, and the bytes its objects hold.  Shared by bench_s3 and
+    bench_soak's ``--object-storage``."""
+
+    def __init__(self, server, endpoint: str):
+        from tests.servers import s3_client
+
+        self.server, self.endpoint = server, endpoint
+        self.name = f"bench-{uuid.uuid4().hex[:12]}"
+        s3_client(endpoint).create_bucket(Bucket=self.name)
+        self.uri = f"s3://{self.name}/agents"
+        self.options = {"aws_endpoint": endpoint, "aws_region": "us-east-1", "aws_access_key_id": "testing",
+                        "aws_secret_access_key": "testing", "allow_http": "true"}
+
+    def service_env(self) -> dict:
+        """agents.py's and app.py's environment for this bucket (tests.harness.Service's env)."""
+        return {**S3_ENV, "AGENTSVC_DB_URI": self.uri, "AGENTSVC_STORAGE_OPTIONS": json.dumps(self.options)}
+
+    def requests(self) -> dict[str, int]:
+        return self.server.requests(self.name)
+
+    def object_bytes(self) -> int:
+        """The sizes of every object in the bucket, summed (LIST requests of its
+        own: count them outside a window that counts the service's)."""
+        from tests.servers import s3_client
+
+        pages = s3_client(self.endpoint).get_paginator("list_objects_v2").paginate(Bucket=self.name)
+        return sum(obj["Size"] for page in pages for obj in page.get("Contents", []))
 
 
 # ---- a no-op moniker and an in-process service ------------------------------
