@@ -187,6 +187,7 @@ class _TableCommitter:
         self._appends = None  # the Lance dataset appends go to, and when it last committed (monotonic)
         self._appended_at = 0.0
         self._wakeup = threading.Condition()
+        self._committing = False  # a batch taken from the queue is being committed
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"commit-{name}", daemon=True)
         self._thread.start()
@@ -205,6 +206,17 @@ class _TableCommitter:
             self._wakeup.notify()
         self._thread.join(timeout)
 
+    def drain(self, deadline: float) -> bool:
+        """Wait until nothing is queued or being committed (until the monotonic
+        ``deadline``); whether it got there."""
+        with self._wakeup:
+            while self._queue or self._committing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wakeup.wait(left)
+            return True
+
     def _take(self) -> list[_Request] | None:
         with self._wakeup:
             while not self._queue and not self._closed:
@@ -218,6 +230,7 @@ class _TableCommitter:
                 if request.taken():
                     taken.append(request)
                     rows += len(request.rows)
+            self._committing = True
             return taken
 
     def _gather(self) -> None:
@@ -244,6 +257,9 @@ class _TableCommitter:
                     self._commit(group)
                 except Exception:  # the thread must outlive any one bad batch
                     log.exception("committer of %s: unexpected error", self.name)
+            with self._wakeup:
+                self._committing = False
+                self._wakeup.notify_all()  # a drain may wait for this batch
 
     def _commit(self, group: list[_Request]) -> None:
         if any(request.guard is not None for request in group):
@@ -408,6 +424,16 @@ class Writer:
     def table_lock(self, table: str):
         """The lock held while this process commits to ``table`` (for maintenance)."""
         return self._committers[table].lock
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every write submitted so far has been committed (or has
+        failed), at most ``timeout`` seconds; whether it got there.  A worker
+        that leaves waits here before it records itself stopped: a commit still
+        in flight (Lance retries a conflicting one for up to 30 s) landed after
+        another worker had taken its sessions over, beside that worker's row of
+        the same iteration (the kill loop over two worker processes)."""
+        deadline = time.monotonic() + timeout
+        return all(committer.drain(deadline) for committer in self._committers.values())
 
     def close(self) -> None:
         """Commit what is queued and stop the committer threads."""

@@ -25,9 +25,12 @@ Two more guards stand behind the lease: snapshot saves are conditional on the
 stored owner (store/writer.py ``UPSERT_CONDITIONS``), so a stale save never
 writes ownership back, and a refused save marks its session lost; and
 adoption re-reads who is alive and expects the snapshot it read unchanged
-(runtime/worker/service.py).  What is left: a step row whose commit is delayed by more
-than ``lease_s`` *after* its lease check (the process frozen between the check
-and the commit) can still land beside the adopter's row of the same iteration.
+(runtime/worker/service.py).  A worker that leaves gracefully records itself
+stopped (its sessions are then taken over at once) only after its writes have
+landed (store/writer.py ``Writer.drain``).  What is left: a step row whose commit
+is delayed by more than ``lease_s`` *after* its lease check (the process frozen
+between the check and the commit, or Lance retrying a conflicting commit for
+up to 30 s) can still land beside the adopter's row of the same iteration.
 """
 from __future__ import annotations
 

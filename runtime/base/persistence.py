@@ -190,6 +190,11 @@ class Persistence:
         return await self._queue(self.store.actions.find_create, session_id=session_id)
 
     # workers and ownership
+    async def drain_writes(self, timeout: float) -> bool:
+        """Whether every write submitted so far has landed within ``timeout`` s
+        (store/writer.py ``Writer.drain``)."""
+        return await asyncio.to_thread(self.store.writer.drain, timeout)
+
     async def heartbeat(self, worker_id: str, status: str = "running", maintenance: dict | None = None,
                         polling: bool = False) -> None:
         await asyncio.wrap_future(self.store.workers.submit_beat(worker_id, status, maintenance, polling))

@@ -57,6 +57,9 @@ log = logging.getLogger("runtime.service")
 ADOPT_CHUNK = 1000  # sessions taken with one conditional update and one read of their newer steps
 IDLE_UPKEEP_S = 300.0  # idle saving: a maintenance round without writes of this process's, at least this often
 FULL_ADOPTION_S = 300.0  # idle saving: a whole adoption round at least this often, whatever the workers show
+# A leaving worker waits this long for its writes to land before it records itself
+# stopped (Lance retries a conflicting commit for up to 30 s, then the writer once more).
+DRAIN_WRITES_S = 40.0
 IDLE_RETENTION_S = 60.0  # idle saving: the health monitor's retention query (30 days' horizon), this often
 
 
@@ -416,9 +419,17 @@ class AgentService:
         # Snapshots the runners left in flight: a clean stop leaves them current
         # (after a crash, reconcile repairs them from the steps instead).
         await asyncio.gather(*(a.flush_saves() for a in agents), return_exceptions=True)
-        try:
-            await self.persist.heartbeat(self.worker_id, status="stopped")
-        except Exception:
-            log.exception("could not record this worker as stopped")
+        # Recorded stopped, its sessions are taken over at once: every write it
+        # started lands first (a cancelled runner's step row may still be
+        # committing).  Not drained in time, it is not recorded stopped: its
+        # heartbeat ages out instead, after this process has exited.
+        if not await self.persist.drain_writes(DRAIN_WRITES_S):
+            log.warning("worker %s: writes still committing after %.0f s; not recorded as stopped (its sessions "
+                        "are taken over once its heartbeat is old)", self.worker_id, DRAIN_WRITES_S)
+        else:
+            try:
+                await self.persist.heartbeat(self.worker_id, status="stopped")
+            except Exception:
+                log.exception("could not record this worker as stopped")
         log.info("worker %s stopped; %d runners cancelled, their sessions resume on restart",
                  self.worker_id, len(runners))
