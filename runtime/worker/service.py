@@ -131,8 +131,11 @@ class AgentService:
             log.warning("requeued %d actions this worker held when it last stopped", released)
         await self.fence.beat(lambda: self.persist.heartbeat(self.worker_id))
         # Beating before the first adoption: bringing back thousands of sessions
-        # takes seconds, and this worker's lease must not run out meanwhile.
-        chores = [asyncio.create_task(self._keep_alive(stopping), name="heartbeat")]
+        # takes seconds, and this worker's lease must not run out meanwhile.  And
+        # until it has left (shutdown): its last writes still count as its own.
+        left = asyncio.Event()
+        beating = asyncio.create_task(self._keep_alive(left), name="heartbeat")
+        chores = []
         if self.maintainer:
             # Upkeep from the start, beside the adoption (in a thread).  Started
             # after it, a worker that crashed every few seconds never compacted:
@@ -157,7 +160,7 @@ class AgentService:
                 task.cancel()
             await asyncio.gather(*chores, return_exceptions=True)
             await self._finish_maintenance()
-            await self.shutdown()
+            await self.shutdown(beating=beating, left=left)
 
     # ---- ownership ------------------------------------------------------
 
@@ -401,7 +404,12 @@ class AgentService:
         if round_ is not None and not round_.done():
             await asyncio.wait({round_}, timeout=timeout_s)
 
-    async def shutdown(self, drain_s: float = 5.0) -> None:
+    async def shutdown(self, drain_s: float = 5.0, *, beating: asyncio.Task | None = None,
+                       left: asyncio.Event | None = None) -> None:
+        """Stop the runners (each at a step boundary, or cancelled after the
+        grace), let every write land, stop ``beating`` (the heartbeat, kept
+        until now: this worker's sessions are its own until it has left), and
+        record the worker stopped."""
         await self.dispatcher.drain(drain_s)
         agents = self.sessions.running()
         runners = [a.runner for a in agents]
@@ -423,7 +431,13 @@ class AgentService:
         # started lands first (a cancelled runner's step row may still be
         # committing).  Not drained in time, it is not recorded stopped: its
         # heartbeat ages out instead, after this process has exited.
-        if not await self.persist.drain_writes(DRAIN_WRITES_S):
+        drained = await self.persist.drain_writes(DRAIN_WRITES_S)
+        if left is not None:
+            left.set()
+        if beating is not None:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
+        if not drained:
             log.warning("worker %s: writes still committing after %.0f s; not recorded as stopped (its sessions "
                         "are taken over once its heartbeat is old)", self.worker_id, DRAIN_WRITES_S)
         else:
