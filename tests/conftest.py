@@ -13,6 +13,8 @@ import pytest
 
 from domain.plugin_registry import PLUGINS_ENV, plugin_modules
 
+pytest_plugins = ["tests.cpu_profile"]  # AGENTSVC_SUITE_CPU=FILE: the CPU of each test
+
 TEST_PLUGINS = "tests.plugins"
 if TEST_PLUGINS not in plugin_modules():
     os.environ[PLUGINS_ENV] = ",".join([*plugin_modules(), TEST_PLUGINS])
