@@ -62,6 +62,12 @@ def start_app(root: str) -> tuple[subprocess.Popen, str, str]:
     return proc, url, token
 
 
+# How long the close may take the export process to build and send what it was handed
+# (a stopping worker gives it 15 s; at nice 19 beside a whole test run it can need more,
+# and one killed at the deadline reports nothing of its last half second).
+CLOSE_TRACES_S = 180.0
+
+
 def tracing_observer(url: str):
     """The tracing observer agents.py attaches, with its export process sending to
     the OTLP/HTTP receiver at ``url``: (observer, spans ended so far)."""
@@ -110,8 +116,8 @@ def measure(n: int, seconds: float, warmup_s: float, relay: bool = False, traces
             finally:
                 if relayed is not None:
                     await relayed.close()
-                if traced is not None:
-                    await traced.close()
+                if traced is not None:  # the export process runs at nice 19: under load it
+                    await traced.close(builder_timeout_s=CLOSE_TRACES_S)  # needs long to send all
             if traced is not None:  # what the export process built of all it was handed, once it sent it
                 result["traces"]["spans_ended_by_close"] = spans()[0]
             return result

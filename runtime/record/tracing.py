@@ -231,11 +231,16 @@ class Tracing:
                 self._remember(self._sent, key, None)
                 self._builder.submit("session", session_fields(snapshot))
 
-    async def close(self) -> None:
+    async def close(self, builder_timeout_s: float | None = None) -> None:
         """Build and send what is queued (bounded by the SDK's export timeout), then
-        stop; in a thread: the export is blocking HTTP."""
+        stop; in a thread: the export is blocking HTTP.  ``builder_timeout_s``: how
+        long the builder may take (its own default when None; a benchmark that
+        counts what was built waits longer than a stopping worker should)."""
         await self._background.close(grace_s=5.0)
-        await asyncio.to_thread(self._builder.close)
+        if builder_timeout_s is None:
+            await asyncio.to_thread(self._builder.close)
+        else:
+            await asyncio.to_thread(self._builder.close, builder_timeout_s)
 
     @staticmethod
     def _remember(kept: OrderedDict, key: str, value) -> None:
