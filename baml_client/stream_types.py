@@ -27,8 +27,8 @@ class StreamState(BaseModel, typing.Generic[StreamStateValueT]):
 # #########################################################################
 
 class ArchiveSummary(BaseModel):
-    summary: typing.Optional[str] = Field(default=None, description='three to six sentences: what was asked, what was done, how it ended')
-    key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
+    summary: typing.Optional[str] = Field(default=None, description='two to four sentences: what was asked, what was done, how it ended')
+    key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results), a few words each')
 
 class JudgeVerdict(BaseModel):
     reason: typing.Optional[str] = Field(default=None, description='one or two sentences: what decided the verdict')

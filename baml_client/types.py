@@ -55,8 +55,8 @@ class OrchestratorAction(str, Enum):
 # #########################################################################
 
 class ArchiveSummary(BaseModel):
-    summary: str = Field(description='three to six sentences: what was asked, what was done, how it ended')
-    key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results)')
+    summary: str = Field(description='two to four sentences: what was asked, what was done, how it ended')
+    key_points: typing.List[str] = Field(description='at most five short facts worth finding later (names, decisions, results), a few words each')
 
 class JudgeVerdict(BaseModel):
     reason: str = Field(description='one or two sentences: what decided the verdict')

@@ -283,8 +283,9 @@ def _step_down(settings: LLMSettings, mode: str) -> str | None:
 def shape_fields(function: str, schema: dict | None, mode: str) -> dict:
     """The request body's fields that hold the reply to ``mode``'s shape."""
     if mode == "json_schema":
+        strict = output_schemas.STRICT.get(function, False)
         return {"response_format": {"type": "json_schema", "json_schema": {
-            "name": function, "schema": schema, "strict": output_schemas.STRICT.get(function, False)}}}
+            "name": function, "schema": output_schemas.strict_form(schema) if strict else schema, "strict": strict}}}
     if mode == "grammar":
         return {"grammar": _grammar(json.dumps(schema, sort_keys=False))}
     if mode == "json_object":

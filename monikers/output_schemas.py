@@ -151,11 +151,16 @@ DECISION = {  # OrchestratorDecision (baml_src/orchestrator.baml)
     "additionalProperties": False,
 }
 
+# An archive entry is "two to four sentences" and "at most five short facts"
+# (baml_src/summary.baml), and its grammar holds it to that (~170 tokens at most): unbounded, SmolLM2-135M
+# wrote every turn and archive summary to the 256-token cap (21 of the real-model
+# tier's 59 replies, 62 % of the tokens it generated), and the lenient parser kept
+# the cut text.  Strict mode gets the schema without the bounds (strict_form).
 SUMMARY = {  # ArchiveSummary (baml_src/summary.baml)
     "type": "object",
     "properties": {
-        "summary": {"type": "string"},
-        "key_points": {"type": "array", "items": {"type": "string"}},
+        "summary": {"type": "string", "maxLength": 400},
+        "key_points": {"type": "array", "maxItems": 5, "items": {"type": "string", "maxLength": 40}},
     },
     "required": ["summary", "key_points"],
     "additionalProperties": False,
@@ -166,3 +171,14 @@ SUMMARY = {  # ArchiveSummary (baml_src/summary.baml)
 # and ``data`` are not.  The fixed shapes are strict (and so use no keyword
 # that strict mode refuses, such as minLength).
 STRICT = {"RunMonikerStep": False, "DecideNextMove": True, "SummarizeRecord": True}
+STRICT_REFUSES = ("minLength", "maxLength", "minItems", "maxItems")  # what strict_form drops
+
+
+def strict_form(schema):
+    """``schema`` without the length and item bounds, for strict mode: the bounds
+    are for grammars (llama.cpp enforces them); strict mode gets the shape alone."""
+    if isinstance(schema, dict):
+        return {k: strict_form(v) for k, v in schema.items() if k not in STRICT_REFUSES}
+    if isinstance(schema, list):
+        return [strict_form(v) for v in schema]
+    return schema

@@ -78,3 +78,22 @@ def test_a_small_models_tool_args_are_bounded_under_grammar_and_left_alone_other
     assert list(compact["properties"]) == ["step", "text", "tool_calls", "done", "next_step", "state"]
     assert "data" in output_schemas.frame_schema([ask], 2)["properties"]
     assert '"\\"" char{1,80} "\\""' in rules(gbnf.to_gbnf(compact)).values()
+
+
+def test_an_archive_summary_is_bounded_in_its_grammar_and_sent_bare_to_strict_mode():
+    """Unbounded, SmolLM2 wrote every summary to the token cap; the grammar holds
+    it to "three to six sentences" and five short points.  Strict mode (OpenAI)
+    refuses length bounds, so it gets the shape alone, as before."""
+    from monikers import llm_call
+
+    found = rules(gbnf.to_gbnf(output_schemas.SUMMARY))
+    assert any(body == '"\\"" char{0,400} "\\""' for body in found.values())  # the summary
+    assert any(body == '"\\"" char{0,40} "\\""' for body in found.values())  # a key point
+    assert any("){0,4})? ws \"]\"" in body for body in found.values())  # at most five of them
+    strict = llm_call.shape_fields("SummarizeRecord", output_schemas.SUMMARY, "json_schema")["response_format"]
+    assert strict["json_schema"]["strict"] is True
+    assert strict["json_schema"]["schema"] == {
+        "type": "object", "required": ["summary", "key_points"], "additionalProperties": False,
+        "properties": {"summary": {"type": "string"}, "key_points": {"type": "array", "items": {"type": "string"}}}}
+    grammar = llm_call.shape_fields("SummarizeRecord", output_schemas.SUMMARY, "grammar")["grammar"]
+    assert "char{0,400}" in grammar
