@@ -152,10 +152,11 @@ DECISION = {  # OrchestratorDecision (baml_src/orchestrator.baml)
 }
 
 # An archive entry is "two to four sentences" and "at most five short facts"
-# (baml_src/summary.baml), and its grammar holds it to that (~170 tokens at most): unbounded, SmolLM2-135M
-# wrote every turn and archive summary to the 256-token cap (21 of the real-model
-# tier's 59 replies, 62 % of the tokens it generated), and the lenient parser kept
-# the cut text.  Strict mode gets the schema without the bounds (strict_form).
+# (baml_src/summary.baml), and its grammar holds it to that (~170 tokens at most).
+# Unbounded, SmolLM2-135M wrote every turn and archive summary to the 256-token
+# cap (24 of the real-model tier's 57 replies, over half the tokens it generated),
+# and the lenient parser kept the cut text.  Strict mode gets the schema without
+# the bounds (strict_form).
 SUMMARY = {  # ArchiveSummary (baml_src/summary.baml)
     "type": "object",
     "properties": {
@@ -168,8 +169,9 @@ SUMMARY = {  # ArchiveSummary (baml_src/summary.baml)
 
 # Whether OpenAI's strict mode can take the schema: it needs every object
 # closed and every property required, which a frame's free-form ``state``
-# and ``data`` are not.  The fixed shapes are strict (and so use no keyword
-# that strict mode refuses, such as minLength).
+# and ``data`` are not.  The fixed shapes are strict; the length and item
+# bounds strict mode refuses (SUMMARY's) are dropped from what it is sent
+# (strict_form below), so a grammar still gets them.
 STRICT = {"RunMonikerStep": False, "DecideNextMove": True, "SummarizeRecord": True}
 STRICT_REFUSES = ("minLength", "maxLength", "minItems", "maxItems")  # what strict_form drops
 
