@@ -83,7 +83,8 @@ def run_crash_harness(svc, kills: int, seed: int, kill=None) -> dict:
         except AssertionError:
             raise AssertionError(f"session {sid} should be {m.status}: {explain(svc, sid, sent, actions)}") from None
     running = [sid for sid, m in models.items() if m.status == "running"]
-    paused = {sid: len(svc.steps(sid)) for sid, m in models.items() if m.status == "paused"}
+    # A pause is done at once; a step already in flight may land after it (harness.settled_step_count).
+    paused = {sid: svc.settled_step_count(sid) for sid, m in models.items() if m.status == "paused"}
     wait_new_steps(svc, running, n=3)
     for sid, count in paused.items():
         assert len(svc.steps(sid)) == count, f"paused session {sid} kept stepping"

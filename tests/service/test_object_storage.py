@@ -195,7 +195,8 @@ def test_kill_9_and_restart_under_controls_on_object_storage(service, monkeypatc
 
     actions, models = controls_as_modelled(svc, agents, sent, timeout=90 + 0.5 * len(sent))
     running = [sid for sid, m in models.items() if m.status == "running"]
-    paused = {sid: len(svc.steps(sid)) for sid, m in models.items() if m.status == "paused"}
+    # A pause is done at once; a step already in flight may land after it (harness.settled_step_count).
+    paused = {sid: svc.settled_step_count(sid) for sid, m in models.items() if m.status == "paused"}
     wait_new_steps(svc, running, n=2)
     for sid, count in paused.items():
         assert len(svc.steps(sid)) == count, f"paused session {sid} kept stepping"
