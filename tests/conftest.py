@@ -23,7 +23,7 @@ if TEST_PLUGINS not in plugin_modules():
 # and the few that start agents.py or serve.py themselves) run one unless a test asks for more.
 os.environ.setdefault("AGENTSVC_PROCESSES", "1")
 
-from tests.harness import Service, wait_for  # noqa: E402
+from tests.harness import Service  # noqa: E402
 from tests.llm_endpoints import EndpointsFile  # noqa: E402
 from tests.plugins import COUNT_DIR_ENV  # noqa: E402
 
@@ -46,53 +46,12 @@ def service(tmp_path_factory):
     svc.stop()
 
 
-@pytest.fixture(scope="session")
-def worker_service(tmp_path_factory):
-    """The one service behind ``shared_service``: started by the first module of
-    this pytest process (each xdist worker is one) that asks for it, stopped at
-    the end.  A start is ~5 s of CPU for the two processes' imports; one per
-    module was ~40 starts a run (tests/README.md, "Where the time goes")."""
+@pytest.fixture(scope="module")
+def shared_service(tmp_path_factory):
+    """One running service shared by the tests of a module that only add agents."""
     svc = _start(tmp_path_factory, "shared")
     yield svc
     svc.stop()
-
-
-@pytest.fixture(scope="module")
-def shared_service(worker_service):
-    """A running service shared by the tests of the modules that only add agents
-    (each test names its own agents and reads those; a module that needs a
-    service of its own, or other settings, defines its own ``shared_service``).
-    When the module is done, what it left at work is destroyed, so that no later
-    module pays for its agents' steps."""
-    yield worker_service
-    end_leftover_work(worker_service)
-
-
-@pytest.fixture(scope="module")
-def fresh_service(tmp_path_factory):
-    """A service of the module's own, empty when its first test starts: a module
-    whose tests see the whole service (an empty dashboard, say) defines its
-    ``shared_service`` as this one."""
-    svc = _start(tmp_path_factory, "fresh")
-    yield svc
-    svc.stop()
-
-
-LEFTOVER = ("running", "waiting", "paused")  # statuses that may still step, or wake up and step
-
-
-def end_leftover_work(svc: Service, timeout: float = 120) -> None:
-    """Destroy every agent whose latest session may still step, and wait until
-    none is left (a bulk destroy: POST /api/agents/bulk, as an operator would)."""
-    if svc.app is None or svc.app.poll() is not None or svc.agents is None or svc.agents.poll() is not None:
-        return  # a test left the service down: the next start (or the end) is its own affair
-    def left() -> int:
-        return sum(svc.post("/api/agents/bulk", json={"filter": {"status": status}, "action": "destroy",
-                                                       "dry_run": True}).json()["matched"] for status in LEFTOVER)
-    for status in LEFTOVER:
-        reply = svc.post("/api/agents/bulk", json={"filter": {"status": status}, "action": "destroy", "limit": 1000})
-        assert reply.status_code in (200, 202), reply.text
-    wait_for(lambda: left() == 0, timeout=timeout, interval=0.5, what="the module's leftover agents to be destroyed")
 
 
 @pytest.fixture

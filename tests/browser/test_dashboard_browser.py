@@ -17,12 +17,6 @@ def step_count(pg) -> int:
     return pg.locator("[data-testid=step]").count()
 
 
-@pytest.fixture(scope="module")
-def shared_service(fresh_service):
-    """This module's own: its first test sees the dashboard of an empty service."""
-    return fresh_service
-
-
 def test_create_watch_pause_and_talk_to_an_agent(page, shared_service):
     expect = playwright_api.expect
     expect(page.get_by_test_id("live-indicator")).to_have_text("live")

@@ -28,7 +28,7 @@ def test_the_evals_page_lists_a_runs_scores_and_compares_runs(page, shared_servi
 
     page.goto(f"{svc.url}/#/evals?session_ids={','.join(sessions)}")
     expect(page.get_by_test_id("evalset-ids")).to_have_value("\n".join(sessions))
-    page.get_by_test_id("evalset-name").fill("a pair of scripted cases")
+    page.get_by_test_id("evalset-name").fill("two cases")
     page.get_by_test_id("evalset-submit").click()
     expect(page.get_by_test_id("run-form")).to_be_visible()
     evalset_id = page.evaluate("location.hash").split("/")[-1]
@@ -74,5 +74,5 @@ def test_the_evals_page_lists_a_runs_scores_and_compares_runs(page, shared_servi
     rows.first.get_by_test_id("eval-result").nth(1).get_by_test_id("eval-diff").click()
     expect(page.get_by_test_id("diff-first")).to_contain_text("First divergence at step 2")
     page.goto(f"{svc.url}/#/evals")
-    expect(page.get_by_test_id("evalset-row").filter(has_text="a pair of scripted cases")).to_have_count(1)
+    expect(page.get_by_test_id("evalset-row").filter(has_text="two cases")).to_have_count(1)
     assert not scan(page), scan(page)
