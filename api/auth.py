@@ -42,15 +42,19 @@ EXTENSION = "agentsvc_tokens"  # app.extensions key of the app's TokenRing
 OPEN_PATHS = frozenset({"/api/health", "/readyz", "/login", "/logout", "/favicon.ico"})
 OPEN_PREFIXES = ("/assets/",)
 PAGES = frozenset({"/", "/api/docs"})  # HTML: a missing login redirects instead of answering 401
-COOKIE_LIFETIME = timedelta(days=7)
+COOKIE_LIFETIME = timedelta(days=7)  # from the login: a read does not extend it
 SESSION_KEY_FILE = "session.key"
 SESSION_KEY_ENV = "AGENTSVC_SESSION_KEY"
 
 
 def install(app: Flask, ring: TokenRing, data_dir: str | None) -> None:
     app.extensions[EXTENSION] = ring
+    # Only a login or a logout sets the cookie.  Refreshed on every request (Flask's
+    # default for a permanent session), a read the page sent before a logout and
+    # answered after it set the cookie again: the logout was undone.
     app.config.update(SESSION_COOKIE_NAME="agentsvc_session", SESSION_COOKIE_HTTPONLY=True,
-                      SESSION_COOKIE_SAMESITE="Strict", PERMANENT_SESSION_LIFETIME=COOKIE_LIFETIME)
+                      SESSION_COOKIE_SAMESITE="Strict", PERMANENT_SESSION_LIFETIME=COOKIE_LIFETIME,
+                      SESSION_REFRESH_EACH_REQUEST=False)
     app.secret_key = session_key(data_dir) if data_dir else secrets.token_bytes(32)
 
     @app.before_request

@@ -127,6 +127,30 @@ def test_login_sets_an_httponly_strict_cookie_that_ends_with_its_token(app, toke
     assert client.get("/api/agents").status_code == 401
 
 
+def test_a_read_in_flight_during_logout_does_not_log_back_in(app, tokens):
+    """A read the page sent before the logout, answered after it, carried the
+    login cookie; with the session refreshed on every request its answer set
+    the cookie again and undid the logout (a whole run under load: after
+    logging out, ``/`` showed the dashboard instead of the login page).  Only a
+    login or a logout sets the cookie; a login lasts COOKIE_LIFETIME from the login."""
+    made, _ = tokens
+    client = app.test_client()
+    client.post("/login", data={"token": made["operator"], "next": "/"})
+    login_cookie = client.get_cookie("agentsvc_session").value
+    late_read = client.get("/api/agents")  # sent with the login cookie, as the page's reads are
+    assert late_read.status_code == 200
+    assert "Set-Cookie" not in late_read.headers, "a read refreshed the login cookie"
+    assert client.get("/").status_code == 200
+    client.post("/logout")
+    assert client.get_cookie("agentsvc_session") is None
+    # the read still on its way when the logout was answered: sent with the old cookie
+    stray = app.test_client()
+    stray.set_cookie("agentsvc_session", login_cookie)
+    answered = stray.get("/api/agents")
+    assert "Set-Cookie" not in answered.headers, "the stray read's answer would log the browser back in"
+    assert client.get("/api/agents").status_code == 401 and client.get("/").status_code == 302
+
+
 def test_pages_of_other_sites_cannot_drive_the_service(tmp_path):
     """No token here: the guard alone stands between a web page and the API."""
     client = create_app(Store(str(tmp_path / "db")),
