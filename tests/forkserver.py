@@ -166,6 +166,11 @@ def spawn(argv: list[str], cwd: str, env: dict, log: str):
 # ---- the server's side -----------------------------------------------------------
 
 def _preload() -> None:
+    # LanceDB reads its log filter once, when it loads (store/lance_log.py): the
+    # service's defaults, as store/__init__.py sets them before its import.  A test
+    # cannot give a started process another LANCEDB_LOG (none does).
+    os.environ.setdefault("LANCEDB_LOG", "warn")
+    os.environ.setdefault("LANCEDB_LOG_STYLE", "never")
     # LanceDB as the service imports it (store/lance_import.py defers its REST client's
     # validators), loaded from its file so that no module of the project is imported.
     spec = importlib.util.spec_from_file_location("_agentsvc_lance_import", os.path.join(ROOT, "store", "lance_import.py"))
