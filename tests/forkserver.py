@@ -93,6 +93,7 @@ class ForkServer:
     """One fork server per test process, started on first use."""
 
     def __init__(self):
+        self.at_start = _read_at_start(dict(os.environ))  # the server has these; its children keep them
         self._proc = subprocess.Popen([sys.executable, "-u", __file__], cwd=ROOT, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True, bufsize=1)
         self._lock = threading.Lock()
@@ -147,19 +148,34 @@ class ForkServer:
 _server: ForkServer | None = None
 _server_lock = threading.Lock()
 
+# Variables an interpreter, glibc or LanceDB read once, when the process starts or
+# the library loads: a forked child would keep the server's.  A start whose
+# environment gives any of them another value than the server had gets a fresh
+# interpreter instead.  PYTHONPATH is the exception: the child builds its sys.path
+# from it as the interpreter would (tests install plugins with it).
+AT_START = ("PYTHON", "MALLOC_", "LD_", "LANCEDB_LOG")
+PER_CHILD = ("PYTHONPATH", "PYTHONUNBUFFERED")  # the server runs -u, as PYTHONUNBUFFERED asks
+
+
+def _read_at_start(env: dict) -> dict:
+    fixed = {"LANCEDB_LOG": "warn", "LANCEDB_LOG_STYLE": "never"}  # what _preload sets by default
+    return {**fixed, **{k: v for k, v in env.items() if k.startswith(AT_START) and k not in PER_CHILD}}
+
 
 def spawn(argv: list[str], cwd: str, env: dict, log: str):
     """``python argv...`` from this test process's fork server (or, when it is turned
     off, a plain ``subprocess.Popen``), its stdout and stderr in the file ``log``."""
     global _server
     open(log, "w").close()  # as with Popen, the log exists (empty) once this returns
-    if not ENABLED:
+    server = None
+    if ENABLED:
+        with _server_lock:
+            if _server is None or not _server.alive():
+                _server = ForkServer()
+            server = _server
+    if server is None or _read_at_start(env) != server.at_start:
         with open(log, "w") as out:
             return subprocess.Popen([sys.executable, *argv], cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    with _server_lock:
-        if _server is None or not _server.alive():
-            _server = ForkServer()
-        server = _server
     return server.spawn(argv, cwd, env, log)
 
 
@@ -184,6 +200,15 @@ def _preload() -> None:
     warnings.filterwarnings("ignore", message="lancedb fork support is experimental")
 
 
+def _pythonpath(env: dict) -> list[str]:
+    return [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+
+
+# The server's sys.path after its script's folder and its own PYTHONPATH: the
+# standard library and site-packages, which every child's sys.path ends with.
+_BASE_PATH = sys.path[1 + len(_pythonpath(dict(os.environ))):]
+
+
 def _become(request: dict, inherited: selectors.BaseSelector, protocol_fds: tuple[int, ...]) -> None:
     """In the forked child: turn into ``python argv...`` and exit as it would."""
     try:
@@ -204,7 +229,7 @@ def _become(request: dict, inherited: selectors.BaseSelector, protocol_fds: tupl
         os.environ.update(request["env"])
         script, *args = request["argv"]
         sys.argv = [script, *args]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        sys.path[:] = [os.path.dirname(os.path.abspath(script)), *_pythonpath(request["env"]), *_BASE_PATH]
     except BaseException:
         traceback.print_exc()
         os._exit(1)
