@@ -329,16 +329,16 @@ class ActionQueue:
         where = filters.eq_word("status", status, STATUSES) if status else None
         return query.count(self.table, where)
 
-    def claimed_in(self, session_ids) -> dict[str, set[str]]:
-        """session id -> ids of its actions being applied (``processing``), for
-        those of ``session_ids`` that have any."""
+    def open_in(self, session_ids) -> dict[str, dict[str, str]]:
+        """session id -> {action id: status} of its actions not finished yet
+        (``pending`` or ``processing``), for those of ``session_ids`` that have any."""
         session_ids = list(session_ids)
         if not session_ids:
             return {}
-        where = filters.all_of(PROCESSING, filters.in_ids("session_id", session_ids))
-        found: dict[str, set[str]] = {}
-        for row in query.rows(self.table, self.name, where, columns=["id", "session_id"]):
-            found.setdefault(row["session_id"], set()).add(row["id"])
+        where = filters.all_of(filters.any_of(PENDING, PROCESSING), filters.in_ids("session_id", session_ids))
+        found: dict[str, dict[str, str]] = {}
+        for row in query.rows(self.table, self.name, where, columns=["id", "session_id", "status"]):
+            found.setdefault(row["session_id"], {})[row["id"]] = row["status"]
         return found
 
     def oldest_pending(self) -> dict | None:

@@ -131,9 +131,9 @@ class Persistence:
     async def pending_actions(self, limit: int) -> list[dict]:
         return await self._queue(self.store.actions.pending, limit)
 
-    async def claimed_actions_of(self, session_ids) -> dict[str, set[str]]:
-        """session id -> its actions some worker is applying now (store/actions.py)."""
-        return await self._queue(self.store.actions.claimed_in, session_ids)
+    async def open_actions_of(self, session_ids) -> dict[str, dict[str, str]]:
+        """session id -> {action id: status} of its actions pending or being applied (store/actions.py)."""
+        return await self._queue(self.store.actions.open_in, session_ids)
 
     async def claim_actions(self, ids: list[str], worker_id: str, lease_s: float, starting=()) -> list[str]:
         """Claim ``ids``; those in ``starting`` start their handler at once, so

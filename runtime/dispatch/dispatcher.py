@@ -329,17 +329,31 @@ class Dispatcher:
 
     async def _behind_claims_elsewhere(self, mine: list[dict], answered: set[str]) -> list[dict]:
         """``mine`` without the actions of finished or unknown sessions (``answered``:
-        anyone's to apply) that have an action claimed by another worker, or by this
-        worker's previous life, not yet finished: those wait, so that a session's
-        actions are still applied in the order they were accepted (two workers of
-        ``--processes 2``: a pause answered by one while the destroy accepted before
-        it was still claimed by the other, killed, and finished later)."""
+        anyone's to apply) that must wait so that a session's actions are still
+        applied in the order they were accepted: those of a session with an action
+        claimed by another worker, or by this worker's previous life, not yet
+        finished (two workers of ``--processes 2``: a pause answered by one while the
+        destroy accepted before it was still claimed by the other, killed, and
+        finished later), and those with an earlier action of their session pending
+        but not in ``mine`` (the killed worker's restart handed the destroy back to
+        the queue between this poll's read of the pending actions and this look, so
+        the destroy was in neither: the pause was answered first)."""
         waiting = {a["session_id"] for a in mine if a["id"] in answered}
         if not waiting:
             return mine
-        claimed = await self.persist.claimed_actions_of(waiting)
-        held = {sid for sid, ids in claimed.items() if ids - self.in_flight}
-        return [a for a in mine if not (a["id"] in answered and a["session_id"] in held)]
+        open_actions = await self.persist.open_actions_of(waiting)
+        routed = {a["id"] for a in mine}
+        kept = []
+        for action in mine:
+            others = open_actions.get(action.get("session_id"), {})
+            claimed_elsewhere = any(status == "processing" and action_id not in self.in_flight
+                                    for action_id, status in others.items())
+            earlier_unseen = any(status == "pending" and action_id < action["id"] and action_id not in routed
+                                 for action_id, status in others.items())
+            if action["id"] in answered and (claimed_elsewhere or earlier_unseen):
+                continue
+            kept.append(action)
+        return kept
 
     async def _my_creates(self, actions: list[dict]) -> list[dict]:
         """``actions`` without the creates another worker is to take."""

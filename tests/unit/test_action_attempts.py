@@ -274,3 +274,37 @@ def test_an_action_of_a_session_nobody_runs_waits_behind_one_claimed_by_another_
 
     asyncio.run(scenario())
     assert applied == [other, pause]
+
+
+def test_an_action_of_a_session_nobody_runs_waits_behind_one_handed_back_while_it_was_looked_at(store):
+    """The same two workers, a moment later: the killed worker's restart hands its
+    claim of the destroy back to the queue after this worker read the pending
+    actions (the destroy was claimed then, so not among them) and before it looked
+    for claims elsewhere (none by then).  The destroy was in neither look, and the
+    pause accepted after it was answered first (a whole run: test_processes' crash
+    harness, "pause ... finished before the destroy accepted earlier")."""
+    destroy = store.actions.enqueue("destroy", agent_id="a", session_id="gone")["id"]
+    assert store.actions.claim([destroy], "w1", 60) == [destroy]
+    pause = store.actions.enqueue("pause", agent_id="a", session_id="gone")["id"]
+    other = store.actions.enqueue("pause", agent_id="b", session_id="elsewhere")["id"]  # the positive control
+    applied = []
+
+    class HandedBackMeanwhile(Persistence):
+        async def pending_actions(self, limit):
+            pending = await super().pending_actions(limit)
+            await asyncio.to_thread(store.actions.release_claims_of, ["w1"])  # w1's restart, just then
+            return pending
+
+    async def handle(action):
+        applied.append(action["id"])
+
+    async def scenario():
+        dispatcher = Dispatcher(HandedBackMeanwhile(store), handle, worker_id="w2")
+        await dispatcher.poll_once()
+        await until(lambda: finished(store, other), timeout=60, what="the other session's pause")
+        assert pause not in applied, "the pause overtook the destroy handed back meanwhile"
+        await dispatcher.poll_once()
+        await until(lambda: finished(store, pause), timeout=60, what="the destroy, then the pause")
+
+    asyncio.run(scenario())
+    assert applied == [other, destroy, pause]
