@@ -249,19 +249,33 @@ def test_an_action_whose_finish_could_not_be_recorded_is_finished_before_the_nex
     assert ran == [first, second] and order == [first, second]
 
 
+def destroy_held_by_w1_then_a_pause(store: Store) -> tuple[str, str, str]:
+    """A destroy of session "gone" claimed by worker w1 (which dies, or is slow), a
+    pause of "gone" accepted after it, and a pause of another session (the positive
+    control): their ids."""
+    destroy = store.actions.enqueue("destroy", agent_id="a", session_id="gone")["id"]
+    assert store.actions.claim([destroy], "w1", 60) == [destroy]
+    pause = store.actions.enqueue("pause", agent_id="a", session_id="gone")["id"]
+    other = store.actions.enqueue("pause", agent_id="b", session_id="elsewhere")["id"]
+    return destroy, pause, other
+
+
+def recorded():
+    """A handler that notes each action it is given, and the list it notes them in."""
+    applied = []
+
+    async def handle(action):
+        applied.append(action["id"])
+    return applied, handle
+
+
 def test_an_action_of_a_session_nobody_runs_waits_behind_one_claimed_by_another_worker(store):
     """Actions of a finished or unknown session are anyone's to answer; with two
     workers (agents.py --processes 2) a pause was answered by one while the
     destroy accepted before it was still claimed by the other (killed, and its
     claim finished later): the session's actions ran out of acceptance order."""
-    destroy = store.actions.enqueue("destroy", agent_id="a", session_id="gone")["id"]
-    assert store.actions.claim([destroy], "w1", 60) == [destroy]  # w1 holds it (and dies, or is slow)
-    pause = store.actions.enqueue("pause", agent_id="a", session_id="gone")["id"]
-    other = store.actions.enqueue("pause", agent_id="b", session_id="elsewhere")["id"]  # the positive control
-    applied = []
-
-    async def handle(action):
-        applied.append(action["id"])
+    destroy, pause, other = destroy_held_by_w1_then_a_pause(store)
+    applied, handle = recorded()
 
     async def scenario():
         dispatcher = Dispatcher(Persistence(store), handle, worker_id="w2")
@@ -283,20 +297,14 @@ def test_an_action_of_a_session_nobody_runs_waits_behind_one_handed_back_while_i
     for claims elsewhere (none by then).  The destroy was in neither look, and the
     pause accepted after it was answered first (a whole run: test_processes' crash
     harness, "pause ... finished before the destroy accepted earlier")."""
-    destroy = store.actions.enqueue("destroy", agent_id="a", session_id="gone")["id"]
-    assert store.actions.claim([destroy], "w1", 60) == [destroy]
-    pause = store.actions.enqueue("pause", agent_id="a", session_id="gone")["id"]
-    other = store.actions.enqueue("pause", agent_id="b", session_id="elsewhere")["id"]  # the positive control
-    applied = []
+    destroy, pause, other = destroy_held_by_w1_then_a_pause(store)
+    applied, handle = recorded()
 
     class HandedBackMeanwhile(Persistence):
         async def pending_actions(self, limit):
             pending = await super().pending_actions(limit)
             await asyncio.to_thread(store.actions.release_claims_of, ["w1"])  # w1's restart, just then
             return pending
-
-    async def handle(action):
-        applied.append(action["id"])
 
     async def scenario():
         dispatcher = Dispatcher(HandedBackMeanwhile(store), handle, worker_id="w2")
