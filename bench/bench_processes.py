@@ -30,7 +30,7 @@ MONIKERS = (NOOP,)  # what agents.py loads from this module, named in AGENTSVC_P
 TARGET_RATIO = 1.6
 PLUGIN = "bench.bench_processes"
 # What the workers' logs say of two writers on the same tables (store/writer.py, store/maintenance.py).
-LOG_COUNTS = {"commit_conflict_retries": re.compile(r"commit conflict \(attempt \d+\), retrying"),
+LOG_COUNTS = {"commit_conflict_retries": re.compile(r"commit conflict on \w+ \(\w+, attempt \d+"),
               "compaction_preempted": re.compile(r"Compaction commit failed"),
               "other_conflict_or_retry": re.compile(r"conflict|retry", re.IGNORECASE)}
 COMMIT_METRICS = ("agentsvc_commits_total", "agentsvc_committed_writes_total", "agentsvc_commit_seconds_total")

@@ -118,6 +118,11 @@ TAIL_EVERY_VERSIONS = 10
 # with one (BENCHMARKS.md §4f).  The queue takes updates (claims), so its merge holds the
 # table's commit lock, as its upkeep does.
 TAIL_MERGED = APPEND_ONLY | {"actions"}
+# A merge of small fragments takes well under a second; one that took this long
+# is logged even when it lost its race (which is otherwise routine and quiet):
+# in a whole run of the suite a worker's upkeep went quiet for about a minute, and
+# its log could not say where the time went.
+SLOW_S = 5.0
 
 
 def ensure_indexes(tables: dict) -> None:
@@ -269,13 +274,17 @@ class Maintainer:
             return False
         self._tail_version[name] = version
         hold_lock = self._hold_from_first_try(name)
+        started = time.perf_counter()
         try:
             with self._commits_held(name, table, hold_lock):
                 self._compact(name, table, TAIL_TARGET_ROWS, held=hold_lock)
         except (RuntimeError, OSError, ValueError) as exc:
-            log.log(logging.DEBUG if is_conflict(exc) else logging.WARNING,
-                    "merging the small fragments of %s: %s", name, str(exc)[:200])
+            seconds = time.perf_counter() - started
+            level = logging.WARNING if not is_conflict(exc) else logging.INFO if seconds >= SLOW_S else logging.DEBUG
+            log.log(level, "merging the small fragments of %s (%.1f s): %s", name, seconds, str(exc)[:200])
             return False
+        if time.perf_counter() - started >= SLOW_S:
+            log.info("merging the small fragments of %s took %.1f s", name, time.perf_counter() - started)
         self._tail_version[name] = table.version  # the merge's own commit is not new work
         self.tables[name].tail_compactions += 1
         return True
@@ -286,6 +295,7 @@ class Maintainer:
         started = time.perf_counter()
         error = None
         for attempt in range(1, self.attempts + 1):
+            tried_at = time.perf_counter()
             try:
                 self._optimize_once(name, table, hold_lock=attempt > 1 or self._hold_from_first_try(name))
                 error = None
@@ -296,8 +306,9 @@ class Maintainer:
                 health.failures += 1
                 if not is_conflict(exc):
                     break
-                log.info("maintenance of %s lost a commit race (try %d of %d); trying again with the "
-                         "table's commits held back: %s", name, attempt, self.attempts, str(exc)[:200])
+                log.info("maintenance of %s lost a commit race (try %d of %d, %.1f s); trying again with the "
+                         "table's commits held back: %s", name, attempt, self.attempts,
+                         time.perf_counter() - tried_at, str(exc)[:200])
                 time.sleep(0.05 * attempt)
         seconds = time.perf_counter() - started
         self._last_run[name] = time.monotonic()

@@ -104,21 +104,27 @@ def is_conflict(exc: Exception) -> bool:
     return any(marker in text for marker in RETRYABLE_MARKERS)
 
 
-def retry_conflicts(commit):
+def retry_conflicts(table: str, kind: str, commit):
     """Run ``commit`` again when another writer won the race for the same version.
 
     Lance retries some conflicts itself but not all (an update racing another
     process's update or a compaction can raise "Retryable commit conflict").
     Retrying is safe here: appends are not yet written, and conditional updates
-    re-evaluate their filter against the new version.
+    re-evaluate their filter against the new version.  Each lost race is
+    logged with the table, the kind of write and how long the try took: Lance's
+    own retries happen inside one try and can make it last up to its 30 s
+    retry timeout (a test's two workers once stalled for 84 s, and the line
+    did not say on which table).
     """
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        started = time.monotonic()
         try:
             return commit()
         except (RuntimeError, OSError, ValueError) as exc:
             if attempt == CONFLICT_ATTEMPTS or not is_conflict(exc):
                 raise
-            log.info("commit conflict (attempt %d), retrying: %s", attempt, str(exc)[:200])
+            log.info("commit conflict on %s (%s, attempt %d, the try took %.1f s), retrying: %s",
+                     table, kind, attempt, time.monotonic() - started, str(exc)[:200])
             time.sleep(random.uniform(0.005, 0.02) * 2 ** attempt)
 
 
@@ -288,15 +294,15 @@ class _TableCommitter:
         if kind == "update_ids":
             column, values_sql = key
             where = filters.in_ids(column, list(dict.fromkeys(rows)))
-            retry_conflicts(lambda: self.table.update(where=where, values_sql=dict(values_sql)))
+            retry_conflicts(self.name, kind, lambda: self.table.update(where=where, values_sql=dict(values_sql)))
             return False
         batch = pa.Table.from_pylist([codec.encode(self.name, r) for r in rows], schema=self.schema)
         if kind == "append":
-            retry_conflicts(lambda: self._append(batch))
+            retry_conflicts(self.name, kind, lambda: self._append(batch))
             return False
         condition = UPSERT_CONDITIONS.get(self.name)
-        result = retry_conflicts(lambda: self.table.merge_insert(key).when_matched_update_all(where=condition)
-                                 .when_not_matched_insert_all().execute(batch))
+        result = retry_conflicts(self.name, kind, lambda: self.table.merge_insert(key)
+                                 .when_matched_update_all(where=condition).when_not_matched_insert_all().execute(batch))
         return condition is not None and result.num_updated_rows + result.num_inserted_rows < len(rows)
 
     def _append(self, batch: pa.Table) -> None:
@@ -402,7 +408,7 @@ class Writer:
         committer = self._committers[table]
         encoded = codec.encode(table, values)
         with committer.lock:
-            result = retry_conflicts(lambda: committer.table.update(where=where, values=encoded))
+            result = retry_conflicts(table, "update", lambda: committer.table.update(where=where, values=encoded))
         self.stats.record(table, 1, result.rows_updated, 0.0)
         return result.rows_updated
 
@@ -411,14 +417,14 @@ class Writer:
         expressions are constants of the store, never input."""
         committer = self._committers[table]
         with committer.lock:
-            result = retry_conflicts(lambda: committer.table.update(where=where, values_sql=values_sql))
+            result = retry_conflicts(table, "update", lambda: committer.table.update(where=where, values_sql=values_sql))
         self.stats.record(table, 1, result.rows_updated, 0.0)
         return result.rows_updated
 
     def delete(self, table: str, where: str) -> None:
         committer = self._committers[table]
         with committer.lock:
-            retry_conflicts(lambda: committer.table.delete(where))
+            retry_conflicts(table, "delete", lambda: committer.table.delete(where))
         self.stats.record(table, 1, 0, 0.0)
 
     def table_lock(self, table: str):
