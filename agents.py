@@ -363,7 +363,8 @@ def stop(service: AgentService, stopping: asyncio.Event) -> None:
 def supervise(args: argparse.Namespace, argv: list[str]) -> None:
     """--processes N > 1: become the supervisor of N workers of this script (runtime/worker/processes.py)."""
     argvs = [processes.worker_argv(argv, i, worker_id=args.worker_id, health_port=args.health_port,
-                                   metrics_port=args.metrics_port) for i in range(args.processes)]
+                                   metrics_port=args.metrics_port, commit_interval_s=args.commit_interval,
+                                   processes=args.processes) for i in range(args.processes)]
     processes.become_supervisor(os.path.abspath(__file__), argvs, args.stop_grace, args.log_level)
 
 

@@ -71,7 +71,8 @@ def add_storage_args(parser: argparse.ArgumentParser, index_cache_mb: int | None
                              "MALLOC_MMAP_THRESHOLD_ in the environment wins [AGENTSVC_MALLOC_MMAP_THRESHOLD_KB, 128]")
     parser.add_argument("--commit-interval", type=float, default=env_float("AGENTSVC_COMMIT_INTERVAL_S", 0.05),
                         help="least time between two commits of one table while writes keep coming (the queue "
-                             "is not paced), seconds [AGENTSVC_COMMIT_INTERVAL_S, 0.05]")
+                             "is not paced), seconds; under agents.py --processes N each worker paces N times this "
+                             "[AGENTSVC_COMMIT_INTERVAL_S, 0.05]")
 
 
 def add_logging_args(parser: argparse.ArgumentParser) -> None:

@@ -85,13 +85,19 @@ def die_with_supervisor() -> None:
 
 
 def worker_argv(argv: list[str], index: int, *, worker_id: str | None, health_port: int,
-                metrics_port: int) -> list[str]:
+                metrics_port: int, commit_interval_s: float | None = None, processes: int = 1) -> list[str]:
     """Worker ``index``'s options: the supervisor's own (argparse keeps the last
     of a repeated option), as one process, with its own ports and id.  Table
     upkeep (store/maintenance.py) runs in worker 0 alone: each worker counts
     the same tables' versions, so two would compact the same fragments at the
-    same moments, twice the work, each preempting the other's commit."""
+    same moments, twice the work, each preempting the other's commit.
+
+    ``commit_interval_s`` (``--commit-interval``) paces each table's commits
+    for the whole agents.py, so each of the ``processes`` workers paces its own
+    ``processes`` times as far apart (:func:`worker_commit_interval`)."""
     out = [*argv, "--processes", "1"]
+    if commit_interval_s is not None:
+        out += ["--commit-interval", repr(worker_commit_interval(commit_interval_s, processes))]
     if index > 0:
         out += ["--maintain-every-versions", "0"]
     if health_port:
@@ -101,6 +107,21 @@ def worker_argv(argv: list[str], index: int, *, worker_id: str | None, health_po
     if worker_id:
         out += ["--worker-id", f"{worker_id}-{index}"]
     return out
+
+
+def worker_commit_interval(interval_s: float, processes: int) -> float:
+    """The least time between two commits of one table by one of ``processes``
+    workers, for the table to be committed about as often as one process would.
+
+    Each worker group-commits its own writes (store/writer.py), so N workers
+    pacing at one process's interval commit each busy table N times as often,
+    in groups N times smaller, and every commit is also checked against the
+    others' (Lance rebases it over what landed meanwhile): at 1,000 agents, two
+    workers at 0.05 s made 6,200-7,900 steps/s, at 0.1 s 7,500-8,400, on the
+    same machine in one sitting (BENCHMARKS.md, "A worker per core").  A lone
+    writer and an idle table are not paced at all, so a lone agent's step
+    still commits at once."""
+    return interval_s * max(1, processes)
 
 
 @dataclass
