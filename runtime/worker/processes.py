@@ -118,9 +118,13 @@ def worker_commit_interval(interval_s: float, processes: int) -> float:
     in groups N times smaller, and every commit is also checked against the
     others' (Lance rebases it over what landed meanwhile): at 1,000 agents, two
     workers at 0.05 s made 6,200-7,900 steps/s, at 0.1 s 7,500-8,400, on the
-    same machine in one sitting (BENCHMARKS.md, "A worker per core").  A lone
-    writer and an idle table are not paced at all, so a lone agent's step
-    still commits at once."""
+    same machine in one sitting (BENCHMARKS.md, "A worker per core").  It
+    also keeps the table's versions, which worker 0's upkeep must compact and
+    clean up, about as many as one process makes.  A lone writer and an idle
+    table are not paced at all, so a lone agent's step still commits at once;
+    the price is paid by a step that arrives while its worker's last commit
+    carried several writes: it may wait for company up to the longer interval
+    (8 processes: 0.4 s at the default; measured only with 2 here)."""
     return interval_s * max(1, processes)
 
 
