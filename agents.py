@@ -311,7 +311,8 @@ async def serve(args: argparse.Namespace) -> None:
                      daemon=True).start()
     uri = settings.db_uri(args)
     embedding = EmbeddingSettings.from_env()
-    store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None)
+    store = Store(uri, **settings.store_kwargs(args), embedding=embedding.store_option() if embedding else None,
+                  commit_turns=True)  # the workers of this machine take turns to commit (store/commit_lock.py)
     resolve_periods(args, store)
     embedder = semantic_search(store, embedding)
     trimmer = MemoryTrimmer(args.trim_memory_every).start()  # domain/memory.py: RSS follows what is in use

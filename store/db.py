@@ -45,6 +45,7 @@ from store.tool_catalog import ToolCatalogTable
 from store.turns import TurnTable
 from store.rate_ledger import RateLedger
 from store.workers import WorkerTable
+from store.commit_lock import lock_dir_for
 from store.writer import DEFAULT_MIN_COMMIT_INTERVAL_S, Writer
 
 log = logging.getLogger("store")
@@ -67,9 +68,14 @@ class Store:
 
     def __init__(self, uri: str, storage_options: dict | None = None, read_consistency_s: float = 0.0,
                  cache_mb: int = DEFAULT_CACHE_MB, min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S,
-                 embedding: dict | None = None, index_cache_mb: int | None = None):
+                 embedding: dict | None = None, index_cache_mb: int | None = None, commit_turns: bool = False):
         """``embedding``: ``{"dim", "model"}`` when semantic search is configured
         (adds the ``embeddings_<dim>`` table, see store/vectors.py).
+        ``commit_turns``: this process's commits to a table take turns with the
+        other processes' on this machine that open the store so
+        (store/commit_lock.py): agents.py's workers do; app.py, whose writes are
+        mostly appends to the queue that never conflict, does not wait for a
+        worker's upkeep to accept a control.
         ``cache_mb``: each LanceDB cache's size, MiB (0 keeps LanceDB's own
         sizes, for comparison: they grow with the versions read);
         ``index_cache_mb``: the index cache's, when it should differ."""
@@ -87,7 +93,8 @@ class Store:
         self.tables = {name: self._open_or_create(name, schema) for name, schema in schemas.items()}
         ensure_indexes(self.tables)
         ensure_search_indexes(self.tables)
-        self.writer = Writer(self.tables, min_commit_interval_s=min_commit_interval_s)
+        self.writer = Writer(self.tables, min_commit_interval_s=min_commit_interval_s,
+                             lock_dir=lock_dir_for(uri) if commit_turns else None)
         self.actions = ActionQueue(self.tables["actions"], self.writer, self._local_dir("actions", "_versions"))
         self.states = StateTable(self.tables["agent_state"], self.writer)
         self.steps = StepLog(self.tables["agent_steps"], self.writer)

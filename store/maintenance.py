@@ -26,7 +26,11 @@ sustained-load soaks, BENCHMARKS.md §4b–4j).  Three things make sure it does:
   writers"), every further try holds this process's commit lock for the table:
   the table's committer waits for the run instead of racing it.  Writes queue
   up meanwhile and go out in the next (group) commit, so nothing is lost and
-  steps only slow down for the length of one run.
+  steps only slow down for the length of one run.  "This process's" lock is
+  also the other agents.py workers' of the store on this machine (store/commit_lock.py,
+  bounded at 2 s a commit): the workers of ``--processes N`` that do no upkeep
+  wait for it too instead of outracing it (at 100 agents one held upkeep of
+  agent_steps had taken 12.9 s while the other worker added 640 fragments).
 - The writers are paced (``store.writer``): a table commits at most ~20 times
   a second however many agents step, which bounds the versions a run has to
   clean up.

@@ -32,7 +32,9 @@ than cleanup removed them; BENCHMARKS.md §4b).  An idle table commits at once.
 
 Updates and deletes (conditional, by filter) run directly, under the same
 per-table lock as the committer, because their outcome depends on the rows
-committed before them.  Two rules hold everywhere: empty changes are never
+committed before them.  In agents.py that lock is also taken by the other
+worker processes of the store on this machine (store/commit_lock.py), so
+their commits take turns instead of racing in Lance's retries.  Two rules hold everywhere: empty changes are never
 committed (an empty add, or an update or delete matching nothing, still writes
 a table version), and nothing is written with ``mode="overwrite"`` (it replaces
 the whole table, dropping what other processes committed meanwhile).
@@ -49,6 +51,7 @@ import lance
 import pyarrow as pa
 
 from store import codec, filters
+from store.commit_lock import CommitLock
 
 log = logging.getLogger("store.writer")
 
@@ -178,14 +181,17 @@ def _settle_on_loop(futures: list[asyncio.Future], result, exc: BaseException | 
 class _TableCommitter:
     """Owns the commits of one table: a queue and the thread that drains it."""
 
-    def __init__(self, name: str, table, max_batch_rows: int, stats, min_interval_s: float = 0.0):
+    def __init__(self, name: str, table, max_batch_rows: int, stats, min_interval_s: float = 0.0,
+                 lock_dir: str | None = None):
         self.name = name
         self.table = table
         self.schema = table.schema
         self.max_batch_rows = max_batch_rows
         self.stats = stats
         self.min_interval_s = min_interval_s
-        self.lock = threading.Lock()  # held while committing; updates and maintenance take it too
+        # held while committing; updates and maintenance take it too, and so do
+        # the other processes of this store on this machine (store/commit_lock.py)
+        self.lock = CommitLock(name, lock_dir)
         self._last_commit = 0.0
         self._writers = 1  # writes carried by the last commit: how many to gather for the next
         self._last_start = 0.0  # when the last commit began (monotonic)
@@ -359,11 +365,14 @@ class CommitStats:
 
 class Writer:
     def __init__(self, tables: dict, max_batch_rows: int = 2000,
-                 min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S):
+                 min_commit_interval_s: float = DEFAULT_MIN_COMMIT_INTERVAL_S, lock_dir: str | None = None):
+        """``lock_dir``: where the processes of this store on this machine take
+        turns to commit (store/commit_lock.py ``lock_dir_for``); None: each
+        process's threads take turns, the processes race."""
         self.stats = CommitStats()
         self._committers = {
             name: _TableCommitter(name, table, max_batch_rows, self.stats,
-                                  0.0 if name in UNPACED_TABLES else min_commit_interval_s)
+                                  0.0 if name in UNPACED_TABLES else min_commit_interval_s, lock_dir)
             for name, table in tables.items()}
 
     # ---- group-committed ------------------------------------------------

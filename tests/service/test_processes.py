@@ -10,6 +10,7 @@ from collections import Counter
 import psutil
 import pytest
 
+from store.commit_lock import lock_dir_for
 from tests.harness import Service, wait_for
 from tests.plugins import COUNT_DIR_ENV
 from tests.service.test_crash_harness import SEED, run_crash_harness
@@ -72,6 +73,13 @@ def test_two_processes_share_new_sessions_fairly_and_stop_on_sigterm(two_patient
     assert all(70 <= n <= 130 for n in owners.values()), f"not a fair share (35-65 %): {owners}"
     pids = [p.pid for p in workers_of(two)]
     assert len(pids) == 2
+    # Both workers take turns to commit (store/commit_lock.py): each holds the lock
+    # files of the store's tables open; app.py, which does not wait for them, holds none.
+    lock_dir = lock_dir_for(os.path.join(two.data_dir, "lancedb"))
+    steps_lock = os.path.join(lock_dir, "agent_steps.lock")
+    for worker in workers_of(two):
+        assert steps_lock in {f.path for f in worker.open_files()}, (worker.pid, worker.open_files())
+    assert not any(f.path.startswith(lock_dir) for f in psutil.Process(two.app.pid).open_files())
     assert two.stop_agents() == 0  # SIGTERM: forwarded, both stop gracefully
     assert gone(pids)
 
