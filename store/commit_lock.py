@@ -22,7 +22,9 @@ directory of this user's named after the store's location (:func:`lock_dir_for`)
 It is bounded: a process that has not got the lock after ``wait_s`` goes ahead
 without it, as every commit did before (Lance's own checks keep it correct),
 so a process that holds it and is frozen (SIGSTOP, a debugger) or slow only
-slows the others down, never stops them.  Workers on other machines share
+slows the others down, never stops them; and once a commit has gone ahead
+alone, the next ones do not wait for ``STUCK_FOR_S`` (10 s): a frozen holder
+costs the others one wait of ``wait_s`` per 10 s, not one per commit.  Workers on other machines share
 nothing here and race as before.
 """
 from __future__ import annotations
@@ -39,6 +41,10 @@ import time
 log = logging.getLogger("store.commit_lock")
 
 WAIT_S = 2.0  # how long a commit waits for another process's turn before it goes ahead without it
+# After a commit went ahead without its turn, the holder is likely frozen: for
+# this long the next commits look once and do not wait (a worker frozen for a
+# minute would otherwise cost every commit of the others WAIT_S).
+STUCK_FOR_S = 10.0
 FIRST_NAP_S, LONGEST_NAP_S = 0.0002, 0.005
 WARN_EVERY_S = 60.0
 
@@ -78,6 +84,7 @@ class CommitLock:
         self._fd_pid = 0
         self._holds_file = False
         self._warned_at = 0.0
+        self._stuck_until = 0.0  # monotonic: until then, do not wait for the turn (see STUCK_FOR_S)
 
     def __enter__(self):
         self._thread_lock.acquire()
@@ -102,10 +109,12 @@ class CommitLock:
         fd = self._file()
         if fd is None:
             return False
-        deadline, nap = time.monotonic() + self.wait_s, FIRST_NAP_S
+        now = time.monotonic()
+        deadline, nap = (now if now < self._stuck_until else now + self.wait_s), FIRST_NAP_S
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._stuck_until = 0.0
                 return True
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -132,6 +141,8 @@ class CommitLock:
     def _went_alone(self) -> None:
         self.went_alone += 1
         now = time.monotonic()
+        if now >= self._stuck_until:
+            self._stuck_until = now + STUCK_FOR_S
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             log.warning("a commit to %s waited %.1f s for another process's turn and went ahead without it "

@@ -48,26 +48,47 @@ def test_a_commit_waits_for_the_other_processes_turn(private_tmp):
 def test_other_tables_and_other_stores_do_not_wait(private_tmp):
     """The positive control: the same holder, and a commit that must not wait for it."""
     where = lock_dir_for(str(private_tmp / "db"))
-    hold(CommitLock("agent_steps", where), 1.0)
+    hold(CommitLock("agent_steps", where), 2.0)
     for lock in (CommitLock("agent_state", where), CommitLock("agent_steps", lock_dir_for(str(private_tmp / "other"))),
                  CommitLock("agent_steps", None)):
         started = time.monotonic()
         with lock:
-            assert time.monotonic() - started < 0.3
+            assert time.monotonic() - started < 0.5
 
 
-def test_a_frozen_holder_slows_a_commit_by_wait_s_at_most_and_is_named_in_the_log(private_tmp, caplog):
+def test_a_frozen_holder_costs_one_wait_then_commits_go_at_once_and_it_is_named_in_the_log(
+        private_tmp, caplog, monkeypatch):
+    monkeypatch.setattr(commit_lock, "STUCK_FOR_S", 1.5)
     where = lock_dir_for(str(private_tmp / "db"))
-    hold(CommitLock("actions", where), 5.0)  # does not let go within this test: a SIGSTOPped worker
-    mine = CommitLock("actions", where, wait_s=0.3)
+    frozen = CommitLock("actions", where)
+    release = threading.Event()
+
+    def freeze():  # a SIGSTOPped worker, until ``release``
+        with frozen:
+            held.set()
+            release.wait(20)
+    held = threading.Event()
+    holder = threading.Thread(target=freeze, daemon=True)
+    holder.start()
+    assert held.wait(10)
+    mine = CommitLock("actions", where, wait_s=1.0)
+
+    def commit() -> float:
+        started = time.monotonic()
+        with mine:
+            return time.monotonic() - started
     with caplog.at_level(logging.WARNING, logger="store.commit_lock"):
-        for _ in range(2):
-            started = time.monotonic()
-            with mine:
-                assert 0.25 <= time.monotonic() - started < 2.0
-    assert mine.went_alone == 2
+        first, second, third = commit(), commit(), commit()
+    assert 0.9 <= first < 5.0 and second < 0.5 and third < 0.5  # one wait, then at once
+    assert mine.went_alone == 3
     warnings = [r.getMessage() for r in caplog.records if "went ahead without it" in r.getMessage()]
     assert len(warnings) == 1 and "actions" in warnings[0]  # once a minute, not once a commit
+    time.sleep(1.6)  # past STUCK_FOR_S: a commit waits for its turn again ...
+    assert 0.9 <= commit() < 5.0 and mine.went_alone == 4
+    release.set()  # ... and once the holder is back, commits take turns with it again
+    holder.join(10)
+    wait_for_turn = commit()
+    assert wait_for_turn < 0.5 and mine.went_alone == 4 and mine._stuck_until == 0.0
 
 
 def test_threads_of_one_process_take_turns_as_before(private_tmp):
@@ -113,12 +134,12 @@ def test_agents_py_opens_its_store_taking_turns_and_other_stores_do_not(private_
     try:
         assert turns.writer.table_lock("agent_steps").path == os.path.join(lock_dir_for(uri), "agent_steps.lock")
         assert alone.writer.table_lock("agent_steps").path is None
-        hold(turns.writer.table_lock("actions"), 0.5)
         other = Store(uri, commit_turns=True)
         try:
+            hold(turns.writer.table_lock("actions"), 1.0)
             started = time.monotonic()
             other.actions.enqueue("pause", agent_id="01J00000000000000000000000", session_id="01J00000000000000000000001")
-            assert time.monotonic() - started >= 0.3  # it waited for the first store's turn
+            assert time.monotonic() - started >= 0.5  # it waited for the first store's turn
         finally:
             other.close()
     finally:
