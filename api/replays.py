@@ -64,12 +64,21 @@ def changes_of(config: SessionConfig | None) -> dict:
     return config.model_dump(exclude_unset=True) if config is not None else {}
 
 
+def check_range(from_iteration: int, to_iteration: int | None) -> None:
+    """A replay's steps run from ``from_iteration`` to ``to_iteration``: a 422
+    when they are the wrong way round.  Each is valid alone, so the document
+    cannot refuse the pair (schemathesis sent one and counted a 400 as a valid
+    request refused); 422 says "well-formed, but it cannot be done"."""
+    if to_iteration is not None and to_iteration < from_iteration:
+        raise ApiError(422, "invalid_range", f"to_iteration ({to_iteration}) must be no less than "
+                                             f"from_iteration ({from_iteration})")
+
+
 def replay_payload(source: dict, req: ReplayRequest) -> dict:
     """The create payload of a replay of ``source`` (a snapshot that has
-    started), its overrides checked; a 400 or 404 when they cannot apply."""
+    started), its overrides checked; a 400, 404 or 422 when they cannot apply."""
     session_id = source["session_id"]
-    if req.to_iteration is not None and req.to_iteration < req.from_iteration:
-        raise ApiError(400, "invalid_request", "to_iteration must be no less than from_iteration")
+    check_range(req.from_iteration, req.to_iteration)
     steps = ctx().store.steps.search(session_id=session_id, min_iteration=req.from_iteration,
                                      max_iteration=req.from_iteration, limit=1)
     if not steps:

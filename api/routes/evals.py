@@ -25,7 +25,7 @@ from api import eval_views
 from api.context import ctx
 from api.errors import ApiError, describe
 from api.openapi import operation
-from api.replays import ReplayRequest, capped_changes, changes_of, replay_payload
+from api.replays import ReplayRequest, capped_changes, changes_of, check_range, replay_payload
 from api.requests import body, not_found, path_id, query
 from api.routes.search import SearchRequest, run_search
 from api.schemas import Id, Name, Open, Strict
@@ -195,11 +195,12 @@ def _evalset(evalset_id: str) -> dict:
 # ---- runs ---------------------------------------------------------------------
 
 @bp.post("/evalsets/<id:evalset_id>/runs")
-@operation(202, EvalRun, body=RunRequest, errors=(400, 404, 409), role="admin")
+@operation(202, EvalRun, body=RunRequest, errors=(400, 404, 409, 422), role="admin")
 def create_run(evalset_id):
     """replay every session of the set under these overrides and score each replay (the agents service runs it)"""
     evalset = _evalset(evalset_id)
     req: RunRequest = body()
+    check_range(evalset["from_iteration"], req.to_iteration)  # the set's start against the run's end: 422
     results = [_planned(sid, evalset, req) for sid in evalset["session_ids"]]
     # The config as asked (the keys it changes), not filled with every default:
     # the runs are told apart by it ({"n": 2}, not '{"approve":[],"interval_s":1,…').

@@ -117,6 +117,9 @@ def test_a_set_from_a_search_and_bad_requests(shared_service):
                                                                                  "judge": "strict"}), 400),
         "concurrency 0": (svc.post(f"/api/evalsets/{evalset}/runs", json={"scorers": ["steps"],
                                                                            "concurrency": 0}), 400),
+        # valid alone, not together: the set replays from step 1 (api/replays.py check_range)
+        "to before the set's start": (svc.post(f"/api/evalsets/{evalset}/runs", json={"scorers": ["steps"],
+                                                                                       "to_iteration": 0}), 422),
         "no such run": (svc.get("/api/evalruns/nosuch"), 404),
     }
     for what, (response, status) in cases.items():

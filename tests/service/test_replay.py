@@ -134,7 +134,7 @@ def test_a_replay_to_an_iteration_stops_there(shared_service):
 @pytest.mark.parametrize("body, status, words", [
     ({"from_iteration": 9}, 404, "no step 9"),
     ({"tools": "sometimes"}, 400, "tools"),
-    ({"from_iteration": 2, "to_iteration": 1}, 400, "to_iteration"),
+    ({"from_iteration": 2, "to_iteration": 1}, 422, "to_iteration (1) must be no less than from_iteration (2)"),
     ({"moniker": "no-such"}, 400, "no moniker"),
     ({"profile": "planner", "moniker": "scripted"}, 400, "at most one"),
     ({"config": {"interval_s": "soon"}}, 400, "interval_s"),
