@@ -22,7 +22,9 @@ directory of this user's named after the store's location (:func:`lock_dir_for`)
 It is bounded: a process that has not got the lock after ``wait_s`` goes ahead
 without it, as every commit did before (Lance's own checks keep it correct),
 so a process that holds it and is frozen (SIGSTOP, a debugger) or slow only
-slows the others down, never stops them; and once a commit has gone ahead
+slows the others down, never stops them (the turn is not fair either: a waiter
+looks every few milliseconds, and a worker committing back to back can take
+it again first; on a loaded machine some commits go ahead alone, as before); and once a commit has gone ahead
 alone, the next ones do not wait for ``STUCK_FOR_S`` (10 s): a frozen holder
 costs the others one wait of ``wait_s`` per 10 s, not one per commit.  Workers on other machines share
 nothing here and race as before.
@@ -146,4 +148,5 @@ class CommitLock:
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             log.warning("a commit to %s waited %.1f s for another process's turn and went ahead without it "
-                        "(%d so far): is a process of this store frozen?", self.table, self.wait_s, self.went_alone)
+                        "(%d so far; a long commit or upkeep of another worker, a loaded machine, or a frozen "
+                        "process)", self.table, self.wait_s, self.went_alone)
